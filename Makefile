@@ -1,0 +1,36 @@
+# The two commands people need are `make run` and `make test`; the rest serve them.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: run test bench lint format check clean-data
+
+$(INSTALLED): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[dev]"
+	@touch $@
+
+## Start the whole console: database, migrations, demo fleet, worker, beat, web on :8000.
+run: $(INSTALLED)
+	$(BIN)/python -m console.launcher run
+
+## Run every check and the whole test suite.
+test: $(INSTALLED)
+	$(BIN)/python -m console.launcher test $(ARGS)
+
+## Measure throughput, latency and memory targets; results go to docs/benchmarks.md.
+bench: $(INSTALLED)
+	$(BIN)/python -m console.launcher bench
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(INSTALLED)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+## Stop the embedded database and delete its data (the next `make run` starts afresh).
+clean-data: $(INSTALLED)
+	$(BIN)/python -m console.launcher clean-data

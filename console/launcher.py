@@ -1,0 +1,267 @@
+"""Bring the console up with one command, and run its checks with another.
+
+    python -m console.launcher run         database, migrations, demo fleet, worker, beat, web
+    python -m console.launcher test [ARGS] lint, Django checks and the whole pytest suite
+    python -m console.launcher bench       the benchmarks behind docs/benchmarks.md
+    python -m console.launcher clean-data  stop the embedded database and delete var/
+
+Without DATABASE_URL the embedded PostgreSQL is started here and stopped again on exit.
+Every child runs in its own process group and is told to die with this process, so Ctrl-C
+(or a kill of this process) leaves nothing behind.
+"""
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from dotenv import load_dotenv
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in each child before exec: ask the kernel to SIGTERM it if the launcher dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def say(message: str) -> None:
+    print(f"[console] {message}", flush=True)
+
+
+@contextlib.contextmanager
+def database() -> Iterator[str]:
+    """Yield a database URL; start (and afterwards stop) the embedded server if needed."""
+    configured = os.environ.get("DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    from console.database import (
+        EMBEDDED_DATA_DIR,
+        embedded_database_url,
+        embedded_server_running,
+        stop_embedded_server,
+    )
+
+    started_here = not embedded_server_running()
+    if started_here:
+        say(f"starting the embedded PostgreSQL in {EMBEDDED_DATA_DIR.relative_to(BASE_DIR)}")
+    url = embedded_database_url()
+    try:
+        yield url
+    finally:
+        if started_here:
+            say("stopping the embedded PostgreSQL")
+            stop_embedded_server()
+
+
+class Supervisor:
+    """Starts named child processes, streams their output with a prefix, stops them all."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.children: dict[str, subprocess.Popen] = {}
+        self._width = 6
+
+    def start(self, name: str, argv: list[str]) -> None:
+        self._width = max(self._width, len(name))
+        proc = subprocess.Popen(
+            argv,
+            cwd=BASE_DIR,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        self.children[name] = proc
+        threading.Thread(target=self._pump, args=(name, proc), daemon=True).start()
+
+    def _pump(self, name: str, proc: subprocess.Popen) -> None:
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            print(f"{name:>{self._width}} | {line}", flush=True)
+
+    def exited(self) -> str | None:
+        for name, proc in self.children.items():
+            if proc.poll() is not None:
+                return name
+        return None
+
+    def stop_all(self, grace_s: float = 15.0) -> None:
+        for proc in self.children.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for proc in self.children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in self.children.values():
+            # The group may still hold grandchildren (pool workers) even when the leader is gone.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _manage(env: dict[str, str], *args: str) -> None:
+    subprocess.run([PYTHON, "manage.py", *args], cwd=BASE_DIR, env=env, check=True)
+
+
+def _wait_for_http(url: str, timeout_s: float, supervisor: Supervisor) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if supervisor.exited():
+            return False
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:
+            if response.status == 200:
+                return True
+        time.sleep(0.5)
+    return False
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum, frame):
+    raise _Stop
+
+
+def run() -> int:
+    bind = os.environ.get("WEB_BIND", "127.0.0.1")
+    port = os.environ.get("WEB_PORT", "8000")
+    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGINT, _raise_stop)
+    with database() as url:
+        env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+        supervisor = Supervisor(env)
+        try:
+            say("applying migrations")
+            _manage(env, "migrate", "--noinput", "-v", "0")
+            say("loading the demo fleet and demo users")
+            _manage(env, "seed_demo")
+            celery = [PYTHON, "-m", "celery", "-A", "console"]
+            quiet = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+            supervisor.start(
+                "worker",
+                [*celery, "worker", "-n", "central@%h", "-Q", "celery,ingest", "-c", "2",
+                 "-l", "info", *quiet],
+            )  # fmt: skip
+            supervisor.start("beat", [*celery, "beat", "-l", "info", "-s", "var/celerybeat"])
+            supervisor.start(
+                "web",
+                [PYTHON, "-m", "gunicorn", "console.wsgi", "-b", f"{bind}:{port}",
+                 "--workers", "2", "--threads", "4", "--access-logfile", "-"],
+            )  # fmt: skip
+            base = f"http://{bind}:{port}"
+            if not _wait_for_http(f"{base}/healthz", 120, supervisor):
+                say(f"the console did not come up ({supervisor.exited() or 'timeout'}); stopping")
+                return 1
+            _banner(base, env)
+            while (name := supervisor.exited()) is None:
+                time.sleep(0.5)
+            say(f"{name} exited unexpectedly; stopping everything")
+            return 1
+        except _Stop:
+            say("stopping")
+            return 0
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            supervisor.stop_all()
+
+
+def _banner(base: str, env: dict[str, str]) -> None:
+    password = env.get("DEMO_PASSWORD", "colocate-demo")
+    lines = [
+        "",
+        f"  The GPU co-location console is up: {base}/",
+        "",
+        "  Demo logins (password for all: " + password + "):",
+        "    oncall    on-call staff: host health, runbooks, events",
+        "    approver  change approver: signs off placement proposals",
+        "    manager   reads everything, changes nothing",
+        "    admin     superuser, for /admin/",
+        "",
+        f"  Health: {base}/healthz   readiness: {base}/readyz",
+        "  Press Ctrl-C to stop everything.",
+        "",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def test(pytest_args: list[str]) -> int:
+    with database() as url:
+        env = {**os.environ, "DATABASE_URL": url}
+        steps = [
+            ("ruff check", [PYTHON, "-m", "ruff", "check", "."]),
+            ("ruff format --check", [PYTHON, "-m", "ruff", "format", "--check", "."]),
+            ("manage.py check", [PYTHON, "manage.py", "check", "--fail-level", "WARNING"]),
+            (
+                "makemigrations --check",
+                [PYTHON, "manage.py", "makemigrations", "--check", "--dry-run"],
+            ),
+        ]
+        for label, argv in steps:
+            say(label)
+            if subprocess.run(argv, cwd=BASE_DIR, env=env).returncode != 0:
+                say(f"{label} failed")
+                return 1
+        if not Path(CHROMIUM).exists():
+            say(
+                f"chromium not found at {CHROMIUM}: SKIPPING THE BROWSER TESTS "
+                "(install Debian's chromium package, or set CHROMIUM_PATH)"
+            )
+        say("pytest")
+        return subprocess.run(
+            [PYTHON, "-m", "pytest", *pytest_args], cwd=BASE_DIR, env=env
+        ).returncode
+
+
+def bench() -> int:
+    with database() as url:
+        env = {**os.environ, "DATABASE_URL": url}
+        return subprocess.run(
+            [PYTHON, "-m", "tests.bench.run_all"], cwd=BASE_DIR, env=env
+        ).returncode
+
+
+def clean_data() -> int:
+    from console.database import EMBEDDED_DATA_DIR, stop_embedded_server
+
+    stop_embedded_server()
+    for folder in (EMBEDDED_DATA_DIR, BASE_DIR / "var" / "broker"):
+        if folder.exists():
+            shutil.rmtree(folder)
+            say(f"deleted {folder.relative_to(BASE_DIR)}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    load_dotenv(BASE_DIR / ".env", override=False)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    commands = {"run": run, "bench": bench, "clean-data": clean_data}
+    if argv and argv[0] == "test":
+        return test(argv[1:])
+    if len(argv) != 1 or argv[0] not in commands:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return commands[argv[0]]()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

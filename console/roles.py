@@ -1,0 +1,24 @@
+"""The console's roles.
+
+Each role is a Django group. Which permissions a group holds is set by data migrations (see
+console/migrations), so an installation can still adjust a group in the admin; code checks
+permissions, never group names, except to describe a user.
+"""
+
+ONCALL = "oncall"
+APPROVER = "approver"
+MANAGER = "manager"
+ROLES = (ONCALL, APPROVER, MANAGER)
+
+DESCRIPTIONS = {
+    ONCALL: "browses host health, edits runbooks, acknowledges events",
+    APPROVER: "everything on-call does, and signs off placement proposals",
+    MANAGER: "reads everything, changes nothing",
+}
+
+
+def roles_of(user) -> list[str]:
+    if not user.is_authenticated:
+        return []
+    names = set(user.groups.values_list("name", flat=True))
+    return [role for role in ROLES if role in names]

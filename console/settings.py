@@ -1,0 +1,199 @@
+"""Django settings for the GPU co-location console.
+
+Everything that differs between machines comes from environment variables (see `.env.example`).
+"""
+
+import secrets
+from pathlib import Path
+
+import plotly
+from dotenv import load_dotenv
+
+from console.database import database_settings, embedded_database_url
+from console.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+# The real environment wins over .env, so CI and one-off overrides behave as expected.
+load_dotenv(BASE_DIR / ".env", override=False)
+
+
+def _secret_key() -> str:
+    configured = env_str("SECRET_KEY")
+    if configured:
+        return configured
+    # A local run without SECRET_KEY keeps one key across restarts so sessions survive.
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_celery_beat",
+    "console",
+    "inventory",
+    "runbooks",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+WSGI_APPLICATION = "console.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "console.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": database_settings(
+        env_str("DATABASE_URL") or embedded_database_url(),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "fleet"
+LOGOUT_REDIRECT_URL = "login"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+# Set STATIC_ROOT (and run collectstatic) when a front server should serve the files; without
+# it WhiteNoise serves them straight from the app folders.
+STATIC_ROOT = env_str("STATIC_ROOT") or None
+# plotly.js comes from the plotly wheel itself: the console's machines have no internet.
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
+]
+WHITENOISE_USE_FINDERS = True
+
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-console@localhost")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GPU co-location console API",
+    "DESCRIPTION": "Per-card and per-process GPU memory, placements and proposals.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# Celery. Without CELERY_BROKER_URL the broker is a folder on disk: real worker and beat
+# processes, no server to install.
+BROKER_DIR = Path(env_str("CELERY_FILESYSTEM_BROKER_DIR", str(VAR_DIR / "broker")))
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or "filesystem://"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "control_folder": str(BROKER_DIR / "control"),
+        "store_processed": False,
+    }
+    for folder in ("queue", "control"):
+        (BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 10)
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+READYZ_BROKER_TIMEOUT_S = env_float("READYZ_BROKER_TIMEOUT_S", 2.0, minimum=0.1)
+
+# Telemetry: how long each resolution is kept, and how the host agents sample and flush.
+TELEMETRY_RAW_RETENTION_DAYS = env_int("TELEMETRY_RAW_RETENTION_DAYS", 14, minimum=1)
+TELEMETRY_1M_RETENTION_DAYS = env_int("TELEMETRY_1M_RETENTION_DAYS", 90, minimum=1)
+TELEMETRY_1H_RETENTION_DAYS = env_int("TELEMETRY_1H_RETENTION_DAYS", 730, minimum=1)
+AGENT_SAMPLE_INTERVAL_S = env_float("AGENT_SAMPLE_INTERVAL_S", 1.0, minimum=0.05)
+AGENT_FLUSH_INTERVAL_S = env_float("AGENT_FLUSH_INTERVAL_S", 10.0, minimum=1.0)
+# How often beat sends each host its collection plan (deployments, engines, intervals).
+COLLECTION_PLAN_INTERVAL_S = env_float("COLLECTION_PLAN_INTERVAL_S", 30.0, minimum=1.0)
+# A host whose newest sample is older than this shows as stale.
+COLLECTOR_STALE_AFTER_S = env_float("COLLECTOR_STALE_AFTER_S", 120.0, minimum=1.0)
+
+CELERY_TASK_ROUTES = {"inventory.ingest_batch": {"queue": "ingest"}}
+CELERY_BEAT_SCHEDULE = {
+    "maintain-telemetry-partitions": {
+        "task": "inventory.maintain_partitions",
+        "schedule": 3600.0,
+    },
+}
+
+# Demo fleet: the logins `make run` creates and prints.
+DEMO_PASSWORD = env_str("DEMO_PASSWORD", "colocate-demo")

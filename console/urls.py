@@ -1,0 +1,22 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from console import health
+from console.views import audit, fleet, hosts, models
+
+urlpatterns = [
+    path("", fleet.fleet, name="fleet"),
+    path("hosts/<str:name>/", hosts.host_detail, name="host-detail"),
+    path("models/", models.model_list, name="model-list"),
+    path("models/<int:pk>/", models.model_detail, name="model-detail"),
+    path("audit/", audit.audit_list, name="audit-list"),
+    path("runbooks/", include("runbooks.urls")),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("admin/", admin.site.urls),
+]
+
+handler403 = "console.views.errors.permission_denied"

@@ -1,0 +1,116 @@
+from django import forms
+from django.contrib import admin
+
+from console.admin import AuditedModelAdmin
+from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ["index", "uuid", "product_name", "memory_total_bytes", "mig_mode", "compute_mode"]
+    show_change_link = True
+
+
+@admin.register(Host)
+class HostAdmin(AuditedModelAdmin):
+    list_display = ["name", "address", "status", "collector", "card_count"]
+    list_filter = ["status", "collector"]
+    search_fields = ["name", "address", "description"]
+    inlines = [GpuInline]
+
+    @admin.display(description="Cards")
+    def card_count(self, obj):
+        return obj.gpus.count()
+
+    def audit_host(self, obj):
+        return obj
+
+
+class MigSliceInline(admin.TabularInline):
+    model = MigSlice
+    extra = 0
+
+
+@admin.register(Gpu)
+class GpuAdmin(AuditedModelAdmin):
+    list_display = ["__str__", "product_name", "memory_total_bytes", "mig_mode", "compute_mode"]
+    list_filter = ["mig_mode", "compute_mode", "product_name", "host"]
+    search_fields = ["uuid", "host__name", "product_name"]
+    list_select_related = ["host"]
+    inlines = [MigSliceInline]
+
+    def audit_host(self, obj):
+        return obj.host
+
+
+@admin.register(MigSlice)
+class MigSliceAdmin(AuditedModelAdmin):
+    list_display = ["__str__", "profile_name", "start_slot", "size_slots", "memory_bytes"]
+    list_filter = ["profile_name", "gpu__host"]
+    search_fields = ["uuid", "gpu__host__name"]
+    list_select_related = ["gpu__host"]
+
+    def audit_host(self, obj):
+        return obj.gpu.host
+
+
+@admin.register(ServedModel)
+class ServedModelAdmin(AuditedModelAdmin):
+    list_display = ["name", "engine", "weights_bytes", "kv_per_token", "priority"]
+    list_filter = ["engine", "priority"]
+    search_fields = ["name"]
+
+    @admin.display(description="KV bytes/token")
+    def kv_per_token(self, obj):
+        return obj.effective_kv_bytes_per_token
+
+
+class DeploymentAdminForm(forms.ModelForm):
+    class Meta:
+        model = Deployment
+        fields = [
+            "served_model",
+            "host",
+            "gpus",
+            "mig_slice",
+            "isolation_mode",
+            "mps_active_thread_percentage",
+            "kv_reservation_bytes",
+            "kv_reservation_basis",
+            "admission_policy",
+            "status",
+        ]
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("host") and "gpus" in cleaned:
+            try:
+                Deployment.validate_cards(
+                    cleaned["host"], cleaned.get("isolation_mode"), cleaned["gpus"]
+                )
+            except forms.ValidationError as error:
+                self.add_error(None, error)
+        return cleaned
+
+
+@admin.register(Deployment)
+class DeploymentAdmin(AuditedModelAdmin):
+    form = DeploymentAdminForm
+    list_display = [
+        "served_model",
+        "host",
+        "isolation_mode",
+        "kv_reservation_bytes",
+        "kv_reservation_basis",
+        "admission_policy",
+        "status",
+    ]
+    list_filter = ["isolation_mode", "kv_reservation_basis", "admission_policy", "status", "host"]
+    search_fields = ["served_model__name", "host__name"]
+    list_select_related = ["served_model", "host"]
+    filter_horizontal = ["gpus"]
+    audit_action_prefix = "deployment"
+
+    def audit_host(self, obj):
+        return obj.host

@@ -1,0 +1,167 @@
+"""Fragmentation per process, per deployment and per card, and the card status it feeds.
+
+The allocator's statistics are the truth here, not nvidia-smi: a card can show plenty of free
+memory while a process's pool is cut into blocks too small for the next allocation.
+
+Index (0 = none, 1 = all free memory in useless crumbs), by the best statistic available:
+
+- ``1 - largest_free_block / (reserved - allocated)`` when the largest free block is known:
+  the share of the pool's free bytes that the biggest possible allocation cannot use;
+- ``inactive_split_bytes / reserved`` otherwise: the share of the pool stuck in partly used
+  segments, which cannot be returned to the card.
+
+Default thresholds: amber from 0.3, red from 0.5 (a red pool cannot place an allocation of
+half its free bytes). Card totals: amber from 80% of the card used (driver reserve counted as
+used), red from 90%.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from inventory.analytics.ledger import build_ledger
+from inventory.analytics.snapshot import AllocatorStats, CardSnapshot, process_label
+from inventory.analytics.units import format_gib
+
+
+class Status(StrEnum):
+    GREEN = "green"
+    AMBER = "amber"
+    RED = "red"
+
+
+_SEVERITY = {Status.GREEN: 0, Status.AMBER: 1, Status.RED: 2}
+
+
+def worst_status(statuses: Iterable[Status]) -> Status:
+    return max(statuses, key=_SEVERITY.__getitem__, default=Status.GREEN)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Values at or above ``amber`` are amber, at or above ``red`` are red."""
+
+    amber: float
+    red: float
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.amber <= self.red:
+            raise ValueError(f"need 0 <= amber <= red, got {self.amber}, {self.red}")
+
+    def classify(self, value: float) -> Status:
+        if value >= self.red:
+            return Status.RED
+        if value >= self.amber:
+            return Status.AMBER
+        return Status.GREEN
+
+
+FRAGMENTATION_THRESHOLDS = Thresholds(amber=0.3, red=0.5)
+USAGE_THRESHOLDS = Thresholds(amber=0.80, red=0.90)
+
+
+@dataclass(frozen=True)
+class FragmentationIndex:
+    value: float
+    method: str
+
+
+def fragmentation_index(stats: AllocatorStats) -> FragmentationIndex | None:
+    """The process's index, or ``None`` when its allocator exposes neither statistic."""
+    if stats.largest_free_block_bytes is not None:
+        free = stats.pool_free_bytes
+        value = 0.0 if free == 0 else 1 - stats.largest_free_block_bytes / free
+        return FragmentationIndex(value, "1 - largest free block / free in pool")
+    if stats.inactive_split_bytes is not None:
+        reserved = stats.reserved_bytes
+        value = 0.0 if reserved == 0 else stats.inactive_split_bytes / reserved
+        return FragmentationIndex(value, "inactive split / reserved")
+    return None
+
+
+@dataclass(frozen=True)
+class ProcessFragmentation:
+    deployment: str | None
+    pid: int | None
+    index: FragmentationIndex
+    status: Status
+
+    @property
+    def label(self) -> str:
+        return process_label(self.deployment, self.pid)
+
+
+def process_fragmentation(
+    snapshot: CardSnapshot, thresholds: Thresholds = FRAGMENTATION_THRESHOLDS
+) -> tuple[ProcessFragmentation, ...]:
+    """Every process on the card whose allocator statistics allow an index."""
+    readings = []
+    for process in snapshot.processes:
+        index = fragmentation_index(process.allocator) if process.allocator else None
+        if index is not None:
+            readings.append(
+                ProcessFragmentation(
+                    process.deployment, process.pid, index, thresholds.classify(index.value)
+                )
+            )
+    return tuple(readings)
+
+
+def deployment_fragmentation(
+    snapshot: CardSnapshot, thresholds: Thresholds = FRAGMENTATION_THRESHOLDS
+) -> dict[str, ProcessFragmentation]:
+    """Per deployment on this card, its most fragmented process."""
+    worst: dict[str, ProcessFragmentation] = {}
+    for reading in process_fragmentation(snapshot, thresholds):
+        if reading.deployment is None:
+            continue
+        current = worst.get(reading.deployment)
+        if current is None or reading.index.value > current.index.value:
+            worst[reading.deployment] = reading
+    return worst
+
+
+@dataclass(frozen=True)
+class CardStatus:
+    card_id: str
+    status: Status
+    totals_status: Status
+    used_fraction: float
+    # None when no process on the card exposes allocator statistics.
+    fragmentation_status: Status | None
+    worst_fragmentation: ProcessFragmentation | None
+    reason: str
+
+
+def card_status(
+    snapshot: CardSnapshot,
+    *,
+    usage_thresholds: Thresholds = USAGE_THRESHOLDS,
+    fragmentation_thresholds: Thresholds = FRAGMENTATION_THRESHOLDS,
+) -> CardStatus:
+    """The card's status: the worse of its totals and its most fragmented process.
+
+    Pools are per process, so the card's fragmentation is its worst process's, not an average:
+    one red pool is enough to make the next allocation in it fail.
+    """
+    total = snapshot.total_bytes
+    used_fraction = 0.0 if total == 0 else 1 - build_ledger(snapshot).free_bytes / total
+    totals = usage_thresholds.classify(used_fraction)
+    readings = process_fragmentation(snapshot, fragmentation_thresholds)
+    worst = max(readings, key=lambda r: r.index.value, default=None)
+    fragmentation = worst.status if worst else None
+    status = worst_status([totals, *([fragmentation] if fragmentation else [])])
+
+    reason = f"totals {totals} ({used_fraction:.0%} of {format_gib(total)} used)"
+    if worst is None:
+        reason += "; fragmentation unknown (no allocator statistics)"
+    else:
+        reason += (
+            f"; fragmentation {worst.status} (index {worst.index.value:.2f} in {worst.label},"
+            f" {worst.index.method})"
+        )
+    if status is not totals:
+        reason += f": shown as {status}"
+        if status is Status.RED:
+            reason += ", do not add a model"
+    return CardStatus(snapshot.card_id, status, totals, used_fraction, fragmentation, worst, reason)

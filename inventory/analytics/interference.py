@@ -1,0 +1,158 @@
+"""Interference: does a deployment's tail latency rise when its co-tenants are busy?
+
+Each latency sample (``(epoch s, seconds)``: per-request latencies, or per-interval P99
+figures from a rollup) is put in one group by the co-tenants' load at that moment, read with
+:class:`inventory.analytics.series.AsOf` (latest reading no older than ``max_age_s``):
+
+- busy: at least one co-tenant's load is at or above ``busy_threshold``;
+- idle: every co-tenant has a fresh reading and all are below it;
+- otherwise unknown, and left out.
+
+Load is whatever busy indicator the caller has, on one scale for all co-tenants (running
+requests, or SM utilization in [0, 1]). The tail of each group is its ``tail_pct`` percentile
+(default P99; over per-interval P99 figures that is the P99 of the interval P99s).
+
+Flag (``tail_rises``) when both groups have at least ``min_samples`` samples and busy tail /
+idle tail >= ``ratio_threshold`` (default 1.25: a quarter slower at the tail is what users
+notice and more than interval-to-interval noise). Too few samples in either group gives
+``insufficient_data`` rather than a reassuring "no effect".
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from inventory.analytics.series import AsOf, Sample
+from inventory.analytics.stats import percentile
+from inventory.analytics.units import format_ms
+
+
+class InterferenceVerdict(StrEnum):
+    TAIL_RISES = "tail_rises"
+    NO_EFFECT = "no_effect"
+    INSUFFICIENT_DATA = "insufficient_data"
+
+
+@dataclass(frozen=True)
+class InterferenceReport:
+    deployment: str
+    cotenants: tuple[str, ...]
+    tail_pct: float
+    busy_samples: int
+    idle_samples: int
+    unknown_samples: int
+    busy_tail_s: float | None
+    idle_tail_s: float | None
+    ratio: float | None
+    verdict: InterferenceVerdict
+    explanation: str
+
+    @property
+    def flagged(self) -> bool:
+        return self.verdict is InterferenceVerdict.TAIL_RISES
+
+
+def tail_vs_cotenant_load(
+    deployment: str,
+    latencies: Sequence[Sample],
+    cotenant_load: Mapping[str, Sequence[Sample]],
+    *,
+    busy_threshold: float,
+    tail_pct: float = 99.0,
+    ratio_threshold: float = 1.25,
+    min_samples: int = 20,
+    max_age_s: float = 60.0,
+) -> InterferenceReport:
+    lookups = {name: AsOf(samples, max_age_s) for name, samples in cotenant_load.items()}
+    busy: list[float] = []
+    idle: list[float] = []
+    unknown = 0
+    for at, latency in latencies:
+        loads = [lookup(at) for lookup in lookups.values()]
+        if any(load is not None and load >= busy_threshold for load in loads):
+            busy.append(latency)
+        elif loads and all(load is not None for load in loads):
+            idle.append(latency)
+        else:
+            unknown += 1
+
+    busy_tail = percentile(busy, tail_pct) if busy else None
+    idle_tail = percentile(idle, tail_pct) if idle else None
+    ratio = None
+    if busy_tail is not None and idle_tail is not None:
+        ratio = busy_tail / idle_tail if idle_tail > 0 else float("inf")
+    label = f"P{tail_pct:g}"
+    counts = f"{len(busy)} busy / {len(idle)} idle samples"
+    if len(busy) < min_samples or len(idle) < min_samples or ratio is None:
+        verdict = InterferenceVerdict.INSUFFICIENT_DATA
+        explanation = f"{counts}, need {min_samples} in each group to compare the {label}"
+    else:
+        assert busy_tail is not None and idle_tail is not None
+        verdict = (
+            InterferenceVerdict.TAIL_RISES
+            if ratio >= ratio_threshold
+            else InterferenceVerdict.NO_EFFECT
+        )
+        outcome = (
+            "tail rises with co-tenant load"
+            if verdict is InterferenceVerdict.TAIL_RISES
+            else f"below the x{ratio_threshold:g} flag"
+        )
+        explanation = (
+            f"{label} {format_ms(busy_tail)} with co-tenants busy vs {format_ms(idle_tail)} "
+            f"idle (x{ratio:.2f}, {counts}): {outcome}"
+        )
+    return InterferenceReport(
+        deployment=deployment,
+        cotenants=tuple(sorted(cotenant_load)),
+        tail_pct=tail_pct,
+        busy_samples=len(busy),
+        idle_samples=len(idle),
+        unknown_samples=unknown,
+        busy_tail_s=busy_tail,
+        idle_tail_s=idle_tail,
+        ratio=ratio,
+        verdict=verdict,
+        explanation=explanation,
+    )
+
+
+def cotenants_by_deployment(placement: Mapping[str, Iterable[str]]) -> dict[str, tuple[str, ...]]:
+    """From card -> deployments on it, each deployment's co-tenants on any card it shares."""
+    cotenants: dict[str, set[str]] = {}
+    for deployments in placement.values():
+        on_card = set(deployments)
+        for deployment in on_card:
+            cotenants.setdefault(deployment, set()).update(on_card - {deployment})
+    return {deployment: tuple(sorted(others)) for deployment, others in cotenants.items()}
+
+
+def interference_by_deployment(
+    latencies: Mapping[str, Sequence[Sample]],
+    load: Mapping[str, Sequence[Sample]],
+    placement: Mapping[str, Iterable[str]],
+    *,
+    busy_threshold: float,
+    tail_pct: float = 99.0,
+    ratio_threshold: float = 1.25,
+    min_samples: int = 20,
+    max_age_s: float = 60.0,
+) -> tuple[InterferenceReport, ...]:
+    """A report for every deployment with latencies and at least one co-tenant."""
+    reports = []
+    for deployment, others in sorted(cotenants_by_deployment(placement).items()):
+        if deployment not in latencies or not others:
+            continue
+        reports.append(
+            tail_vs_cotenant_load(
+                deployment,
+                latencies[deployment],
+                {other: load.get(other, ()) for other in others},
+                busy_threshold=busy_threshold,
+                tail_pct=tail_pct,
+                ratio_threshold=ratio_threshold,
+                min_samples=min_samples,
+                max_age_s=max_age_s,
+            )
+        )
+    return tuple(reports)

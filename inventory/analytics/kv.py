@@ -1,0 +1,132 @@
+"""KV-cache sizing: bytes per token, reservations, and the engine's KV pool size.
+
+A KV reservation is P95 (or historical peak) concurrency x tokens per request x bytes per
+token x (1 + buffer). The policy buffer is 15-20%; :func:`kv_reservation_bytes` accepts any
+buffer in ``[0, 1]`` and leaves policy checks to :mod:`inventory.analytics.kv_advisor`.
+"""
+
+import math
+from fractions import Fraction
+
+POLICY_BUFFER_MIN = 0.15
+POLICY_BUFFER_MAX = 0.20
+DEFAULT_BUFFER = 0.20
+
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4,
+    "float32": 4,
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "e4m3": 1,
+    "e5m2": 1,
+    "int8": 1,
+    "int4": 0.5,
+}
+
+
+class UnknownDtypeError(ValueError):
+    pass
+
+
+def bytes_per_element(dtype: str) -> float:
+    """Bytes one element of ``dtype`` takes, by its usual names (case-insensitive)."""
+    key = dtype.strip().lower().replace("-", "_")
+    try:
+        return DTYPE_BYTES[key]
+    except KeyError:
+        known = ", ".join(sorted(DTYPE_BYTES))
+        raise UnknownDtypeError(f"unknown KV dtype {dtype!r}; known: {known}") from None
+
+
+def kv_bytes_per_token(
+    layers: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype_bytes: float | str,
+    *,
+    mla: bool = False,
+    kv_lora_rank: int | None = None,
+    qk_rope_head_dim: int | None = None,
+) -> float:
+    """KV-cache bytes one token occupies on one card.
+
+    Standard attention stores a key and a value per KV head: ``2 x layers x kv_heads x head_dim
+    x dtype_bytes``; ``kv_heads`` is the count held on this card (divided by tensor
+    parallelism). MLA (DeepSeek-V2/V3) caches one compressed latent plus the decoupled RoPE key
+    per layer, with no separate value and so no factor 2: ``layers x (kv_lora_rank +
+    qk_rope_head_dim) x dtype_bytes``; ``kv_heads`` and ``head_dim`` are then ignored, and the
+    latent is replicated, not split, across tensor-parallel ranks.
+    """
+    element = bytes_per_element(dtype_bytes) if isinstance(dtype_bytes, str) else dtype_bytes
+    if element <= 0:
+        raise ValueError(f"dtype_bytes must be > 0, got {element}")
+    if layers <= 0:
+        raise ValueError(f"layers must be > 0, got {layers}")
+    if mla:
+        if kv_lora_rank is None or qk_rope_head_dim is None:
+            raise ValueError("MLA needs kv_lora_rank and qk_rope_head_dim")
+        if kv_lora_rank <= 0 or qk_rope_head_dim < 0:
+            raise ValueError("kv_lora_rank must be > 0 and qk_rope_head_dim >= 0")
+        return layers * (kv_lora_rank + qk_rope_head_dim) * element
+    if kv_heads <= 0 or head_dim <= 0:
+        raise ValueError("kv_heads and head_dim must be > 0")
+    return 2 * layers * kv_heads * head_dim * element
+
+
+def _exact(value: float) -> Fraction:
+    # Through str so that a policy figure such as 0.2 means exactly 1/5: the binary float
+    # 0.2 is slightly larger and would round a reservation up by a spurious byte.
+    return Fraction(str(value)) if isinstance(value, float) else Fraction(value)
+
+
+def kv_reservation_bytes(
+    concurrency: float, tokens_per_request: float, bytes_per_token: float, buffer: float
+) -> int:
+    """``concurrency x tokens_per_request x bytes_per_token x (1 + buffer)``, rounded up."""
+    if not 0 <= buffer <= 1:
+        raise ValueError(f"buffer must be in [0, 1] (0.15-0.20 by policy), got {buffer}")
+    if concurrency < 0 or tokens_per_request < 0 or bytes_per_token < 0:
+        raise ValueError("concurrency, tokens_per_request and bytes_per_token must be >= 0")
+    exact = (
+        _exact(concurrency)
+        * _exact(tokens_per_request)
+        * _exact(bytes_per_token)
+        * (1 + _exact(buffer))
+    )
+    return math.ceil(exact)
+
+
+def kv_pool_bytes_from_cache_config(
+    num_gpu_blocks: int, block_size: int, bytes_per_token: float
+) -> int:
+    """The KV pool an engine allocated, from vLLM's ``cache_config_info``.
+
+    ``block_size`` is in tokens, so the pool holds ``num_gpu_blocks x block_size`` tokens.
+    """
+    if num_gpu_blocks < 0 or block_size <= 0 or bytes_per_token <= 0:
+        raise ValueError("num_gpu_blocks >= 0, block_size > 0 and bytes_per_token > 0 required")
+    return math.ceil(num_gpu_blocks * block_size * _exact(bytes_per_token))
+
+
+def kv_pool_bytes_from_memory_utilization(
+    card_total_bytes: int, gpu_memory_utilization: float, non_kv_bytes: int
+) -> int:
+    """The KV pool an engine sized by ``gpu_memory_utilization`` leaves itself (an estimate).
+
+    vLLM claims ``utilization x card total`` and gives the KV cache whatever its weights,
+    activations and other non-KV memory (``non_kv_bytes``) leave of that claim.
+    """
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    claim = math.floor(card_total_bytes * _exact(gpu_memory_utilization))
+    if non_kv_bytes > claim:
+        raise ValueError(
+            f"non-KV memory {non_kv_bytes} exceeds the engine's claim {claim}: no KV pool fits"
+        )
+    return claim - non_kv_bytes

@@ -1,0 +1,212 @@
+"""KV reservation advice per deployment, from its history of concurrency and tokens in use.
+
+Sizing: ``recommended = ceil(P95 or peak running requests) x tokens per request x bytes per
+token x (1 + buffer)``. Concurrency is rounded up to whole requests because a reservation for
+12.4 requests fails the 13th.
+
+Demand of one sample, used for excursions: its tokens in use x bytes per token when the sample
+has them (the real KV footprint), else running requests x tokens per request x bytes per token.
+
+Flags:
+
+- ``reserved_at_mean``: the current reservation is at most ``(1 + mean_tolerance)`` times the
+  mean need (mean concurrency x tokens per request x bytes per token, no buffer), or below the
+  P95 need (the same at P95 concurrency). Either way the peaks are not covered: a reservation
+  at the mean counts as no reservation.
+- ``reservation_exceeded``: demand went above the current reservation at least once in the
+  window (default the last 7 days before the latest sample); the count is of distinct
+  excursions (runs of consecutive samples above), not of samples.
+- ``no_admission_policy``: nothing decides what happens to demand above the reservation; P95
+  is not a ceiling, so every reservation needs one.
+- ``buffer_outside_policy``: the buffer is outside the 15-20% policy (any value in [0, 1] is
+  still computed).
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from inventory.analytics.kv import (
+    DEFAULT_BUFFER,
+    POLICY_BUFFER_MAX,
+    POLICY_BUFFER_MIN,
+    kv_reservation_bytes,
+)
+from inventory.analytics.stats import count_excursions, mean, percentile
+from inventory.analytics.units import format_gib
+
+SEVEN_DAYS_S = 7 * 24 * 3600.0
+
+
+class SizingBasis(StrEnum):
+    P95 = "p95"
+    PEAK = "peak"
+
+
+class AdmissionPolicy(StrEnum):
+    """What happens to demand above the reservation."""
+
+    QUEUE = "queue"
+    SHED_LOW_PRIORITY = "shed_low_priority"
+    SHRINK_LOW_PRIORITY_KV = "shrink_low_priority_kv"
+    EVICT_LOW_PRIORITY = "evict_low_priority"
+    REFUSE = "refuse"
+
+
+class KvFlag(StrEnum):
+    RESERVED_AT_MEAN = "reserved_at_mean"
+    RESERVATION_EXCEEDED = "reservation_exceeded"
+    NO_ADMISSION_POLICY = "no_admission_policy"
+    BUFFER_OUTSIDE_POLICY = "buffer_outside_policy"
+
+
+@dataclass(frozen=True)
+class KvDemandSample:
+    at: float
+    running_requests: float
+    tokens_in_use: float | None = None
+
+
+@dataclass(frozen=True)
+class KvAdvice:
+    deployment: str
+    samples: int
+    mean_concurrency: float
+    p95_concurrency: float
+    peak_concurrency: float
+    p95_tokens_in_use: float | None
+    peak_tokens_in_use: float | None
+    tokens_per_request: float
+    bytes_per_token: float
+    buffer: float
+    sizing: SizingBasis
+    current_reservation_bytes: int
+    mean_need_bytes: int
+    p95_need_bytes: int
+    recommended_bytes: int
+    window_s: float
+    window_peak_demand_bytes: float
+    excursions_in_window: int
+    flags: frozenset[KvFlag]
+    explanations: tuple[str, ...]
+
+
+def _whole_requests(concurrency: float) -> int:
+    # Rounded first so that float noise (12.000000000000002) does not add a request.
+    return math.ceil(round(concurrency, 9))
+
+
+def _observed_tokens_per_request(samples: Sequence[KvDemandSample]) -> float:
+    ratios = [
+        s.tokens_in_use / s.running_requests
+        for s in samples
+        if s.tokens_in_use is not None and s.running_requests > 0
+    ]
+    if not ratios:
+        raise ValueError("tokens_per_request not given and no sample has tokens in use")
+    # The busy end of the per-request size, not its average, so long requests are covered.
+    return percentile(ratios, 95)
+
+
+def advise_kv_reservation(
+    deployment: str,
+    samples: Sequence[KvDemandSample],
+    *,
+    current_reservation_bytes: int,
+    bytes_per_token: float,
+    tokens_per_request: float | None = None,
+    buffer: float = DEFAULT_BUFFER,
+    sizing: SizingBasis = SizingBasis.P95,
+    admission_policy: AdmissionPolicy | None = None,
+    mean_tolerance: float = 0.10,
+    window_s: float = SEVEN_DAYS_S,
+    now: float | None = None,
+) -> KvAdvice:
+    """Advice for one deployment; ``tokens_per_request`` defaults to the observed P95."""
+    if not samples:
+        raise ValueError(f"{deployment}: no demand samples")
+    if mean_tolerance < 0 or window_s <= 0:
+        raise ValueError("mean_tolerance must be >= 0 and window_s > 0")
+    ordered = sorted(samples, key=lambda s: s.at)
+    per_request = (
+        _observed_tokens_per_request(ordered) if tokens_per_request is None else tokens_per_request
+    )
+    running = [s.running_requests for s in ordered]
+    mean_concurrency = mean(running)
+    p95_concurrency = percentile(running, 95)
+    peak_concurrency = max(running)
+    tokens = [s.tokens_in_use for s in ordered if s.tokens_in_use is not None]
+
+    sized_concurrency = p95_concurrency if sizing is SizingBasis.P95 else peak_concurrency
+    recommended = kv_reservation_bytes(
+        _whole_requests(sized_concurrency), per_request, bytes_per_token, buffer
+    )
+    mean_need = kv_reservation_bytes(mean_concurrency, per_request, bytes_per_token, 0)
+    p95_need = kv_reservation_bytes(p95_concurrency, per_request, bytes_per_token, 0)
+
+    end = ordered[-1].at if now is None else now
+    window_demand = [
+        (s.tokens_in_use if s.tokens_in_use is not None else s.running_requests * per_request)
+        * bytes_per_token
+        for s in ordered
+        if end - window_s < s.at <= end
+    ]
+    excursions = count_excursions(window_demand, current_reservation_bytes)
+    window_peak = max(window_demand, default=0.0)
+
+    current = current_reservation_bytes
+    explanations = [
+        f"{sizing.upper()} concurrency {sized_concurrency:.1f} -> "
+        f"{_whole_requests(sized_concurrency)} requests x {per_request:,.0f} tokens x "
+        f"{bytes_per_token:,.0f} B/token x {1 + buffer:.2f} = {format_gib(recommended)} "
+        f"recommended; current {format_gib(current)}"
+    ]
+    flags = set()
+    if current <= mean_need * (1 + mean_tolerance) or current < p95_need:
+        flags.add(KvFlag.RESERVED_AT_MEAN)
+        explanations.append(
+            f"current {format_gib(current)} is a mean-level reservation (mean need "
+            f"{format_gib(mean_need)}, P95 need {format_gib(p95_need)}): it counts as none"
+        )
+    if excursions:
+        flags.add(KvFlag.RESERVATION_EXCEEDED)
+        explanations.append(
+            f"demand exceeded the {format_gib(current)} reservation {excursions} times in the "
+            f"last {window_s / 86400:g} days (peak {format_gib(window_peak)})"
+        )
+    if admission_policy is None:
+        flags.add(KvFlag.NO_ADMISSION_POLICY)
+        explanations.append(
+            "no admission/degradation policy for demand above the reservation "
+            "(queue, shed, shrink a low-priority KV, evict or refuse)"
+        )
+    if not POLICY_BUFFER_MIN <= buffer <= POLICY_BUFFER_MAX:
+        flags.add(KvFlag.BUFFER_OUTSIDE_POLICY)
+        explanations.append(
+            f"buffer {buffer:.0%} is outside the {POLICY_BUFFER_MIN:.0%}-"
+            f"{POLICY_BUFFER_MAX:.0%} policy"
+        )
+
+    return KvAdvice(
+        deployment=deployment,
+        samples=len(ordered),
+        mean_concurrency=mean_concurrency,
+        p95_concurrency=p95_concurrency,
+        peak_concurrency=peak_concurrency,
+        p95_tokens_in_use=percentile(tokens, 95) if tokens else None,
+        peak_tokens_in_use=max(tokens) if tokens else None,
+        tokens_per_request=per_request,
+        bytes_per_token=bytes_per_token,
+        buffer=buffer,
+        sizing=sizing,
+        current_reservation_bytes=current,
+        mean_need_bytes=mean_need,
+        p95_need_bytes=p95_need,
+        recommended_bytes=recommended,
+        window_s=window_s,
+        window_peak_demand_bytes=window_peak,
+        excursions_in_window=excursions,
+        flags=frozenset(flags),
+        explanations=tuple(explanations),
+    )

@@ -1,0 +1,46 @@
+"""Time series as ``(epoch seconds, value)`` pairs, and the two joins the analytics need.
+
+- :func:`align_on_common_timestamps` for series sampled on the same grid (rollups): keep only
+  the moments every series has, so "at the same moment" means exactly that.
+- :class:`AsOf` for irregular samples (per-request latencies against a gauge): the value a
+  gauge had at a moment is its latest reading at or before it, if that reading is fresh.
+"""
+
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+
+Sample = tuple[float, float]
+
+
+def align_on_common_timestamps(
+    series: Mapping[str, Sequence[Sample]],
+) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]]]:
+    """The timestamps present in every series (ascending) and each series' values at them."""
+    by_name: dict[str, dict[float, float]] = {}
+    for name, samples in series.items():
+        values = dict(samples)
+        if len(values) != len(samples):
+            raise ValueError(f"series {name!r} has duplicate timestamps")
+        by_name[name] = values
+    if not by_name:
+        return (), {}
+    common = sorted(set.intersection(*(set(values) for values in by_name.values())))
+    return tuple(common), {
+        name: tuple(values[at] for at in common) for name, values in by_name.items()
+    }
+
+
+class AsOf:
+    """Look up a gauge's value at any moment: its latest reading no older than ``max_age_s``."""
+
+    def __init__(self, samples: Sequence[Sample], max_age_s: float) -> None:
+        ordered = sorted(samples)
+        self._times = [at for at, _ in ordered]
+        self._values = [value for _, value in ordered]
+        self._max_age_s = max_age_s
+
+    def __call__(self, at: float) -> float | None:
+        index = bisect_right(self._times, at) - 1
+        if index < 0 or at - self._times[index] > self._max_age_s:
+            return None
+        return self._values[index]

@@ -1,0 +1,54 @@
+"""What a host agent needs to know to collect a host: its collection plan.
+
+The plan is built here, from the inventory, and sent to the agent through the broker: agents
+never read the database. The plan's deployment entries follow the format that
+inventory.telemetry.process_mapping documents.
+"""
+
+import time
+
+from django.conf import settings
+
+from inventory.models import Deployment, Host
+
+SIMULATOR_QUEUE = "host.simulator"
+
+
+def agent_queue(host: Host) -> str:
+    """Real hosts each have their agent; the simulator agent stands in for every simulated one."""
+    if host.collector == Host.Collector.SIMULATED:
+        return SIMULATOR_QUEUE
+    return f"host.{host.name}"
+
+
+def collection_plan(host: Host) -> dict:
+    deployments = (
+        host.deployments.exclude(status=Deployment.Status.STOPPED)
+        .select_related("served_model", "mig_slice")
+        .prefetch_related("gpus")
+    )
+    return {
+        "host": host.name,
+        "collector": host.collector,
+        "sample_interval_s": settings.AGENT_SAMPLE_INTERVAL_S,
+        "flush_interval_s": settings.AGENT_FLUSH_INTERVAL_S,
+        "issued_at": time.time(),
+        "deployments": [_deployment_entry(deployment) for deployment in deployments],
+    }
+
+
+def _deployment_entry(deployment: Deployment) -> dict:
+    model = deployment.served_model
+    if deployment.mig_slice_id and deployment.mig_slice.uuid:
+        devices = [deployment.mig_slice.uuid]
+    else:
+        devices = [gpu.uuid for gpu in deployment.gpus.all()]
+    return {
+        "deployment_id": str(deployment.pk),
+        "model": model.name,
+        "engine": model.engine,
+        "metrics_url": model.metrics_url,
+        "runtime_name": deployment.runtime_name,
+        "device_uuids": devices,
+        "process_name_pattern": deployment.process_name_pattern or None,
+    }

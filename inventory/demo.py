@@ -1,0 +1,221 @@
+"""The demo fleet and demo users that `make run` loads.
+
+The fleet is the simulator's own (inventory.telemetry.simulator.scenarios), so the inventory
+shown and the telemetry collected describe the same cards, slices and deployments.
+"""
+
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+
+from console.placement.mig_profiles import CATALOGUE as MIG_CATALOGUE
+from console.roles import APPROVER, MANAGER, ONCALL
+from inventory.analytics.kv import POLICY_BUFFER_MAX, POLICY_BUFFER_MIN
+from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel
+from inventory.telemetry.simulator.catalogue import MIB, device_uuid, gpu_type, mig_uuid
+from inventory.telemetry.simulator.host import DeploymentSpec, HostSpec
+from inventory.telemetry.simulator.scenarios import demo_fleet_specs
+
+DEMO_ROLES = {"oncall": ONCALL, "approver": APPROVER, "manager": MANAGER}
+
+_ENGINES = {engine.value: engine for engine in ServedModel.Engine}
+_DTYPES = {1: "fp8_e4m3", 2: "bf16", 4: "fp32"}
+# The simulator's card types, as the MIG catalogue names the same geometry.
+_MIG_TYPES = {"H200": "H200-141GB", "H100-SXM5-80GB": "H100-80GB", "A100-SXM4-80GB": "A100-80GB"}
+
+_DESCRIPTIONS = {
+    "infer-00": "The 8-card server as the field report found it: three models time-sharing "
+    "all eight cards, KV reserved at mean concurrency, no admission policy.",
+    "infer-01": "The same server after the fix: each model bound to its own card group, KV "
+    "reserved at P95 concurrency plus 20%, the excess queued.",
+}
+
+
+def ensure_demo_users(password: str) -> list[str]:
+    """Create the demo logins that do not exist yet; never touch an existing account."""
+    users = get_user_model()
+    created = []
+    for username, role in DEMO_ROLES.items():
+        if users.objects.filter(username=username).exists():
+            continue
+        user = users.objects.create_user(username, password=password)
+        user.groups.add(Group.objects.get(name=role))
+        created.append(username)
+    if not users.objects.filter(username="admin").exists():
+        users.objects.create_superuser("admin", "admin@localhost", password)
+        created.append("admin")
+    return created
+
+
+@transaction.atomic
+def ensure_demo_fleet() -> list[str]:
+    """Create the demo hosts that do not exist yet; a host already there is left as it is."""
+    created = []
+    for spec in demo_fleet_specs():
+        if Host.objects.filter(name=spec.name).exists():
+            continue
+        _create_host(spec)
+        created.append(spec.name)
+    return created
+
+
+def _create_host(spec: HostSpec) -> Host:
+    host = Host.objects.create(
+        name=spec.name,
+        address=f"{spec.name}.demo.internal",
+        collector=Host.Collector.SIMULATED,
+        labels={"fleet": "demo"},
+        description=_DESCRIPTIONS.get(spec.name, ""),
+    )
+    gpus, slices = [], {}
+    for index, card in enumerate(spec.cards):
+        catalogue = gpu_type(card.gpu_type)
+        gpu = Gpu.objects.create(
+            host=host,
+            index=index,
+            uuid=device_uuid(spec.name, index),
+            product_name=catalogue.product_name,
+            memory_total_bytes=catalogue.total_mib * MIB,
+            mig_mode=_mig_mode(catalogue, card.mig_layout),
+            compute_mode=Gpu.ComputeMode.EXCLUSIVE_PROCESS if card.mps else Gpu.ComputeMode.DEFAULT,
+        )
+        gpus.append(gpu)
+        for mig_slice, placed in _place_mig_layout(card.gpu_type, card.mig_layout or ()).items():
+            slices[(index, mig_slice)] = MigSlice.objects.create(
+                gpu=gpu,
+                profile_name=mig_slice.profile,
+                start_slot=placed.start,
+                size_slots=placed.size,
+                memory_bytes=catalogue.mig_profiles[mig_slice.gpu_instance_profile].memory_mib
+                * MIB,
+                uuid=mig_uuid(spec.name, index, mig_slice),
+                gpu_instance_id=mig_slice.gpu_instance_id,
+                compute_instance_id=mig_slice.compute_instance_id,
+            )
+    sharing = _cards_shared(spec)
+    for deployment_spec in spec.deployments:
+        _create_deployment(host, gpus, slices, deployment_spec, sharing)
+    return host
+
+
+def _mig_mode(catalogue, layout) -> str:
+    if not catalogue.mig_capable:
+        return Gpu.MigMode.UNSUPPORTED
+    return Gpu.MigMode.ENABLED if layout else Gpu.MigMode.DISABLED
+
+
+@dataclass(frozen=True)
+class _Placed:
+    start: int
+    size: int
+
+
+def _place_mig_layout(card_type: str, layout) -> dict:
+    """Start slots for a layout's GPU instances, found by a small backtracking search.
+
+    The simulator names GPU and compute instances but not where they sit; any valid placement
+    shows the slot map truthfully as long as instances sit on valid starts and never overlap.
+    """
+    if not layout:
+        return {}
+    geometry = MIG_CATALOGUE[_MIG_TYPES[card_type]]
+    instances: dict[int, str] = {}
+    for mig_slice in layout:
+        instances.setdefault(mig_slice.gpu_instance_id, mig_slice.gpu_instance_profile)
+    order = sorted(instances, key=lambda gi: -geometry.profile(instances[gi]).memory_slices)
+    starts = _search_starts(geometry, instances, order, taken=0, placed={})
+    if starts is None:
+        raise ValueError(f"no valid MIG placement for {sorted(instances.values())} on {card_type}")
+    return {mig_slice: starts[mig_slice.gpu_instance_id] for mig_slice in layout}
+
+
+def _search_starts(geometry, instances, order, taken, placed):
+    if len(placed) == len(order):
+        return placed
+    gi = order[len(placed)]
+    profile = geometry.profile(instances[gi])
+    for start in profile.starts:
+        mask = profile.slot_mask(start)
+        if not taken & mask:
+            found = _search_starts(
+                geometry,
+                instances,
+                order,
+                taken | mask,
+                {**placed, gi: _Placed(start, profile.memory_slices)},
+            )
+            if found is not None:
+                return found
+    return None
+
+
+def _cards_shared(spec: HostSpec) -> set[int]:
+    seen, shared = set(), set()
+    for deployment in spec.deployments:
+        if deployment.mig_slice is not None:
+            continue
+        for card in deployment.cards:
+            (shared if card in seen else seen).add(card)
+    return shared
+
+
+def _served_model(spec: DeploymentSpec) -> ServedModel:
+    workload = spec.workload
+    shape = workload.shape
+    model, _ = ServedModel.objects.get_or_create(
+        name=workload.model,
+        defaults={
+            "engine": _ENGINES.get(workload.engine, ServedModel.Engine.OTHER),
+            "weights_bytes": workload.weights_bytes,
+            "num_layers": shape.layers,
+            "num_kv_heads": shape.kv_heads,
+            "head_dim": shape.head_dim,
+            "kv_dtype": _DTYPES[shape.kv_dtype_bytes],
+            "max_context_tokens": max(8192, 2 * workload.tokens_per_request),
+            "p99_latency_slo_ms": round(workload.base_latency_s * 1000 * 4),
+        },
+    )
+    return model
+
+
+def _kv_basis(spec: DeploymentSpec) -> str:
+    """How the simulator sized this reservation: at the mean, or at P95 plus the buffer."""
+    workload, share = spec.workload, spec.traffic_share
+    reservation = spec.kv_reservation_bytes
+    if not reservation:
+        return Deployment.KvBasis.NONE
+    for buffer in (0.0, POLICY_BUFFER_MIN, POLICY_BUFFER_MAX):
+        if abs(reservation - workload.kv_reservation_bytes("p95", buffer) * share) <= 1:
+            return Deployment.KvBasis.P95 if buffer else Deployment.KvBasis.MANUAL
+    if abs(reservation - workload.kv_reservation_bytes("mean") * share) <= 1:
+        return Deployment.KvBasis.MEAN
+    return Deployment.KvBasis.MANUAL
+
+
+def _create_deployment(host, gpus, slices, spec: DeploymentSpec, shared_cards: set[int]):
+    if spec.mig_slice is not None:
+        isolation = Deployment.Isolation.MIG
+    elif spec.mps_thread_percentage is not None:
+        isolation = Deployment.Isolation.MPS
+    elif shared_cards & set(spec.cards):
+        isolation = Deployment.Isolation.TIME_SLICING
+    else:
+        isolation = Deployment.Isolation.GPU_GROUP
+    deployment = Deployment.objects.create(
+        served_model=_served_model(spec),
+        host=host,
+        runtime_name=spec.deployment_id,
+        mig_slice=slices[(spec.cards[0], spec.mig_slice)] if spec.mig_slice else None,
+        isolation_mode=isolation,
+        mps_active_thread_percentage=spec.mps_thread_percentage,
+        kv_reservation_bytes=spec.kv_reservation_bytes,
+        kv_reservation_basis=_kv_basis(spec),
+        admission_policy=(
+            Deployment.Admission.QUEUE if spec.admission == "queue" else Deployment.Admission.NONE
+        ),
+    )
+    if spec.mig_slice is None:
+        deployment.gpus.set(gpus[index] for index in spec.cards)
+    return deployment

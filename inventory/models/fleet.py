@@ -1,0 +1,383 @@
+"""What exists in the fleet and what runs where: hosts, cards, MIG slices, models, deployments.
+
+Memory is stored in bytes and accounted per card; nothing here sums capacity across cards.
+"""
+
+import math
+import re
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.urls import reverse
+
+from console.access import VisibleQuerySet
+from inventory.analytics.kv import kv_bytes_per_token
+
+host_name_validator = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+    "Use letters, digits, dots, dashes and underscores (at most 63), starting with a letter "
+    "or digit.",
+)
+
+
+class Host(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        MAINTENANCE = "maintenance", "Maintenance"
+        DRAINING = "draining", "Draining"
+        OFFLINE = "offline", "Offline"
+        RETIRED = "retired", "Retired"
+
+    class Collector(models.TextChoices):
+        NVML = "nvml", "NVML (host agent)"
+        SIMULATED = "simulated", "Simulated (demo fleet)"
+        NONE = "none", "Not collected"
+
+    name = models.CharField(max_length=63, unique=True, validators=[host_name_validator])
+    address = models.CharField(max_length=255, blank=True, help_text="Hostname or IP address.")
+    labels = models.JSONField(
+        default=dict, blank=True, help_text='Key/value labels, e.g. {"rack": "r12", "team": "llm"}.'
+    )
+    status = models.CharField(max_length=16, choices=Status, default=Status.ACTIVE)
+    collector = models.CharField(max_length=16, choices=Collector, default=Collector.NVML)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("host-detail", args=[self.name])
+
+    def clean(self) -> None:
+        if not isinstance(self.labels, dict) or not all(
+            isinstance(key, str) and isinstance(value, str) for key, value in self.labels.items()
+        ):
+            raise ValidationError({"labels": "Labels must be an object of text keys and values."})
+
+    def isolation_modes(self) -> set[str]:
+        return set(
+            self.deployments.exclude(status=Deployment.Status.STOPPED).values_list(
+                "isolation_mode", flat=True
+            )
+        )
+
+
+class Gpu(models.Model):
+    class MigMode(models.TextChoices):
+        DISABLED = "disabled", "Disabled"
+        ENABLED = "enabled", "Enabled"
+        UNSUPPORTED = "unsupported", "Not supported"
+
+    class ComputeMode(models.TextChoices):
+        DEFAULT = "default", "Default"
+        EXCLUSIVE_PROCESS = "exclusive_process", "Exclusive process"
+        PROHIBITED = "prohibited", "Prohibited"
+
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True)
+    product_name = models.CharField(max_length=100)
+    memory_total_bytes = models.PositiveBigIntegerField()
+    mig_mode = models.CharField(max_length=16, choices=MigMode, default=MigMode.DISABLED)
+    compute_mode = models.CharField(max_length=20, choices=ComputeMode, default=ComputeMode.DEFAULT)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["host__name", "index"]
+        verbose_name = "GPU"
+        constraints = [
+            models.UniqueConstraint(fields=["host", "index"], name="gpu_unique_index_per_host")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}:{self.index}"
+
+
+class MigSlice(models.Model):
+    """A MIG device: a compute instance inside a GPU instance placed on the card's slots.
+
+    Compute instances of one GPU instance (1c.3g.71gb and 2c.3g.71gb, say) share its slots and
+    its memory; different GPU instances never overlap.
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="mig_slices")
+    profile_name = models.CharField(
+        max_length=32, help_text="As NVML names the device, e.g. 3g.71gb or 1c.3g.71gb."
+    )
+    start_slot = models.PositiveSmallIntegerField()
+    size_slots = models.PositiveSmallIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(8)],
+        help_text="Memory slots the GPU instance occupies from its start slot.",
+    )
+    memory_bytes = models.PositiveBigIntegerField()
+    uuid = models.CharField(max_length=64, blank=True)
+    gpu_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
+    compute_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["gpu__host__name", "gpu__index", "start_slot", "compute_instance_id"]
+        verbose_name = "MIG slice"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu", "start_slot", "compute_instance_id"],
+                name="mig_unique_device_per_slot",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} {self.profile_name}@{self.start_slot}"
+
+    @property
+    def end_slot(self) -> int:
+        return self.start_slot + self.size_slots
+
+    def same_gpu_instance(self, other: "MigSlice") -> bool:
+        return (
+            self.gpu_instance_id is not None
+            and self.gpu_instance_id == other.gpu_instance_id
+            and (self.start_slot, self.size_slots) == (other.start_slot, other.size_slots)
+        )
+
+    def clean(self) -> None:
+        if self.gpu_id is None:
+            return
+        if self.gpu.mig_mode != Gpu.MigMode.ENABLED:
+            raise ValidationError({"gpu": f"MIG is not enabled on {self.gpu}."})
+        siblings = MigSlice.objects.filter(gpu=self.gpu).exclude(pk=self.pk)
+        for other in siblings:
+            overlaps = self.start_slot < other.end_slot and other.start_slot < self.end_slot
+            if overlaps and not self.same_gpu_instance(other):
+                raise ValidationError(
+                    {
+                        "start_slot": f"Slots {self.start_slot}-{self.end_slot - 1} overlap "
+                        f"{other.profile_name} on slots {other.start_slot}-{other.end_slot - 1}."
+                    }
+                )
+
+
+KV_DTYPES = [
+    ("fp32", "fp32"),
+    ("bf16", "bf16"),
+    ("fp16", "fp16"),
+    ("fp8_e4m3", "fp8 (e4m3)"),
+    ("fp8_e5m2", "fp8 (e5m2)"),
+    ("int8", "int8"),
+]
+
+
+class ServedModel(models.Model):
+    class Engine(models.TextChoices):
+        VLLM = "vllm", "vLLM"
+        SGLANG = "sglang", "SGLang"
+        TGI = "tgi", "TGI"
+        OLLAMA = "ollama", "Ollama"
+        OTHER = "other", "Other"
+
+    name = models.CharField(max_length=100, unique=True)
+    engine = models.CharField(max_length=16, choices=Engine, default=Engine.VLLM)
+    weights_bytes = models.PositiveBigIntegerField()
+    kv_bytes_per_token = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Leave empty to derive it from the model's shape."
+    )
+    num_layers = models.PositiveSmallIntegerField(null=True, blank=True)
+    num_kv_heads = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="KV heads held on one card (after tensor parallelism)."
+    )
+    head_dim = models.PositiveSmallIntegerField(null=True, blank=True)
+    kv_dtype = models.CharField(max_length=10, blank=True, choices=KV_DTYPES)
+    uses_mla = models.BooleanField(
+        "uses MLA",
+        default=False,
+        help_text="Multi-head latent attention caches one compressed latent per layer.",
+    )
+    kv_lora_rank = models.PositiveSmallIntegerField("KV LoRA rank", null=True, blank=True)
+    qk_rope_head_dim = models.PositiveSmallIntegerField("QK RoPE head dim", null=True, blank=True)
+    max_context_tokens = models.PositiveIntegerField(null=True, blank=True)
+    priority = models.PositiveSmallIntegerField(
+        default=2, help_text="Lower is more important; placed first when not all fit."
+    )
+    p99_latency_slo_ms = models.PositiveIntegerField(null=True, blank=True)
+    metrics_url = models.URLField(blank=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["priority", "name"]
+        verbose_name = "served model"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("model-detail", args=[self.pk])
+
+    def _shape(self) -> tuple:
+        if self.uses_mla:
+            return (
+                self.num_layers,
+                self.kv_lora_rank,
+                self.qk_rope_head_dim,
+                self.kv_dtype or None,
+            )
+        return (self.num_layers, self.num_kv_heads, self.head_dim, self.kv_dtype or None)
+
+    def shape_given(self) -> bool:
+        return None not in self._shape()
+
+    @property
+    def effective_kv_bytes_per_token(self) -> int | None:
+        if self.kv_bytes_per_token:
+            return self.kv_bytes_per_token
+        if not self.shape_given():
+            return None
+        return math.ceil(
+            kv_bytes_per_token(
+                self.num_layers,
+                self.num_kv_heads or 0,
+                self.head_dim or 0,
+                self.kv_dtype,
+                mla=self.uses_mla,
+                kv_lora_rank=self.kv_lora_rank,
+                qk_rope_head_dim=self.qk_rope_head_dim,
+            )
+        )
+
+    def clean(self) -> None:
+        if any(part is not None for part in self._shape()) and not self.shape_given():
+            needed = (
+                "layers, KV LoRA rank, QK RoPE head dim and KV dtype"
+                if self.uses_mla
+                else "layers, KV heads, head dim and KV dtype"
+            )
+            raise ValidationError(f"Give all of {needed}, or none of them.")
+        if not self.kv_bytes_per_token and not self.shape_given():
+            raise ValidationError(
+                {"kv_bytes_per_token": "Give KV bytes per token, or the model's shape."}
+            )
+
+
+class Deployment(models.Model):
+    class Isolation(models.TextChoices):
+        GPU_GROUP = "gpu_group", "GPU group"
+        MPS = "mps", "MPS"
+        MIG = "mig", "MIG"
+        TIME_SLICING = "time_slicing", "Time-slicing"
+
+    class KvBasis(models.TextChoices):
+        P95 = "p95", "P95 concurrency + buffer"
+        PEAK = "peak", "Historical peak + buffer"
+        MEAN = "mean", "Mean concurrency"
+        MANUAL = "manual", "Set by hand"
+        NONE = "none", "No reservation"
+
+    class Admission(models.TextChoices):
+        QUEUE = "queue", "Queue the excess"
+        SHED_LOW_PRIORITY = "shed_low_priority", "Shed low-priority load"
+        SHRINK_LOW_PRIORITY_KV = "shrink_low_priority_kv", "Shrink a low-priority model's KV"
+        EVICT_LOW_PRIORITY = "evict_low_priority", "Evict a low-priority model"
+        REFUSE = "refuse", "Refuse new requests"
+        NONE = "none", "None"
+
+    class Status(models.TextChoices):
+        PLANNED = "planned", "Planned"
+        ACTIVE = "active", "Active"
+        DRAINING = "draining", "Draining"
+        STOPPED = "stopped", "Stopped"
+
+    served_model = models.ForeignKey(
+        ServedModel, on_delete=models.PROTECT, related_name="deployments"
+    )
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployments")
+    gpus = models.ManyToManyField(Gpu, blank=True, related_name="deployments")
+    mig_slice = models.ForeignKey(
+        MigSlice, null=True, blank=True, on_delete=models.PROTECT, related_name="deployments"
+    )
+    runtime_name = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="What the serving stack calls it (Kubernetes deployment, systemd unit, ...).",
+    )
+    process_name_pattern = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Regular expression matched against NVML process names, to tell this "
+        "deployment's processes from its neighbours' on shared cards.",
+    )
+    isolation_mode = models.CharField(max_length=16, choices=Isolation)
+    mps_active_thread_percentage = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    kv_reservation_bytes = models.PositiveBigIntegerField(default=0)
+    kv_reservation_basis = models.CharField(max_length=8, choices=KvBasis, default=KvBasis.NONE)
+    admission_policy = models.CharField(max_length=24, choices=Admission, default=Admission.NONE)
+    status = models.CharField(max_length=10, choices=Status, default=Status.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["host__name", "served_model__priority", "served_model__name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(mps_active_thread_percentage__isnull=True)
+                | models.Q(isolation_mode="mps"),
+                name="deployment_thread_percentage_only_for_mps",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(mig_slice__isnull=True) | models.Q(isolation_mode="mig"),
+                name="deployment_mig_slice_only_for_mig",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.served_model.name} on {self.host.name}"
+
+    def clean(self) -> None:
+        errors = {}
+        if self.isolation_mode == self.Isolation.MIG:
+            if self.mig_slice_id is None:
+                errors["mig_slice"] = "A MIG deployment needs its MIG slice."
+            elif self.host_id is not None and self.mig_slice.gpu.host_id != self.host_id:
+                errors["mig_slice"] = f"{self.mig_slice} is not on {self.host}."
+        elif self.mig_slice_id is not None:
+            errors["mig_slice"] = "Only MIG deployments sit on a MIG slice."
+        if (
+            self.mps_active_thread_percentage is not None
+            and self.isolation_mode != self.Isolation.MPS
+        ):
+            errors["mps_active_thread_percentage"] = "Only MPS deployments take a thread share."
+        if self.kv_reservation_basis == self.KvBasis.NONE and self.kv_reservation_bytes:
+            errors["kv_reservation_basis"] = "Say how the KV reservation was sized."
+        if self.process_name_pattern:
+            try:
+                re.compile(self.process_name_pattern)
+            except re.error as error:
+                errors["process_name_pattern"] = f"Not a regular expression: {error}."
+        if errors:
+            raise ValidationError(errors)
+
+    @classmethod
+    def validate_cards(cls, host: Host, isolation_mode: str, gpus) -> None:
+        """Cards must belong to the deployment's host; forms call this, as they see the M2M."""
+        foreign = [str(gpu) for gpu in gpus if gpu.host_id != host.pk]
+        if foreign:
+            raise ValidationError({"gpus": f"Not on {host}: {', '.join(foreign)}."})
+        if isolation_mode != cls.Isolation.MIG and not gpus:
+            raise ValidationError({"gpus": "Pick the cards this deployment runs on."})
+
+    def card_labels(self) -> list[str]:
+        if self.mig_slice_id:
+            return [str(self.mig_slice)]
+        return [str(gpu) for gpu in self.gpus.all()]

@@ -1,0 +1,254 @@
+"""Telemetry that the host agents collect: batches, samples, events, collector health.
+
+Sample tables are range-partitioned by day in PostgreSQL (created in migration 0002 with SQL,
+so the models below are unmanaged); rollup tables are reached through inventory.timeseries.
+"""
+
+from django.conf import settings
+from django.db import models
+
+from console.access import VisibleQuerySet
+
+
+class IngestedBatch(models.Model):
+    """One row per batch written: the idempotency key that makes redelivery harmless."""
+
+    batch_id = models.UUIDField(primary_key=True)
+    host = models.ForeignKey("inventory.Host", on_delete=models.CASCADE, related_name="+")
+    sampler_id = models.UUIDField()
+    seq = models.PositiveBigIntegerField()
+    interval_start = models.DateTimeField()
+    interval_end = models.DateTimeField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    rows = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["host", "-interval_end"])]
+
+    def __str__(self) -> str:
+        return f"{self.host_id}#{self.seq}"
+
+
+class CollectorStatus(models.Model):
+    """A host's collector health, updated by every batch ingested."""
+
+    host = models.OneToOneField(
+        "inventory.Host",
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="collector_status",
+    )
+    sampler_id = models.UUIDField(null=True)
+    last_seq = models.PositiveBigIntegerField(default=0)
+    last_sample_at = models.DateTimeField(null=True)
+    last_batch_at = models.DateTimeField(null=True)
+    batches = models.PositiveBigIntegerField(default=0)
+    missing_batches = models.PositiveBigIntegerField(
+        default=0, help_text="Sequence gaps: batches the agent sent that never arrived."
+    )
+    faults_last_batch = models.PositiveIntegerField(default=0)
+    faults_total = models.PositiveBigIntegerField(default=0)
+    outbox_depth = models.PositiveIntegerField(default=0)
+    outbox_dropped = models.PositiveBigIntegerField(default=0)
+    events_dropped = models.PositiveBigIntegerField(default=0)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        verbose_name_plural = "collector statuses"
+
+    def __str__(self) -> str:
+        return f"collector of {self.host_id}"
+
+
+class CollectorFault(models.Model):
+    """An NVML call or scrape that failed, as the agent aggregated it over one batch."""
+
+    host = models.ForeignKey(
+        "inventory.Host", on_delete=models.CASCADE, related_name="collector_faults"
+    )
+    gpu = models.ForeignKey("inventory.Gpu", null=True, blank=True, on_delete=models.SET_NULL)
+    card_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    call = models.CharField(max_length=100)
+    error = models.CharField(max_length=100)
+    message = models.TextField(blank=True)
+    count = models.PositiveIntegerField(default=1)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField(db_index=True)
+    batch_id = models.UUIDField()
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-last_at"]
+        indexes = [models.Index(fields=["host", "-last_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.host_id} {self.call}: {self.error}"
+
+
+class Event(models.Model):
+    """Something on-call must see: an Xid, an OOM, an MPS server crash, a lost card."""
+
+    class Kind(models.TextChoices):
+        XID = "xid", "Xid error"
+        OOM = "oom", "Out of memory"
+        MPS_SERVER_DOWN = "mps_server_down", "MPS server down"
+        GPU_LOST = "gpu_lost", "GPU lost"
+        PROCESS_RESTART = "process_restart", "Process restart"
+
+    host = models.ForeignKey("inventory.Host", on_delete=models.CASCADE, related_name="events")
+    gpu = models.ForeignKey(
+        "inventory.Gpu", null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    deployment = models.ForeignKey(
+        "inventory.Deployment",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="events",
+    )
+    kind = models.CharField(max_length=20, choices=Kind, db_index=True)
+    at = models.DateTimeField(db_index=True)
+    xid = models.PositiveIntegerField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    snapshot = models.JSONField(
+        default=dict, blank=True, help_text="The card's per-process memory at that moment."
+    )
+    batch_id = models.UUIDField()
+    position = models.PositiveIntegerField(help_text="Index of the event within its batch.")
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at"]
+        permissions = [("acknowledge_event", "Can acknowledge events")]
+        constraints = [
+            models.UniqueConstraint(fields=["batch_id", "position"], name="event_once_per_batch")
+        ]
+        indexes = [models.Index(fields=["host", "kind", "-at"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} on {self.host_id} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class CardSample(models.Model):
+    """A card over one agent interval: the interval's peak and last values."""
+
+    pk = models.CompositePrimaryKey("gpu_id", "ts", "batch_id")
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.DO_NOTHING, db_constraint=False)
+    ts = models.DateTimeField()
+    batch_id = models.UUIDField()
+    interval_s = models.FloatField()
+    samples = models.PositiveSmallIntegerField()
+    lost = models.BooleanField(default=False)
+    total_bytes = models.BigIntegerField(null=True)
+    used_max = models.BigIntegerField(null=True)
+    used_last = models.BigIntegerField(null=True)
+    reserved_last = models.BigIntegerField(null=True)
+    free_min = models.BigIntegerField(null=True)
+    free_last = models.BigIntegerField(null=True)
+    util_gpu_max = models.SmallIntegerField(null=True)
+    util_gpu_last = models.SmallIntegerField(null=True)
+    util_memory_max = models.SmallIntegerField(null=True)
+    frag_index_max = models.FloatField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = "inventory_card_sample"
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id}@{self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class ProcessSample(models.Model):
+    """A process on a card over one agent interval."""
+
+    pk = models.CompositePrimaryKey("gpu_id", "ts", "pid", "batch_id")
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.DO_NOTHING, db_constraint=False)
+    ts = models.DateTimeField()
+    batch_id = models.UUIDField()
+    pid = models.IntegerField()
+    kind = models.CharField(max_length=8)
+    # NULL means NVML could not name the process (a container's PID), unlike an empty name.
+    name = models.TextField(null=True)  # noqa: DJ001
+    deployment = models.ForeignKey(
+        "inventory.Deployment", null=True, on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    mig_slice = models.ForeignKey(
+        "inventory.MigSlice", null=True, on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    used_max = models.BigIntegerField(null=True)
+    used_last = models.BigIntegerField(null=True)
+    samples = models.PositiveSmallIntegerField()
+    alloc_reserved_last = models.BigIntegerField(null=True)
+    alloc_allocated_last = models.BigIntegerField(null=True)
+    alloc_inactive_split_last = models.BigIntegerField(null=True)
+    alloc_largest_free_last = models.BigIntegerField(null=True)
+    frag_index_max = models.FloatField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = "inventory_process_sample"
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id}/{self.pid}@{self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class EngineSample(models.Model):
+    """What a deployment's inference engine reported over one agent interval."""
+
+    pk = models.CompositePrimaryKey("deployment_id", "ts", "batch_id")
+    deployment = models.ForeignKey(
+        "inventory.Deployment", on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    ts = models.DateTimeField()
+    batch_id = models.UUIDField()
+    kv_usage_max = models.FloatField(null=True)
+    kv_usage_last = models.FloatField(null=True)
+    running_max = models.FloatField(null=True)
+    running_last = models.FloatField(null=True)
+    waiting_max = models.FloatField(null=True)
+    waiting_last = models.FloatField(null=True)
+    vram_bytes_max = models.BigIntegerField(null=True)
+    requests = models.FloatField(null=True)
+    latency_p50_s = models.FloatField(null=True)
+    latency_p95_s = models.FloatField(null=True)
+    latency_p99_s = models.FloatField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = "inventory_engine_sample"
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}@{self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class MigSample(models.Model):
+    """A MIG device (GPU instance memory) over one agent interval."""
+
+    pk = models.CompositePrimaryKey("mig_slice_id", "ts", "batch_id")
+    mig_slice = models.ForeignKey(
+        "inventory.MigSlice", on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    ts = models.DateTimeField()
+    batch_id = models.UUIDField()
+    total_bytes = models.BigIntegerField(null=True)
+    used_max = models.BigIntegerField(null=True)
+    used_last = models.BigIntegerField(null=True)
+    free_min = models.BigIntegerField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = "inventory_mig_sample"
+
+    def __str__(self) -> str:
+        return f"{self.mig_slice_id}@{self.ts:%Y-%m-%d %H:%M:%S}"

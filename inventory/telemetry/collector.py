@@ -1,0 +1,390 @@
+"""One poll of a GPU host through NVML: per card, per MIG device, per process.
+
+The NVML module is a parameter: production passes `pynvml` (nvidia-ml-py), tests and the demo
+pass `inventory.telemetry.fake_nvml.FakeNvml`. Nothing escapes a poll: every NVML failure
+becomes a `CollectorFault` and the rest of the host is still read.
+
+Static facts (handles, UUIDs, names, MIG layout, which calls a card does not support) are
+cached after the first poll and discovered again when a card is lost, its handle goes stale,
+its MIG mode changes or the device count changes. A steady-state poll makes six NVML calls per
+card plus one per MIG device, and one name lookup per new PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from inventory.telemetry.readings import (
+    CardReading,
+    CollectorFault,
+    MigDeviceReading,
+    PollResult,
+    ProcessReading,
+)
+from inventory.telemetry.xid_events import XidEventReader
+
+__all__ = [
+    "CardReading",
+    "CollectorFault",
+    "MigDeviceReading",
+    "NvmlCollector",
+    "PollResult",
+    "ProcessReading",
+]
+
+_NOT_AVAILABLE_UINT = 0xFFFFFFFF
+_NOT_AVAILABLE_ULONGLONG = 0xFFFFFFFFFFFFFFFF
+# Errors after which a cached handle cannot be trusted: look the card up again next poll.
+_STALE_HANDLE_ERRORS = frozenset(
+    {"NVMLError_InvalidArgument", "NVMLError_ResetRequired", "NVMLError_NotFound"}
+)
+_MIG_NAME_MARKER = " MIG "
+
+
+class _CardGone(Exception):
+    """Stop reading this card in this poll: it is lost or its handle went stale."""
+
+    def __init__(self, lost: bool) -> None:
+        super().__init__()
+        self.lost = lost
+
+
+@dataclass(slots=True)
+class _MigStatic:
+    index: int
+    handle: Any
+    uuid: str | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    profile: str | None
+
+
+@dataclass(slots=True)
+class _CardStatic:
+    handle: Any
+    uuid: str | None = None
+    name: str | None = None
+    unsupported: set[str] = field(default_factory=set)
+    mig_devices: list[_MigStatic] | None = None  # None: not enumerated for the current mode
+    mig_by_instance: dict[tuple[int, int], str | None] = field(default_factory=dict)
+
+
+class _PollContext:
+    """Where one poll records its faults; knows which card is being read."""
+
+    __slots__ = ("card_index", "card_uuid", "faults", "ts")
+
+    def __init__(self, ts: float) -> None:
+        self.ts = ts
+        self.faults: list[CollectorFault] = []
+        self.card_index: int | None = None
+        self.card_uuid: str | None = None
+
+    def fault(self, call: str, error: str, message: str) -> None:
+        self.faults.append(
+            CollectorFault(self.card_index, call, error, message, self.card_uuid, self.ts)
+        )
+
+
+def _instance_id(value: Any) -> int | None:
+    return None if value is None or value >= _NOT_AVAILABLE_UINT else int(value)
+
+
+def _profile_from_name(name: str | None) -> str | None:
+    # NVML names MIG devices "<product> MIG <profile>", e.g. "NVIDIA H200 MIG 1c.3g.71gb"
+    if not name or _MIG_NAME_MARKER not in name:
+        return None
+    return name.rsplit(_MIG_NAME_MARKER, 1)[1].strip() or None
+
+
+class NvmlCollector:
+    def __init__(
+        self,
+        nvml: Any,
+        host: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        watch_xid: bool = True,
+    ) -> None:
+        self._nvml = nvml
+        self.host = host
+        self._clock = clock
+        self._initialized = False
+        self._driver_version: str | None = None
+        self._cards: list[_CardStatic | None] = []
+        self._names: dict[int, tuple[str | None, str | None]] = {}
+        self._last_known: dict[int, tuple[str | None, str | None]] = {}
+        self._xid = XidEventReader(nvml) if watch_xid else None
+
+    # public ------------------------------------------------------------------------------
+
+    def poll(self) -> PollResult:
+        started = time.perf_counter()
+        ts = self._clock()
+        ctx = _PollContext(ts)
+        cards: list[CardReading] = []
+        events = []
+        if self._ensure_initialized(ctx):
+            if self._xid is not None:
+                # before the cards: a card found lost below is forgotten, and its Xid with it
+                events, xid_faults = self._xid.drain(ts)
+                ctx.faults.extend(xid_faults)
+            count = self._device_count(ctx)
+            if count is not None:
+                if count != len(self._cards):
+                    self._forget_all(count)
+                seen_pids: set[int] = set()
+                for index in range(count):
+                    ctx.card_index, ctx.card_uuid = index, None
+                    cards.append(self._read_card(index, ctx, seen_pids))
+                ctx.card_index = ctx.card_uuid = None
+                if len(self._names) > len(seen_pids):
+                    self._names = {p: v for p, v in self._names.items() if p in seen_pids}
+        return PollResult(
+            host=self.host,
+            ts=ts,
+            duration_s=time.perf_counter() - started,
+            driver_version=self._driver_version,
+            cards=cards,
+            faults=ctx.faults,
+            events=events,
+        )
+
+    def close(self) -> None:
+        if self._xid is not None:
+            self._xid.close()
+        if self._initialized:
+            with contextlib.suppress(self._nvml.NVMLError):  # going away either way
+                self._nvml.nvmlShutdown()
+            self._initialized = False
+
+    # host level --------------------------------------------------------------------------
+
+    def _ensure_initialized(self, ctx: _PollContext) -> bool:
+        if self._initialized:
+            return True
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            ctx.fault("nvmlInit", type(exc).__name__, str(exc))
+            return False
+        self._initialized = True
+        try:
+            self._driver_version = nvml.nvmlSystemGetDriverVersion()
+        except nvml.NVMLError as exc:
+            ctx.fault("nvmlSystemGetDriverVersion", type(exc).__name__, str(exc))
+        return True
+
+    def _device_count(self, ctx: _PollContext) -> int | None:
+        nvml = self._nvml
+        try:
+            return nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            ctx.fault("nvmlDeviceGetCount", type(exc).__name__, str(exc))
+            if isinstance(exc, nvml.NVMLError_Uninitialized):
+                # driver reloaded under us: handles and event set are void, start over
+                self._initialized = False
+                self._forget_all(0)
+                if self._xid is not None:
+                    self._xid.close()
+            return None
+
+    def _forget_all(self, count: int) -> None:
+        for index in range(len(self._cards)):
+            self._forget(index)
+        self._cards = [None] * count
+
+    def _forget(self, index: int) -> None:
+        if index < len(self._cards):
+            self._cards[index] = None
+        if self._xid is not None:
+            self._xid.forget(index)
+
+    # card level --------------------------------------------------------------------------
+
+    def _attempt(self, ctx: _PollContext, static: _CardStatic | None, call: str, *args: Any):
+        """Call NVML; on failure record a fault and return None, or abort the card."""
+        nvml = self._nvml
+        try:
+            return getattr(nvml, call)(*args)
+        except nvml.NVMLError as exc:
+            error = type(exc).__name__
+            if isinstance(exc, nvml.NVMLError_NotSupported) and static is not None:
+                static.unsupported.add(call)  # a capability, not an incident: stop asking
+                return None
+            ctx.fault(call, error, str(exc))
+            lost = isinstance(exc, nvml.NVMLError_GpuIsLost)
+            if lost or error in _STALE_HANDLE_ERRORS:
+                raise _CardGone(lost) from None
+            return None
+
+    def _read_card(self, index: int, ctx: _PollContext, seen_pids: set[int]) -> CardReading:
+        static = self._cards[index]
+        # a card that is lost now keeps the identity it had when it last answered
+        uuid, name = (
+            (static.uuid, static.name) if static else self._last_known.get(index, (None, None))
+        )
+        reading = CardReading(index, uuid, name)
+        ctx.card_uuid = uuid
+        try:
+            if static is None:
+                static = self._discover(index, ctx)
+                reading.uuid, reading.name = static.uuid, static.name
+            ctx.card_uuid = static.uuid
+            self._read_memory(ctx, static, reading)
+            self._read_modes(ctx, static, reading)
+            if reading.mig_current == self._nvml.NVML_DEVICE_MIG_ENABLE:
+                self._read_mig_devices(ctx, static, reading)
+            self._read_processes(ctx, static, reading, seen_pids)
+            unsupported = static.unsupported
+            if reading.mig_current == self._nvml.NVML_DEVICE_MIG_ENABLE:
+                unsupported = unsupported | {"nvmlDeviceGetUtilizationRates"}
+            reading.unsupported = tuple(sorted(unsupported))
+        except _CardGone as gone:
+            reading.lost = gone.lost
+            self._forget(index)
+        except Exception as exc:  # a bug or a binding surprise must not stop the host's poll
+            ctx.fault("collector", type(exc).__name__, str(exc))
+            self._forget(index)
+        return reading
+
+    def _discover(self, index: int, ctx: _PollContext) -> _CardStatic:
+        handle = self._attempt(ctx, None, "nvmlDeviceGetHandleByIndex", index)
+        if handle is None:
+            raise _CardGone(False)
+        static = _CardStatic(handle)
+        ctx.card_uuid = static.uuid = self._attempt(ctx, static, "nvmlDeviceGetUUID", handle)
+        static.name = self._attempt(ctx, static, "nvmlDeviceGetName", handle)
+        self._cards[index] = static
+        self._last_known[index] = (static.uuid, static.name)
+        if self._xid is not None:
+            fault = self._xid.register(index, handle, static.uuid, ctx.ts)
+            if fault is not None and fault.error != "NVMLError_NotSupported":
+                ctx.faults.append(fault)
+        return static
+
+    def _read_memory(self, ctx: _PollContext, static: _CardStatic, reading: CardReading) -> None:
+        memory = self._attempt(
+            ctx, static, "nvmlDeviceGetMemoryInfo", static.handle, self._nvml.nvmlMemory_v2
+        )
+        if memory is not None:
+            reading.total_bytes = memory.total
+            reading.reserved_bytes = memory.reserved
+            reading.used_bytes = memory.used
+            reading.free_bytes = memory.free
+
+    def _read_modes(self, ctx: _PollContext, static: _CardStatic, reading: CardReading) -> None:
+        handle, unsupported = static.handle, static.unsupported
+        if "nvmlDeviceGetMigMode" not in unsupported:
+            modes = self._attempt(ctx, static, "nvmlDeviceGetMigMode", handle)
+            if modes is not None:
+                reading.mig_current, reading.mig_pending = modes[0], modes[1]
+        if reading.mig_current != self._nvml.NVML_DEVICE_MIG_ENABLE:
+            static.mig_devices, static.mig_by_instance = None, {}
+            if "nvmlDeviceGetUtilizationRates" not in unsupported:
+                util = self._attempt(ctx, static, "nvmlDeviceGetUtilizationRates", handle)
+                if util is not None:
+                    reading.util_gpu, reading.util_memory = util.gpu, util.memory
+        # else: NVML has no card-wide utilization under MIG (NotSupported); it stays None
+        if "nvmlDeviceGetComputeMode" not in unsupported:
+            reading.compute_mode = self._attempt(ctx, static, "nvmlDeviceGetComputeMode", handle)
+
+    def _read_mig_devices(self, ctx: _PollContext, static: _CardStatic, reading: CardReading):
+        if static.mig_devices is None:
+            self._enumerate_mig(ctx, static)
+        v2 = self._nvml.nvmlMemory_v2
+        for mig in static.mig_devices or ():
+            row = MigDeviceReading(
+                mig.index, mig.uuid, mig.gpu_instance_id, mig.compute_instance_id, mig.profile
+            )
+            try:
+                memory = self._attempt(ctx, static, "nvmlDeviceGetMemoryInfo", mig.handle, v2)
+            except _CardGone as gone:
+                if gone.lost:
+                    raise
+                # a MIG instance vanished (repartition): enumerate again, keep the card
+                static.mig_devices, static.mig_by_instance = None, {}
+                break
+            if memory is not None:
+                row.total_bytes, row.reserved_bytes = memory.total, memory.reserved
+                row.used_bytes, row.free_bytes = memory.used, memory.free
+            reading.mig_devices.append(row)
+
+    def _enumerate_mig(self, ctx: _PollContext, static: _CardStatic) -> None:
+        nvml = self._nvml
+        devices: list[_MigStatic] = []
+        slots = self._attempt(ctx, static, "nvmlDeviceGetMaxMigDeviceCount", static.handle) or 0
+        for slot in range(slots):
+            try:
+                handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(static.handle, slot)
+            except nvml.NVMLError_NotFound:
+                continue  # an empty slot, the normal case
+            except nvml.NVMLError as exc:
+                ctx.fault("nvmlDeviceGetMigDeviceHandleByIndex", type(exc).__name__, str(exc))
+                if isinstance(exc, nvml.NVMLError_GpuIsLost):
+                    raise _CardGone(True) from None
+                continue
+            gi = self._attempt(ctx, static, "nvmlDeviceGetGpuInstanceId", handle)
+            ci = self._attempt(ctx, static, "nvmlDeviceGetComputeInstanceId", handle)
+            uuid = self._attempt(ctx, static, "nvmlDeviceGetUUID", handle)
+            name = self._attempt(ctx, static, "nvmlDeviceGetName", handle)
+            devices.append(_MigStatic(slot, handle, uuid, gi, ci, _profile_from_name(name)))
+        static.mig_devices = devices
+        static.mig_by_instance = {
+            (d.gpu_instance_id, d.compute_instance_id): d.uuid
+            for d in devices
+            if d.gpu_instance_id is not None and d.compute_instance_id is not None
+        }
+
+    def _read_processes(
+        self, ctx: _PollContext, static: _CardStatic, reading: CardReading, seen: set[int]
+    ) -> None:
+        processes = reading.processes
+        by_instance = static.mig_by_instance
+        for kind, call in (
+            ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+            ("mps", "nvmlDeviceGetMPSComputeRunningProcesses"),
+        ):
+            if call in static.unsupported:
+                continue
+            infos = self._attempt(ctx, static, call, static.handle)
+            for info in infos or ():
+                pid = info.pid
+                seen.add(pid)
+                name, name_error = self._process_name(pid, ctx)
+                used = info.usedGpuMemory
+                if used is not None and used >= _NOT_AVAILABLE_ULONGLONG:
+                    used = None
+                gi = _instance_id(info.gpuInstanceId)
+                ci = _instance_id(info.computeInstanceId)
+                processes.append(
+                    ProcessReading(
+                        pid,
+                        kind,
+                        name,
+                        name_error,
+                        used,
+                        gi,
+                        ci,
+                        by_instance.get((gi, ci)) if gi is not None else None,
+                    )
+                )
+
+    def _process_name(self, pid: int, ctx: _PollContext) -> tuple[str | None, str | None]:
+        cached = self._names.get(pid)
+        if cached is not None:
+            return cached
+        nvml = self._nvml
+        try:
+            result: tuple[str | None, str | None] = (nvml.nvmlSystemGetProcessName(pid), None)
+        except nvml.NVMLError as exc:
+            # Containers: NVML lists host PIDs this namespace cannot name. Said once per PID.
+            result = (None, type(exc).__name__)
+            ctx.fault("nvmlSystemGetProcessName", result[1], f"pid {pid}: {exc}")
+        self._names[pid] = result
+        return result

@@ -1,0 +1,69 @@
+from django import forms
+
+from inventory.models import Host, ServedModel
+from runbooks.models import RunbookNote
+
+
+class TagsField(forms.CharField):
+    """Tags typed as `mps, isolation`."""
+
+    def prepare_value(self, value):
+        if isinstance(value, list | tuple):
+            return ", ".join(value)
+        return value
+
+    def to_python(self, value) -> list[str]:
+        text = super().to_python(value)
+        tags = [tag.strip().lower() for tag in text.split(",") if tag.strip()]
+        for tag in tags:
+            if len(tag) > 32 or not all(ch.isalnum() or ch == "-" for ch in tag):
+                raise forms.ValidationError(
+                    f"{tag!r}: a tag is letters, digits and dashes, at most 32 characters."
+                )
+        return tags
+
+
+class NoteForm(forms.ModelForm):
+    tags = TagsField(
+        required=False,
+        help_text="Comma-separated. Global notes tagged mps, mig, gpu-group or time-slicing "
+        "show on hosts that use that isolation.",
+    )
+    summary = forms.CharField(
+        max_length=200, required=False, help_text="What changed, for the history."
+    )
+    # The version the editor started from; a mismatch on save means someone else saved first.
+    version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
+    class Meta:
+        model = RunbookNote
+        fields = ["title", "scope", "host", "served_model", "tags", "body"]
+        widgets = {"body": forms.Textarea(attrs={"rows": 24, "class": "markdown"})}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["host"].queryset = Host.objects.order_by("name")
+        self.fields["served_model"].queryset = ServedModel.objects.order_by("name")
+        self.fields["served_model"].label = "Model"
+        if self.instance.pk:
+            self.fields["version"].initial = self.instance.version
+
+    def clean(self):
+        cleaned = super().clean()
+        scope = cleaned.get("scope")
+        if scope == RunbookNote.Scope.HOST and not cleaned.get("host"):
+            self.add_error("host", "A host note needs its host.")
+        if scope == RunbookNote.Scope.MODEL and not cleaned.get("served_model"):
+            self.add_error("served_model", "A model note needs its model.")
+        if scope != RunbookNote.Scope.HOST:
+            cleaned["host"] = None
+        if scope != RunbookNote.Scope.MODEL:
+            cleaned["served_model"] = None
+        return cleaned
+
+    def _post_clean(self):
+        # The model's own full_clean runs in the service, against the row it locks.
+        pass
+
+    def note_fields(self) -> dict:
+        return {name: self.cleaned_data[name] for name in self.Meta.fields}

@@ -1,0 +1,115 @@
+import pytest
+
+from inventory.analytics.fragmentation import (
+    Status,
+    Thresholds,
+    card_status,
+    deployment_fragmentation,
+    fragmentation_index,
+    worst_status,
+)
+from inventory.analytics.snapshot import AllocatorStats, CardSnapshot, ProcessSnapshot
+from inventory.analytics.units import GiB
+
+
+def test_index_from_largest_free_block_is_the_unusable_share_of_pool_free():
+    stats = AllocatorStats(10 * GiB, 6 * GiB, largest_free_block_bytes=1 * GiB)
+    index = fragmentation_index(stats)
+    assert index is not None
+    assert index.value == pytest.approx(1 - 1 / 4)  # 4 GiB free in the pool, best block 1
+    assert "largest free block" in index.method
+
+
+def test_index_falls_back_to_inactive_split_over_reserved():
+    index = fragmentation_index(AllocatorStats(10 * GiB, 6 * GiB, inactive_split_bytes=2 * GiB))
+    assert index is not None
+    assert index.value == pytest.approx(0.2)
+    assert "inactive split" in index.method
+
+
+def test_index_unknown_without_either_statistic_and_zero_for_a_full_pool():
+    assert fragmentation_index(AllocatorStats(10 * GiB, 6 * GiB)) is None
+    full = AllocatorStats(10 * GiB, 10 * GiB, largest_free_block_bytes=0)
+    assert fragmentation_index(full).value == 0.0
+
+
+@pytest.mark.parametrize(
+    ("value", "status"),
+    [(0.29, Status.GREEN), (0.3, Status.AMBER), (0.49, Status.AMBER), (0.5, Status.RED)],
+)
+def test_default_style_thresholds(value, status):
+    assert Thresholds(amber=0.3, red=0.5).classify(value) is status
+
+
+def test_thresholds_must_be_ordered():
+    with pytest.raises(ValueError):
+        Thresholds(amber=0.6, red=0.5)
+
+
+def test_worst_status_orders_by_severity_not_name():
+    assert worst_status([Status.AMBER, Status.RED, Status.GREEN]) is Status.RED
+    assert worst_status([Status.GREEN, Status.AMBER]) is Status.AMBER
+    assert worst_status([]) is Status.GREEN
+
+
+def _card(*processes: ProcessSnapshot, used: int = 40 * GiB) -> CardSnapshot:
+    reserved = GiB // 2
+    return CardSnapshot("c0", 0.0, 80 * GiB, reserved, used, 80 * GiB - reserved - used, processes)
+
+
+def test_totals_green_with_fragmentation_red_is_shown_red():
+    hoarder = ProcessSnapshot(
+        4242,
+        "chat",
+        30 * GiB,
+        AllocatorStats(30 * GiB, 20 * GiB, largest_free_block_bytes=2 * GiB),
+    )
+    status = card_status(_card(hoarder))
+    # 40.5 of 80 GiB used (51%) is green; the pool's best block is 2 of 10 GiB free: 0.8.
+    assert status.totals_status is Status.GREEN
+    assert status.fragmentation_status is Status.RED
+    assert status.status is Status.RED
+    assert status.worst_fragmentation.index.value == pytest.approx(0.8)
+    assert status.used_fraction == pytest.approx(40.5 / 80)
+    assert "totals green" in status.reason
+    assert "fragmentation red" in status.reason
+    assert "chat pid 4242" in status.reason
+    assert "do not add a model" in status.reason
+
+
+def test_red_totals_stay_red_with_tidy_pools():
+    tidy = ProcessSnapshot(1, "chat", 75 * GiB, AllocatorStats(70 * GiB, 70 * GiB, 0, 0))
+    status = card_status(_card(tidy, used=75 * GiB))
+    assert status.totals_status is Status.RED
+    assert status.fragmentation_status is Status.GREEN
+    assert status.status is Status.RED
+    assert "shown as" not in status.reason
+
+
+def test_without_allocator_statistics_fragmentation_is_unknown_not_green():
+    status = card_status(_card(ProcessSnapshot(1, "chat", 40 * GiB)))
+    assert status.fragmentation_status is None
+    assert status.status is Status.GREEN
+    assert "fragmentation unknown" in status.reason
+
+
+def test_card_thresholds_are_parameters():
+    status = card_status(
+        _card(used=40 * GiB), usage_thresholds=Thresholds(amber=0.4, red=0.5)
+    )  # 40.5 / 80 = 0.506
+    assert status.status is Status.RED
+
+
+def test_each_deployment_reports_its_most_fragmented_process():
+    processes = (
+        ProcessSnapshot(1, "chat", None, AllocatorStats(10 * GiB, 9 * GiB, GiB // 10)),
+        ProcessSnapshot(2, "chat", None, AllocatorStats(10 * GiB, 5 * GiB, 4 * GiB)),
+        ProcessSnapshot(3, "code", None, AllocatorStats(10 * GiB, 9 * GiB, 0)),
+        ProcessSnapshot(4, None, None, AllocatorStats(10 * GiB, 1 * GiB, 9 * GiB)),
+    )
+    worst = deployment_fragmentation(_card(*processes))
+    assert set(worst) == {"chat", "code"}
+    assert worst["chat"].pid == 2
+    assert worst["chat"].index.value == pytest.approx(0.4)
+    assert worst["chat"].status is Status.AMBER
+    assert worst["code"].status is Status.GREEN

@@ -1,0 +1,89 @@
+"""Shared fixtures: the four personas, and the paths of the real-data fixtures."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from console.roles import APPROVER, MANAGER, ONCALL
+from tests.factories import UserFactory
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+
+PERSONAS = {
+    "oncall": [ONCALL],
+    "approver": [APPROVER],
+    "manager": [MANAGER],
+    "outsider": [],
+}
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # PBKDF2 at production strength costs ~0.3 s a user; tests create many users.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _partitions_cache_follows_rollbacks():
+    # Partitions a test creates vanish with its transaction; the in-process cache must too.
+    from inventory.timeseries import partitions
+
+    partitions.forget_known()
+    yield
+    partitions.forget_known()
+
+
+@pytest.fixture
+def personas(db) -> dict:
+    """One user per persona; `outsider` is logged in but holds no role."""
+    return {name: UserFactory(username=name, roles=roles) for name, roles in PERSONAS.items()}
+
+
+@pytest.fixture
+def client_as(client, personas):
+    """client_as("manager") logs the test client in as that persona ("anonymous": nobody)."""
+
+    def login(persona: str):
+        client.logout()
+        if persona != "anonymous":
+            client.force_login(personas[persona])
+        return client
+
+    return login
+
+
+@pytest.fixture(scope="session", autouse=True)
+def chromium_browser(request):
+    """Debian's chromium under Playwright, started before anything touches the database.
+
+    Playwright's sync API switches the context that Django keeps its connections in; started
+    first, every test sees the same connections (and the serialized data that transactional
+    browser tests restore). None when no browser test is selected or chromium is absent.
+    """
+    wanted = any(item.get_closest_marker("browser") for item in request.session.items)
+    if not wanted or not Path(CHROMIUM).exists():
+        yield None
+        return
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's loop runs in this thread; Django's test database set-up and tear-down
+    # refuse to run here unless told that no async code is being served from it.
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield browser
+        browser.close()

@@ -1,0 +1,36 @@
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+def test_healthz_needs_no_login(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.content == b"ok\n"
+
+
+def test_readyz_reports_database_and_broker(client):
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"database": "ok", "broker": "ok", "status": "ready"}
+
+
+def test_readyz_is_503_with_the_reason_when_the_broker_is_down(client, monkeypatch, settings):
+    from celery import Celery
+
+    settings.READYZ_BROKER_TIMEOUT_S = 0.5
+    # A port nothing listens on: the check must fail fast and say why.
+    unreachable = Celery("unreachable", broker="redis://127.0.0.1:1/0")
+    monkeypatch.setattr("console.health.celery_app", unreachable)
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["database"] == "ok"
+    assert body["status"] == "not ready"
+    assert "Error" in body["broker"] or "refused" in body["broker"].lower()
+
+
+def test_every_other_page_needs_login(client):
+    response = client.get("/runbooks/")
+    assert response.status_code == 302
+    assert response["Location"] == "/accounts/login/?next=/runbooks/"

@@ -1,0 +1,163 @@
+"""The permission matrix: every console view, for every persona.
+
+A view added without a row here fails `test_every_view_is_in_the_matrix`.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from inventory.models import Host
+from tests.factories import DeploymentFactory, GpuFactory
+
+PERSONAS = ("anonymous", "outsider", "oncall", "approver", "manager")
+LOGIN = "login"  # shorthand: redirected to the login page
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    path: Callable[[dict], str]
+    method: str
+    expect: dict[str, int | str]
+    data: Callable[[dict], dict] | None = None
+
+
+def _everyone(code):
+    return dict.fromkeys(PERSONAS, code)
+
+
+def _readers(ok=200, outsider=403):
+    return {"anonymous": LOGIN, "outsider": outsider, "oncall": ok, "approver": ok, "manager": ok}
+
+
+def _editors(ok, outsider=403, manager=403):
+    return {
+        "anonymous": LOGIN,
+        "outsider": outsider,
+        "oncall": ok,
+        "approver": ok,
+        "manager": manager,
+    }
+
+
+def _note_form(objs):
+    return {
+        "title": "Drain before reload",
+        "scope": "topic",
+        "tags": "fragmentation",
+        "body": "Drain first.",
+        "summary": "matrix",
+        "version": objs["note"].version,
+    }
+
+
+MATRIX = [
+    Row("fleet", lambda o: "/", "get", _readers()),
+    Row("host-detail", lambda o: f"/hosts/{o['host'].name}/", "get", _readers(outsider=404)),
+    Row("model-list", lambda o: "/models/", "get", _readers()),
+    Row("model-detail", lambda o: f"/models/{o['model'].pk}/", "get", _readers(outsider=404)),
+    Row("audit-list", lambda o: "/audit/", "get", _readers()),
+    Row("runbook-list", lambda o: "/runbooks/", "get", _readers()),
+    Row("runbook-create", lambda o: "/runbooks/new/", "get", _editors(200)),
+    Row("runbook-create", lambda o: "/runbooks/new/", "post", _editors(302), _note_form),
+    Row("runbook-detail", lambda o: f"/runbooks/{o['note'].slug}/", "get", _readers(outsider=404)),
+    Row(
+        "runbook-edit",
+        lambda o: f"/runbooks/{o['note'].slug}/edit/",
+        "get",
+        _editors(200, outsider=404),
+    ),
+    Row(
+        "runbook-edit",
+        lambda o: f"/runbooks/{o['note'].slug}/edit/",
+        "post",
+        _editors(302, outsider=404),
+        _note_form,
+    ),
+    Row(
+        "runbook-history",
+        lambda o: f"/runbooks/{o['note'].slug}/history/",
+        "get",
+        _readers(outsider=404),
+    ),
+    Row(
+        "runbook-revision",
+        lambda o: f"/runbooks/{o['note'].slug}/history/1/",
+        "get",
+        _readers(outsider=404),
+    ),
+    Row("healthz", lambda o: "/healthz", "get", _everyone(200)),
+    Row("readyz", lambda o: "/readyz", "get", _everyone(200)),
+    Row("login", lambda o: "/accounts/login/", "get", _everyone(200)),
+    Row("logout", lambda o: "/accounts/logout/", "post", _everyone(302)),
+]
+
+
+@pytest.fixture
+def objects(personas):
+    from runbooks.services import do_create_note
+
+    gpu = GpuFactory()
+    deployment = DeploymentFactory(host=gpu.host, gpus=[gpu])
+    note = do_create_note(
+        acting_user=personas["oncall"],
+        title="Pinned host note",
+        body="Card 3 runs hot.",
+        scope="host",
+        host=gpu.host,
+        tags=[],
+        served_model=None,
+    )
+    return {"host": gpu.host, "model": deployment.served_model, "note": note}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("persona", PERSONAS)
+@pytest.mark.parametrize("row", MATRIX, ids=lambda row: f"{row.method}-{row.name}")
+def test_permission_matrix(client_as, objects, persona, row):
+    client = client_as(persona)
+    path = row.path(objects)
+    data = row.data(objects) if row.data else None
+    response = (
+        getattr(client, row.method)(path, data) if data else getattr(client, row.method)(path)
+    )
+    expected = row.expect[persona]
+    if expected == LOGIN:
+        assert response.status_code == 302, response
+        assert response["Location"].startswith("/accounts/login/")
+    else:
+        assert response.status_code == expected, (persona, path, response.status_code)
+
+
+def _named_patterns(resolver, prefix=""):
+    for pattern in resolver.url_patterns:
+        if isinstance(pattern, URLResolver):
+            if getattr(pattern, "app_name", None) == "admin":
+                continue
+            yield from _named_patterns(pattern, prefix + str(pattern.pattern))
+        elif isinstance(pattern, URLPattern) and pattern.name:
+            yield pattern.name
+
+
+def test_every_view_is_in_the_matrix():
+    covered = {row.name for row in MATRIX}
+    missing = set(_named_patterns(get_resolver())) - covered
+    assert not missing, f"views without a permission-matrix row: {sorted(missing)}"
+
+
+@pytest.mark.django_db
+def test_outsider_is_told_they_have_no_role(client_as, objects):
+    response = client_as("outsider").get("/")
+    assert response.status_code == 403
+    assert b"no console role" in response.content
+
+
+@pytest.mark.django_db
+def test_manager_reads_but_the_edit_page_says_why_not(client_as, objects):
+    response = client_as("manager").get(f"/runbooks/{objects['note'].slug}/edit/")
+    assert response.status_code == 403
+    assert b"may not change runbook notes" in response.content
+    assert Host.objects.count() == 1

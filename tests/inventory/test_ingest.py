@@ -1,0 +1,285 @@
+"""Batches from host agents land once, with their interval peaks, in samples and rollups."""
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+
+from console.models import AuditEntry
+from inventory.models import (
+    CardSample,
+    CollectorFault,
+    CollectorStatus,
+    Event,
+    Gpu,
+    IngestedBatch,
+    ProcessSample,
+)
+from inventory.timeseries import partitions
+from inventory.timeseries.ingest import BatchRejected, ingest_batch
+from tests.batches import GIB, batch, card_row, process_row
+from tests.factories import DeploymentFactory, GpuFactory, HostFactory
+
+pytestmark = pytest.mark.django_db
+
+T0 = dt.datetime(2026, 11, 30, 12, 0, 5, tzinfo=dt.UTC).timestamp()
+
+
+def _rollup(table, **where):
+    clauses = " AND ".join(f"{key} = %s" for key in where)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT * FROM {table} WHERE {clauses}", list(where.values()))
+        names = [col.name for col in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+@pytest.fixture
+def card():
+    return GpuFactory(index=0)
+
+
+def test_a_batch_lands_with_its_interval_peaks(card):
+    deployment = DeploymentFactory(host=card.host, gpus=[card])
+    payload = batch(
+        card.host,
+        start=T0 - 10,
+        end=T0,
+        cards=[card_row(card, used_max=70 * GIB, used_last=40 * GIB)],
+        processes=[
+            process_row(card, 4242, used_max=60 * GIB, used_last=30 * GIB, deployment=deployment)
+        ],
+    )
+    result = ingest_batch(payload)
+    assert not result.duplicate
+    assert result.rows == 2
+    sample = CardSample.objects.get(gpu=card)
+    assert (sample.used_max, sample.used_last) == (70 * GIB, 40 * GIB)
+    process = ProcessSample.objects.get(gpu=card)
+    assert process.pid == 4242
+    assert process.deployment_id == deployment.pk
+    assert (process.used_max, process.used_last) == (60 * GIB, 30 * GIB)
+    minute = _rollup("inventory_card_rollup_1m", gpu_id=card.pk)
+    assert len(minute) == 1
+    assert minute[0]["bucket"] == dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+    assert minute[0]["used_max"] == 70 * GIB
+
+
+def test_a_redelivered_batch_writes_nothing_twice(card):
+    payload = batch(
+        card.host,
+        start=T0 - 10,
+        end=T0,
+        cards=[card_row(card, used_max=10 * GIB, used_last=9 * GIB)],
+        processes=[process_row(card, 1, used_max=GIB, used_last=GIB)],
+        events=[
+            {
+                "ts": T0 - 3,
+                "kind": "oom",
+                "card_index": 0,
+                "card_uuid": card.uuid,
+                "detail": {"pid": 1},
+            }
+        ],
+    )
+    first = ingest_batch(payload)
+    again = ingest_batch(payload)
+    assert not first.duplicate and again.duplicate
+    assert CardSample.objects.count() == 1
+    assert ProcessSample.objects.count() == 1
+    assert Event.objects.count() == 1
+    assert IngestedBatch.objects.count() == 1
+    assert _rollup("inventory_card_rollup_1h", gpu_id=card.pk)[0]["samples"] == 1
+    assert CollectorStatus.objects.get(host=card.host).batches == 1
+
+
+def test_rollups_keep_the_peak_and_add_up_the_rest(card):
+    sampler = "7d3f2c1e-0000-4000-8000-000000000001"
+    for seq, (used_max, used_last) in enumerate([(30, 20), (75, 10), (40, 40)], start=1):
+        ingest_batch(
+            batch(
+                card.host,
+                start=T0 + 10 * (seq - 1),
+                end=T0 + 10 * seq,
+                cards=[card_row(card, used_max=used_max * GIB, used_last=used_last * GIB)],
+                seq=seq,
+                sampler_id=sampler,
+            )
+        )
+    minute = _rollup("inventory_card_rollup_1m", gpu_id=card.pk)[0]
+    assert minute["samples"] == 3
+    assert minute["used_max"] == 75 * GIB
+    assert minute["used_sum"] == 70 * GIB
+    assert minute["used_count"] == 3
+    hour = _rollup("inventory_card_rollup_1h", gpu_id=card.pk)[0]
+    assert hour["used_max"] == 75 * GIB
+
+
+def test_sequence_gaps_count_as_missing_batches(card):
+    sampler = "7d3f2c1e-0000-4000-8000-000000000002"
+    for seq in (1, 2, 5):
+        ingest_batch(
+            batch(card.host, start=T0 + seq, end=T0 + seq + 1, seq=seq, sampler_id=sampler)
+        )
+    status = CollectorStatus.objects.get(host=card.host)
+    assert status.last_seq == 5
+    assert status.missing_batches == 2
+    assert status.last_sample_at == dt.datetime.fromtimestamp(T0 + 6, tz=dt.UTC)
+
+
+def test_an_event_keeps_the_cards_processes_at_that_moment(card):
+    ingest_batch(
+        batch(
+            card.host,
+            start=T0 - 10,
+            end=T0,
+            processes=[
+                process_row(card, 11, used_max=50 * GIB, used_last=50 * GIB),
+                process_row(card, 12, used_max=29 * GIB, used_last=10 * GIB),
+            ],
+            events=[
+                {
+                    "ts": T0 - 4,
+                    "kind": "oom",
+                    "card_index": 0,
+                    "card_uuid": card.uuid,
+                    "detail": {"pid": 12, "requested_bytes": 2 * GIB},
+                }
+            ],
+        )
+    )
+    event = Event.objects.get()
+    assert event.kind == Event.Kind.OOM
+    assert event.gpu == card
+    assert {p["pid"]: p["used_bytes"] for p in event.snapshot["processes"]} == {
+        11: 50 * GIB,
+        12: 29 * GIB,
+    }
+
+
+def test_xid_79_is_recorded_as_a_lost_gpu(card):
+    ingest_batch(
+        batch(
+            card.host,
+            start=T0 - 10,
+            end=T0,
+            events=[
+                {
+                    "ts": T0 - 1,
+                    "kind": "xid",
+                    "card_index": 0,
+                    "card_uuid": card.uuid,
+                    "detail": {"xid": 79},
+                }
+            ],
+        )
+    )
+    event = Event.objects.get()
+    assert (event.kind, event.xid) == (Event.Kind.GPU_LOST, 79)
+
+
+def test_faults_are_kept_and_counted(card):
+    ingest_batch(
+        batch(
+            card.host,
+            start=T0 - 10,
+            end=T0,
+            faults=[
+                {
+                    "card_index": 0,
+                    "card_uuid": card.uuid,
+                    "call": "nvmlDeviceGetMemoryInfo",
+                    "error": "NVMLError_GpuIsLost",
+                    "message": "GPU is lost",
+                    "count": 7,
+                    "first_ts": T0 - 9,
+                    "last_ts": T0 - 1,
+                }
+            ],
+        )
+    )
+    fault = CollectorFault.objects.get()
+    assert (fault.gpu, fault.error, fault.count) == (card, "NVMLError_GpuIsLost", 7)
+    assert CollectorStatus.objects.get(host=card.host).faults_total == 7
+
+
+def test_an_unknown_card_is_discovered_and_audited():
+    host = HostFactory()
+    new_card = Gpu(
+        host=host,
+        index=3,
+        uuid="GPU-11111111-2222-3333-4444-555555555555",
+        product_name="NVIDIA H200",
+    )
+    ingest_batch(
+        batch(
+            host,
+            start=T0 - 10,
+            end=T0,
+            cards=[card_row(new_card, used_max=GIB, used_last=GIB, total=140 * GIB)],
+        )
+    )
+    gpu = Gpu.objects.get(uuid=new_card.uuid)
+    assert (gpu.host, gpu.index, gpu.memory_total_bytes) == (host, 3, 140 * GIB)
+    entry = AuditEntry.objects.get(action="gpu.discover")
+    assert entry.actor_name == "system" and entry.host == host
+    assert CardSample.objects.get().gpu == gpu
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda p: p.update(host="no-such-host"), "unknown host"),
+        (lambda p: p.update(schema="v0"), "unknown batch schema"),
+        (lambda p: p.pop("batch_id"), "lacks batch_id"),
+        (lambda p: p.update(batch_id="not-a-uuid"), "malformed"),
+        (lambda p: p.update(interval_end=p["interval_start"] - 1), "before interval_start"),
+    ],
+)
+def test_bad_batches_are_refused_with_the_reason(card, mutate, reason):
+    payload = batch(card.host, start=T0 - 10, end=T0)
+    mutate(payload)
+    with pytest.raises(BatchRejected, match=reason):
+        ingest_batch(payload)
+    assert not IngestedBatch.objects.exists()
+
+
+def test_fragmentation_comes_from_the_allocator_not_nvidia_smi(card):
+    alloc = {
+        "reserved_bytes": 40 * GIB,
+        "allocated_bytes": 30 * GIB,
+        "inactive_split_bytes": 6 * GIB,
+        "largest_free_block_bytes": 2 * GIB,
+    }
+    ingest_batch(
+        batch(
+            card.host,
+            start=T0 - 10,
+            end=T0,
+            cards=[card_row(card, used_max=41 * GIB, used_last=41 * GIB)],
+            processes=[process_row(card, 5, used_max=41 * GIB, used_last=41 * GIB, alloc=alloc)],
+        )
+    )
+    # 10 GiB free inside the pool, largest block 2 GiB: 1 - 2/10.
+    assert ProcessSample.objects.get().frag_index_max == pytest.approx(0.8)
+    assert CardSample.objects.get().frag_index_max == pytest.approx(0.8)
+
+
+def test_old_partitions_are_dropped_whole(card):
+    old = dt.datetime(2026, 7, 1, 12, tzinfo=dt.UTC)
+    ingest_batch(
+        batch(
+            card.host,
+            start=old.timestamp() - 10,
+            end=old.timestamp(),
+            cards=[card_row(card, used_max=GIB, used_last=GIB)],
+        )
+    )
+    ingest_batch(
+        batch(card.host, start=T0 - 10, end=T0, cards=[card_row(card, used_max=GIB, used_last=GIB)])
+    )
+    dropped = partitions.drop_expired(dt.datetime.fromtimestamp(T0, tz=dt.UTC))
+    assert "inventory_card_sample_p20260701" in dropped
+    assert "inventory_card_rollup_1m_p20260701" in dropped
+    assert "inventory_card_rollup_1h_p202607" not in dropped  # kept two years
+    assert CardSample.objects.count() == 1
+    assert _rollup("inventory_card_rollup_1h", gpu_id=card.pk, bucket=old)

@@ -1,0 +1,81 @@
+"""The default runbook library is installed, parsed strictly and says what is true."""
+
+import re
+
+import pytest
+
+from runbooks.library import LibraryFormatError, load_library, parse_note
+from runbooks.models import RunbookNote
+
+EXPECTED = {
+    "mps-not-hard-isolation": "MPS is not hard isolation",
+    "mps-server-crash": "MPS server crash",
+    "choosing-isolation": "Choosing isolation",
+    "oom-triage": "OOM triage",
+    "kv-reservation": "KV reservation",
+    "defragment-off-peak-reload": "Defragmenting by off-peak reload",
+    "before-adding-a-model": "Before adding a model",
+}
+
+
+@pytest.mark.django_db
+def test_the_library_is_installed_with_a_first_revision():
+    notes = {note.slug: note for note in RunbookNote.objects.filter(from_library=True)}
+    assert set(notes) == set(EXPECTED)
+    for slug, title_start in EXPECTED.items():
+        assert notes[slug].title.startswith(title_start)
+        assert notes[slug].revisions.get().version == 1
+
+
+def _body(slug):
+    return next(note for note in load_library() if note.slug == slug).body
+
+
+def _words(text):
+    return len(re.findall(r"\w+", text))
+
+
+def test_each_note_is_substantive():
+    for note in load_library():
+        assert _words(note.body) >= 250, note.slug
+
+
+def test_the_domain_facts_the_notes_must_state():
+    mps = _body("mps-not-hard-isolation").lower()
+    assert "every client on that gpu" in mps
+    assert "not fault isolation" in mps
+    assert "cuda_mps_active_thread_percentage" in mps
+    assert "set_default_active_thread_percentage" in mps
+    choosing = _body("choosing-isolation")
+    assert re.search(r"MPS\W+(can|does)\W+run inside a MIG", choosing, re.IGNORECASE)
+    for profile in ("1g.18gb", "2g.35gb", "3g.71gb", "7g.141gb"):
+        assert profile in choosing
+    kv = _body("kv-reservation").lower()
+    assert "2 × layers" in kv or "2 x layers" in kv
+    assert "mean" in kv and "p95" in kv
+    oom = _body("oom-triage").lower()
+    for cause in ("true peak", "allocator", "fragmentation"):
+        assert cause in oom
+
+
+def test_cross_links_point_at_existing_notes():
+    slugs = {note.slug for note in load_library()}
+    for note in load_library():
+        for target in re.findall(r"\]\(([a-z0-9-]+)\)", note.body):
+            assert target in slugs, (note.slug, target)
+
+
+def test_the_mps_notes_carry_the_mps_tag():
+    tags = {note.slug: note.tags for note in load_library()}
+    assert "mps" in tags["mps-not-hard-isolation"]
+    assert "mps" in tags["mps-server-crash"]
+
+
+def test_a_note_without_front_matter_is_refused(tmp_path):
+    path = tmp_path / "broken.md"
+    path.write_text("# Just a heading\n")
+    with pytest.raises(LibraryFormatError, match="front-matter"):
+        parse_note(path)
+    path.write_text("---\nslug: x\ntitle: X\n---\nbody\n")
+    with pytest.raises(LibraryFormatError, match="tags"):
+        parse_note(path)

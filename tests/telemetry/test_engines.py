@@ -1,0 +1,220 @@
+"""Engine metrics parsers on the real samples, on simulated pages and on malformed input."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import math
+import threading
+
+import pytest
+
+from inventory.telemetry.engines import (
+    EngineParseError,
+    EngineScrapeError,
+    ScrapeTarget,
+    histogram_delta,
+    histogram_quantile,
+    http_fetch,
+    parse_ollama_ps,
+    parse_sglang_metrics,
+    parse_tgi_metrics,
+    parse_vllm_metrics,
+    scrape,
+    scrape_all,
+)
+from inventory.telemetry.simulator.fleet import demo_fleet
+
+from .conftest import ENGINES
+
+
+def fixture(name: str) -> str:
+    return (ENGINES / name).read_text()
+
+
+def test_vllm_sample_running_waiting_and_cache_config():
+    reading = parse_vllm_metrics(fixture("vllm_metrics.txt"))
+    assert (reading.requests_running, reading.requests_waiting) == (3.0, 1.0)
+    assert reading.cache_config["block_size"] == "16"
+    assert reading.cache_config["num_gpu_blocks"] == "4096"
+    assert reading.cache_config["gpu_memory_utilization"] == "0.9"
+    assert reading.kv_cache_usage is None  # that sample has no KV gauge at all
+
+
+def test_vllm_live_sample_older_kv_name_and_latency_histograms():
+    text = fixture("vllm_metrics_live.txt")
+    reading = parse_vllm_metrics(text)
+    assert reading.kv_cache_usage == pytest.approx(0.314)  # vllm:gpu_cache_usage_perc
+    assert reading.cache_config["num_gpu_blocks"] == "6400"
+    e2e = reading.latency["e2e"]
+    # +Inf buckets of model-0 .. model-19 are 3, 13, ..., 193: summed over label sets
+    assert e2e.buckets[-1] == (math.inf, sum(3 + 10 * i for i in range(20)))
+    assert e2e.p50_s is not None and 0 < e2e.p50_s <= 0.005
+    one = parse_vllm_metrics(text, model_name="model-3").latency["e2e"]
+    assert one.buckets[-1][1] == 33.0 and one.count == 22.0
+
+
+def test_vllm_newer_kv_name_from_the_simulator_parses_with_the_same_code():
+    fleet = demo_fleet(seed=1)
+    fleet.advance_to(14 * 3600, max_step_s=60)
+    v1 = fleet.fetch("sim://infer-01/chat-large/metrics")
+    assert "vllm:kv_cache_usage_perc" in v1 and "gpu_cache_usage_perc" not in v1
+    reading = parse_vllm_metrics(v1)
+    replica = fleet.hosts["infer-01"].replica("chat-large")
+    assert reading.kv_cache_usage == pytest.approx(replica.kv_usage, abs=1e-3)
+    assert reading.requests_running == round(replica.running)
+    assert reading.latency["e2e"].count == math.floor(replica.histogram.count)
+    v0 = fleet.fetch("sim://mig-h200/mistral-7b/metrics")
+    assert "vllm:gpu_cache_usage_perc" in v0
+    assert parse_vllm_metrics(v0).kv_cache_usage is not None
+
+
+def test_sglang_and_tgi_pages_from_the_simulator():
+    fleet = demo_fleet(seed=2)
+    fleet.advance_to(15 * 3600, max_step_s=60)
+    host = fleet.hosts["infer-01"]
+    sglang = parse_sglang_metrics(fleet.fetch("sim://infer-01/code-medium/metrics"))
+    assert sglang.kv_cache_usage == pytest.approx(host.replica("code-medium").kv_usage, abs=1e-3)
+    assert sglang.requests_waiting == round(host.replica("code-medium").waiting)
+    assert sglang.latency["e2e"].p99_s > sglang.latency["e2e"].p50_s > 0
+    tgi = parse_tgi_metrics(fleet.fetch("sim://infer-01/embed-small/metrics"))
+    assert tgi.requests_running == round(host.replica("embed-small").running)
+    assert tgi.kv_cache_usage is None and tgi.latency["e2e"].count > 0
+
+
+def test_ollama_ps_sample_and_model_filter():
+    reading = parse_ollama_ps(fixture("ollama_ps.json"))
+    assert [m.name for m in reading.models] == ["llama3:8b"]
+    assert reading.vram_bytes == 4811340143 and reading.models[0].context_length == 4096
+    assert parse_ollama_ps(fixture("ollama_ps.json"), "other").vram_bytes == 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "vllm:num_requests_running{ 3.0\n",
+        "this is not prometheus text\n",
+        'vllm:num_requests_running 1.0\nvllm:num_requests_running{model_name="a"} abc\n',
+        "",  # an empty page is not a vLLM page
+        "# TYPE other gauge\nother 1.0\n",
+    ],
+)
+def test_vllm_malformed_or_foreign_text_raises_engine_parse_error(text):
+    with pytest.raises(EngineParseError):
+        parse_vllm_metrics(text)
+
+
+def test_histogram_without_inf_bucket_or_with_bad_le_is_malformed():
+    base = "vllm:num_requests_running 1.0\n"
+    no_inf = base + 'vllm:e2e_request_latency_seconds_bucket{le="0.5"} 3.0\n'
+    with pytest.raises(EngineParseError, match=r"\+Inf"):
+        parse_vllm_metrics(no_inf)
+    bad_le = base + 'vllm:e2e_request_latency_seconds_bucket{le="soon"} 3.0\n'
+    with pytest.raises(EngineParseError, match="le="):
+        parse_vllm_metrics(bad_le)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "[]",
+        '{"models": 3}',
+        '{"models": [{"name": "x", "size": 1}]}',
+        '{"models": [{"name": "x", "size": 1, "size_vram": -5}]}',
+        '{"models": [{"size": 1, "size_vram": 1}]}',
+    ],
+)
+def test_ollama_malformed_raises(text):
+    with pytest.raises(EngineParseError):
+        parse_ollama_ps(text)
+
+
+def test_sglang_and_tgi_reject_pages_of_other_engines():
+    with pytest.raises(EngineParseError):
+        parse_sglang_metrics(fixture("vllm_metrics.txt"))
+    with pytest.raises(EngineParseError):
+        parse_tgi_metrics(fixture("vllm_metrics.txt"))
+
+
+def test_histogram_quantile_interpolates_like_prometheus():
+    buckets = ((0.1, 10.0), (0.5, 60.0), (1.0, 100.0), (math.inf, 100.0))
+    assert histogram_quantile(0.05, buckets) == pytest.approx(0.05)
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1 + 0.4 * 40 / 50)
+    assert histogram_quantile(0.99, buckets) == pytest.approx(0.5 + 0.5 * 39 / 40)
+    beyond = ((0.1, 1.0), (math.inf, 10.0))
+    assert histogram_quantile(0.99, beyond) == 0.1  # above the last finite bound
+    assert histogram_quantile(0.5, ((1.0, 0.0), (math.inf, 0.0))) is None
+
+
+def test_histogram_delta_gives_the_interval_and_survives_a_restart():
+    earlier = ((0.5, 10.0), (math.inf, 20.0))
+    later = ((0.5, 15.0), (math.inf, 40.0))
+    assert histogram_delta(later, earlier) == ((0.5, 5.0), (math.inf, 20.0))
+    restarted = ((0.5, 1.0), (math.inf, 2.0))
+    assert histogram_delta(restarted, later) == restarted
+
+
+def test_scrape_all_turns_every_failure_into_a_fault():
+    pages = {"http://a/metrics": fixture("vllm_metrics.txt"), "http://b/metrics": "garbage here\n"}
+
+    def fetch(url, timeout):
+        if url not in pages:
+            raise EngineScrapeError(f"GET {url}: refused")
+        return pages[url]
+
+    targets = [
+        ScrapeTarget("dep-a", "vllm", "http://a/metrics"),
+        ScrapeTarget("dep-b", "vllm", "http://b/metrics"),
+        ScrapeTarget("dep-c", "sglang", "http://c/metrics"),
+        ScrapeTarget("dep-d", "mystery", "http://a/metrics"),
+    ]
+    readings, faults = scrape_all(targets, fetch, clock=lambda: 5.0)
+    assert [(r.deployment_id, r.ts) for r in readings] == [("dep-a", 5.0)]
+    assert [(f.call, f.error) for f in faults] == [
+        ("scrape:vllm", "EngineParseError"),
+        ("scrape:sglang", "EngineScrapeError"),
+        ("scrape:mystery", "EngineParseError"),
+    ]
+    assert all(f.card_index is None and "dep-" in f.message for f in faults)
+
+
+def test_http_fetch_reads_a_local_endpoint_and_reports_a_dead_one():
+    body = fixture("vllm_metrics.txt").encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        reading = scrape(ScrapeTarget("d", "vllm", url), http_fetch, timeout=5)
+        assert reading.requests_running == 3.0
+    finally:
+        thread.join(timeout=5)
+        server.server_close()
+    with pytest.raises(EngineScrapeError):
+        http_fetch(url, 0.5)  # nothing listens any more
+
+
+def test_simulated_allocator_stats_have_torch_keys():
+    fleet = demo_fleet(seed=3)
+    fleet.advance_to(6 * 3600, max_step_s=120)
+    stats = json.loads(fleet.fetch("sim://infer-01/chat-large/memory_stats"))
+    assert len(stats) == 3  # one process per card of its group
+    for entry in stats:
+        memory = entry["memory_stats"]
+        assert memory["reserved_bytes.all.current"] >= memory["allocated_bytes.all.current"]
+        assert memory["inactive_split_bytes.all.current"] > 0  # six hours of churn
+        assert entry["largest_free_block_bytes"] >= 0
+    with pytest.raises(EngineScrapeError):
+        fleet.fetch("sim://infer-01/nope/metrics")
