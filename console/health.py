@@ -4,6 +4,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
 from console.celery import app as celery_app
@@ -33,6 +34,26 @@ def _check_broker() -> str | None:
     return None
 
 
+def _collectors() -> dict:
+    """Each collected host's collector health: detail for operators, not a readiness gate."""
+    from inventory.api.views import collector_health
+    from inventory.models import Host
+
+    now = timezone.now()
+    hosts = Host.objects.exclude(collector=Host.Collector.NONE).select_related("collector_status")
+    detail = {}
+    for host in hosts:
+        health = collector_health(getattr(host, "collector_status", None), now)
+        detail[host.name] = {
+            "last_sample_age_s": None if health["age_s"] is None else round(health["age_s"], 1),
+            "stale": health["stale"],
+            "missing_batches": health["missing_batches"],
+            "faults_last_batch": health["faults_last_batch"],
+            "outbox_depth": health["outbox_depth"],
+        }
+    return detail
+
+
 @login_not_required
 @never_cache
 def readyz(request):
@@ -40,4 +61,6 @@ def readyz(request):
     body = {name: ("ok" if error is None else error) for name, error in checks.items()}
     ready = all(error is None for error in checks.values())
     body["status"] = "ready" if ready else "not ready"
+    if checks["database"] is None:
+        body["collectors"] = _collectors()
     return JsonResponse(body, status=200 if ready else 503)

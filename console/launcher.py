@@ -15,6 +15,7 @@ import ctypes
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -75,12 +76,12 @@ class Supervisor:
         self.children: dict[str, subprocess.Popen] = {}
         self._width = 6
 
-    def start(self, name: str, argv: list[str]) -> None:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self._width = max(self._width, len(name))
         proc = subprocess.Popen(
             argv,
             cwd=BASE_DIR,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -102,10 +103,11 @@ class Supervisor:
         return None
 
     def stop_all(self, grace_s: float = 15.0) -> None:
+        # The leaders first, so Celery and gunicorn shut their own workers down cleanly.
         for proc in self.children.values():
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
+                    os.kill(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for proc in self.children.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -162,6 +164,22 @@ def run() -> int:
                  "-l", "info", *quiet],
             )  # fmt: skip
             supervisor.start("beat", [*celery, "beat", "-l", "info", "-s", "var/celerybeat"])
+            agent = [PYTHON, "-m", "celery", "-A", "inventory.agent.app", "worker",
+                     "--pool", "threads", "-c", "2", "-l", "info", *quiet]  # fmt: skip
+            supervisor.start(
+                "sim",
+                [*agent, "-n", "simulator@%h", "-Q", "host.simulator"],
+                env={"AGENT_SOURCE": "simulator"},
+            )
+            local_host = _local_nvml_host()
+            if local_host:
+                say(f"NVIDIA GPUs found: collecting {local_host} through NVML as well")
+                _manage(env, "register_host", local_host, "--collector", "nvml")
+                supervisor.start(
+                    "agent",
+                    [*agent, "-n", f"agent@{local_host}", "-Q", f"host.{local_host}"],
+                    env={"AGENT_SOURCE": "nvml", "AGENT_HOST": local_host},
+                )
             supervisor.start(
                 "web",
                 [PYTHON, "-m", "gunicorn", "console.wsgi", "-b", f"{bind}:{port}",
@@ -183,6 +201,21 @@ def run() -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             supervisor.stop_all()
+
+
+def _local_nvml_host() -> str | None:
+    """This machine's name when it has NVIDIA GPUs that NVML can read, else None."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no library, no permission: no local GPUs to collect
+        return None
+    return socket.gethostname() if count else None
 
 
 def _banner(base: str, env: dict[str, str]) -> None:

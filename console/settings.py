@@ -9,6 +9,7 @@ from pathlib import Path
 import plotly
 from dotenv import load_dotenv
 
+from console.broker import broker_transport_options, broker_url
 from console.database import database_settings, embedded_database_url
 from console.env import env_bool, env_float, env_int, env_list, env_str
 
@@ -47,6 +48,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "console",
     "inventory",
@@ -141,28 +143,24 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU co-location console API",
     "DESCRIPTION": "Per-card and per-process GPU memory, placements and proposals.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Swagger UI from the sidecar package: the console's machines have no internet.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # Celery. Without CELERY_BROKER_URL the broker is a folder on disk: real worker and beat
 # processes, no server to install.
-BROKER_DIR = Path(env_str("CELERY_FILESYSTEM_BROKER_DIR", str(VAR_DIR / "broker")))
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or "filesystem://"
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(BROKER_DIR / "queue"),
-        "data_folder_out": str(BROKER_DIR / "queue"),
-        "control_folder": str(BROKER_DIR / "control"),
-        "store_processed": False,
-    }
-    for folder in ("queue", "control"):
-        (BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+CELERY_BROKER_URL = broker_url()
+CELERY_BROKER_TRANSPORT_OPTIONS = broker_transport_options()
+CELERY_BROKER_CONNECTION_TIMEOUT = 3
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -3,15 +3,17 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from console import health
-from console.views import audit, fleet, hosts, models
+from console.views import audit, events, fleet, hosts, models
 
 urlpatterns = [
     path("", fleet.fleet, name="fleet"),
     path("hosts/<str:name>/", hosts.host_detail, name="host-detail"),
+    path("events/<int:pk>/acknowledge/", events.acknowledge_event, name="event-acknowledge"),
     path("models/", models.model_list, name="model-list"),
     path("models/<int:pk>/", models.model_detail, name="model-detail"),
     path("audit/", audit.audit_list, name="audit-list"),
     path("runbooks/", include("runbooks.urls")),
+    path("api/", include("inventory.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", health.healthz, name="healthz"),

@@ -17,27 +17,42 @@ from inventory.timeseries.ingest import BatchRejected, ingest_batch
 log = logging.getLogger(__name__)
 
 
+# Beyond these, a database error is more likely a bug than an outage: retry a few times, then
+# let the batch fail loudly rather than spin.
+_MAX_OTHER_DATABASE_RETRIES = 5
+
+
 @shared_task(
+    bind=True,
     name="inventory.ingest_batch",
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=2,
-    retry_backoff_max=60,
-    retry_jitter=True,
-    max_retries=None,  # a database outage must not lose a batch: keep trying until it is back
     acks_late=True,
+    max_retries=None,
     time_limit=120,
     soft_time_limit=110,
 )
-def ingest_batch_task(payload: dict) -> dict:
+def ingest_batch_task(self, payload: dict) -> dict:
     try:
         result = ingest_batch(payload)
     except BatchRejected as rejected:
         log.error("batch %s rejected: %s", (payload or {}).get("batch_id"), rejected)
         return {"rejected": str(rejected)}
+    except (OperationalError, InterfaceError) as outage:
+        # The database is away: keep the batch, however long the outage lasts.
+        raise self.retry(exc=outage, countdown=_backoff(self.request.retries)) from None
+    except DatabaseError as error:
+        if self.request.retries >= _MAX_OTHER_DATABASE_RETRIES:
+            raise
+        raise self.retry(exc=error, countdown=_backoff(self.request.retries)) from None
     return {"batch_id": result.batch_id, "duplicate": result.duplicate, "rows": result.rows}
 
 
-@shared_task(name="inventory.send_collection_plan", time_limit=30, ignore_result=True)
+def _backoff(retries: int) -> int:
+    return min(60, 2 ** min(retries, 6))
+
+
+@shared_task(
+    name="inventory.send_collection_plan", time_limit=30, soft_time_limit=25, ignore_result=True
+)
 def send_collection_plan(host_id: int) -> None:
     try:
         host = Host.objects.get(pk=host_id)
@@ -60,6 +75,7 @@ def send_collection_plan(host_id: int) -> None:
 @shared_task(
     name="inventory.maintain_partitions",
     time_limit=300,
+    soft_time_limit=290,
     autoretry_for=(DatabaseError,),
     max_retries=3,
 )

@@ -1,9 +1,19 @@
 from django.db.models import Prefetch
 from django.shortcuts import render
+from django.utils import timezone
 
 from console.access import get_visible_or_404
 from console.models import AuditEntry
-from inventory.models import Deployment, Gpu, Host, MigSlice
+from inventory.api.views import collector_health
+from inventory.models import (
+    CollectorFault,
+    CollectorStatus,
+    Deployment,
+    Event,
+    Gpu,
+    Host,
+    MigSlice,
+)
 from runbooks.models import RunbookNote
 
 
@@ -22,6 +32,13 @@ def host_detail(request, name: str):
         isolation_modes.add(Deployment.Isolation.MIG)
     notes = RunbookNote.objects.visible_to(request.user).for_host(host, isolation_modes)
     changes = AuditEntry.objects.visible_to(request.user).filter(host=host)[:20]
+    status = CollectorStatus.objects.filter(host=host).first()
+    events = (
+        Event.objects.visible_to(request.user)
+        .filter(host=host)
+        .select_related("gpu", "deployment__served_model", "acknowledged_by")[:20]
+    )
+    faults = CollectorFault.objects.visible_to(request.user).filter(host=host)[:10]
     return render(
         request,
         "console/host_detail.html",
@@ -32,5 +49,9 @@ def host_detail(request, name: str):
             "notes": notes,
             "changes": changes,
             "isolation_modes": sorted(isolation_modes),
+            "collector": collector_health(status, timezone.now()),
+            "events": events,
+            "faults": faults,
+            "can_acknowledge": request.user.has_perm("inventory.acknowledge_event"),
         },
     )

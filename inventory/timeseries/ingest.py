@@ -284,6 +284,41 @@ def _process_snapshot(payload: dict, card_index, card_uuid) -> list[dict]:
     ]
 
 
+_SNAPSHOT_FIGURES = ("requested_bytes", "free_bytes", "capacity_bytes", "mig_device_uuid")
+
+
+def _event_snapshot(payload: dict, row: dict, detail: dict) -> dict:
+    """The card's memory at the event: from the agent when it took one, else from the batch."""
+    processes = detail.pop("processes", None)
+    if processes is None:
+        processes = _process_snapshot(payload, row.get("card_index"), row.get("card_uuid"))
+    snapshot_ = {key: detail[key] for key in _SNAPSHOT_FIGURES if key in detail}
+    snapshot_["processes"] = [_snapshot_process(process) for process in processes]
+    return snapshot_
+
+
+_ALLOCATOR_FIGURES = (
+    "reserved_bytes",
+    "allocated_bytes",
+    "inactive_split_bytes",
+    "largest_free_block_bytes",
+)
+
+
+def _snapshot_process(process: dict) -> dict:
+    """One shape for a process in a snapshot, whether its allocator figures came nested or flat."""
+    allocator = process.get("allocator") or {
+        key: process[key] for key in _ALLOCATOR_FIGURES if key in process
+    }
+    return {
+        "pid": process.get("pid"),
+        "name": process.get("name"),
+        "deployment_id": process.get("deployment_id"),
+        "used_bytes": process.get("used_bytes"),
+        "allocator": allocator or None,
+    }
+
+
 def _write_events(payload: dict, host: Host, maps: _Maps) -> int:
     events = []
     for position, row in enumerate(payload.get("events", [])):
@@ -295,9 +330,7 @@ def _write_events(payload: dict, host: Host, maps: _Maps) -> int:
             kind = Event.Kind.XID if "xid" in detail else None
         if kind is None:
             continue
-        snapshot_ = detail.pop("snapshot", None) or {
-            "processes": _process_snapshot(payload, row.get("card_index"), row.get("card_uuid"))
-        }
+        snapshot_ = _event_snapshot(payload, row, detail)
         events.append(
             Event(
                 host=host,

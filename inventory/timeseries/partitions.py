@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 Period = Literal["day", "month"]
 
@@ -69,13 +69,21 @@ def ensure_partitions(start: dt.datetime, end: dt.datetime) -> None:
                 lower, upper = table.bounds(moment)
                 name = table.partition_name(lower)
                 if name not in _known:
-                    cursor.execute(
-                        f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table.name} "
-                        "FOR VALUES FROM (%s) TO (%s)",
-                        [lower, upper],
-                    )
+                    _create_partition(cursor, table, name, lower, upper)
                     _known.add(name)
                 moment = upper
+
+
+def _create_partition(cursor, table, name, lower, upper) -> None:
+    # Several ingest workers may create the same partition at once, and IF NOT EXISTS does not
+    # make that safe in PostgreSQL's catalogue; a transaction-scoped advisory lock does.
+    with transaction.atomic(using=connection.alias):
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [name])
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table.name} "
+            "FOR VALUES FROM (%s) TO (%s)",
+            [lower, upper],
+        )
 
 
 def existing_partitions(table: PartitionedTable) -> list[tuple[str, dt.datetime]]:

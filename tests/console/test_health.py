@@ -12,7 +12,36 @@ def test_healthz_needs_no_login(client):
 def test_readyz_reports_database_and_broker(client):
     response = client.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"database": "ok", "broker": "ok", "status": "ready"}
+    assert response.json() == {
+        "database": "ok",
+        "broker": "ok",
+        "status": "ready",
+        "collectors": {},
+    }
+
+
+def test_readyz_details_each_collectors_health(client):
+    from django.utils import timezone
+
+    from inventory.models import CollectorStatus
+    from tests.factories import HostFactory
+
+    fresh = HostFactory(name="fresh")
+    HostFactory(name="silent")
+    CollectorStatus.objects.create(
+        host=fresh, last_sample_at=timezone.now(), outbox_depth=2, missing_batches=1
+    )
+    collectors = client.get("/readyz").json()["collectors"]
+    assert collectors["fresh"]["stale"] is False
+    assert collectors["fresh"]["outbox_depth"] == 2
+    assert collectors["fresh"]["missing_batches"] == 1
+    assert collectors["silent"] == {
+        "last_sample_age_s": None,
+        "stale": True,
+        "missing_batches": 0,
+        "faults_last_batch": 0,
+        "outbox_depth": 0,
+    }
 
 
 def test_readyz_is_503_with_the_reason_when_the_broker_is_down(client, monkeypatch, settings):

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 
-from inventory.models import Host
+from inventory.models import Event, Host
 from tests.factories import DeploymentFactory, GpuFactory
 
 PERSONAS = ("anonymous", "outsider", "oncall", "approver", "manager")
@@ -89,6 +90,26 @@ MATRIX = [
         "get",
         _readers(outsider=404),
     ),
+    Row(
+        "event-acknowledge",
+        lambda o: f"/events/{o['event'].pk}/acknowledge/",
+        "post",
+        _editors(302, outsider=404),
+    ),
+    Row("api-hosts", lambda o: "/api/hosts/", "get", {**_readers(), "anonymous": 401}),
+    Row(
+        "api-host-samples",
+        lambda o: f"/api/hosts/{o['host'].name}/samples/",
+        "get",
+        {**_readers(), "anonymous": 401},
+    ),
+    Row(
+        "api-schema",
+        lambda o: "/api/schema/",
+        "get",
+        {**_readers(ok=200, outsider=200), "anonymous": 401},
+    ),
+    Row("api-docs", lambda o: "/api/docs/", "get", {**_readers(ok=200, outsider=200)}),
     Row("healthz", lambda o: "/healthz", "get", _everyone(200)),
     Row("readyz", lambda o: "/readyz", "get", _everyone(200)),
     Row("login", lambda o: "/accounts/login/", "get", _everyone(200)),
@@ -111,7 +132,15 @@ def objects(personas):
         tags=[],
         served_model=None,
     )
-    return {"host": gpu.host, "model": deployment.served_model, "note": note}
+    event = Event.objects.create(
+        host=gpu.host,
+        gpu=gpu,
+        kind=Event.Kind.OOM,
+        at=timezone.now(),
+        batch_id="00000000-0000-4000-8000-000000000001",
+        position=0,
+    )
+    return {"host": gpu.host, "model": deployment.served_model, "note": note, "event": event}
 
 
 @pytest.mark.django_db

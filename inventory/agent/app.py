@@ -1,0 +1,79 @@
+"""The host agent's Celery app. It loads no Django and opens no database connection.
+
+    AGENT_SOURCE=nvml AGENT_HOST=gpu-07 celery -A inventory.agent.app worker \\
+        -Q host.gpu-07 --pool threads -c 1
+    AGENT_SOURCE=simulator celery -A inventory.agent.app worker -Q host.simulator ...
+
+Beat (central) sends each host its collection plan to its queue; the agent starts collecting
+a host on its first plan and publishes batches to the `ingest` queue.
+"""
+
+import logging
+import socket
+
+from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
+
+from console.broker import broker_transport_options, broker_url
+from console.env import env_int, env_str
+from inventory.agent.runtime import Agent, wall_clock
+
+log = logging.getLogger(__name__)
+
+app = Celery("agent")
+app.conf.update(
+    broker_url=broker_url(),
+    broker_transport_options=broker_transport_options(),
+    broker_connection_timeout=3,
+    broker_connection_retry_on_startup=True,
+    task_ignore_result=True,
+    worker_prefetch_multiplier=1,
+    task_serializer="json",
+    accept_content=["json"],
+)
+
+
+def _publish(batch: dict) -> None:
+    # retry=False: when the broker is down, fail now and let the outbox keep the batch.
+    app.send_task("inventory.ingest_batch", args=[batch], queue="ingest", retry=False)
+
+
+def _source_factory():
+    kind = env_str("AGENT_SOURCE", "nvml")
+    if kind == "simulator":
+        from inventory.agent.sources import FleetSimulator
+
+        return FleetSimulator(seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock).source_for
+    if kind == "nvml":
+        import pynvml
+
+        from inventory.agent.sources import NvmlSource
+
+        this_host = env_str("AGENT_HOST") or socket.gethostname()
+
+        def nvml_source(plan):
+            if plan["host"] != this_host or plan.get("collector") != "nvml":
+                return None
+            return NvmlSource(pynvml, wall_clock)
+
+        return nvml_source
+    raise ValueError(f"AGENT_SOURCE={kind!r}: expected nvml or simulator")
+
+
+agent = Agent(_source_factory(), _publish, outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1))
+
+
+@app.task(name="agent.apply_plan", time_limit=30, soft_time_limit=25)
+def apply_plan(plan: dict) -> None:
+    if not agent.apply_plan(plan):
+        log.warning("this agent cannot collect %s (collector %s)", plan["host"], plan["collector"])
+
+
+@worker_ready.connect
+def _start(**kwargs) -> None:
+    agent.start()
+
+
+@worker_shutdown.connect
+def _stop(**kwargs) -> None:
+    agent.stop()

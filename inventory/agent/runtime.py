@@ -1,0 +1,212 @@
+"""The host agent's work: poll NVML, scrape engines, aggregate, publish; never touch a database.
+
+A HostRuntime collects one host. It polls at the plan's sample interval, keeps each interval's
+peaks in an IntervalSampler, and at each flush puts the batch into a bounded Outbox that it
+drains, oldest first, into `publish`. When publishing fails (broker down) batches wait in the
+outbox and go out in order once it is back.
+
+The same code collects a real host (pynvml, HTTP) and a simulated one: only the Source differs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from inventory.telemetry.collector import NvmlCollector
+from inventory.telemetry.engines import ScrapeTarget, scrape_all
+from inventory.telemetry.outbox import Outbox
+from inventory.telemetry.process_mapping import map_processes
+from inventory.telemetry.readings import CollectorFault, TelemetryEvent
+from inventory.telemetry.sampler import IntervalSampler
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[dict[str, Any]], None]
+DEFAULT_PLAN = {"sample_interval_s": 1.0, "flush_interval_s": 10.0, "deployments": []}
+SCRAPE_INTERVAL_S = 5.0
+
+
+class Source(Protocol):
+    """Where one host's readings come from."""
+
+    def nvml(self) -> Any: ...
+
+    def now(self) -> float: ...
+
+    def fetch(self, url: str, timeout: float) -> str: ...
+
+    def deployments(self, planned: list[dict]) -> list[dict]:
+        """The plan's deployment entries, completed with what this source knows (PIDs...)."""
+        ...
+
+    def events(self) -> list[TelemetryEvent]: ...
+
+
+class HostRuntime:
+    def __init__(self, host: str, source: Source, publish: Publish, *, outbox_max: int = 360):
+        self.host = host
+        self.source = source
+        self.publish = publish
+        self.collector = NvmlCollector(source.nvml(), host, clock=source.now)
+        self.sampler = IntervalSampler(host)
+        self.outbox = Outbox(outbox_max)
+        self.plan: dict[str, Any] = dict(DEFAULT_PLAN)
+        self._allocator: dict[int, dict] = {}
+        start = source.now()
+        self.next_poll = start
+        self._next_scrape = start
+        self._next_flush = start + self.plan["flush_interval_s"]
+
+    def apply_plan(self, plan: dict[str, Any]) -> None:
+        flush_changed = plan.get("flush_interval_s") != self.plan.get("flush_interval_s")
+        self.plan = {**DEFAULT_PLAN, **plan}
+        if flush_changed:
+            self._next_flush = min(self._next_flush, self.source.now() + plan["flush_interval_s"])
+
+    def tick(self) -> None:
+        """One poll; a scrape and a flush when they are due."""
+        now = self.source.now()
+        self.next_poll = now + float(self.plan["sample_interval_s"])
+        entries = self.source.deployments(self.plan["deployments"])
+        poll = self.collector.poll()
+        mapping = map_processes(poll.cards, entries)
+        self.sampler.add_poll(poll, mapping.deployments)
+        self.sampler.add_events(self.source.events())
+        if now >= self._next_scrape:
+            self._next_scrape = now + SCRAPE_INTERVAL_S
+            self._scrape(entries)
+        if now >= self._next_flush:
+            self._next_flush = now + float(self.plan["flush_interval_s"])
+            self.flush(now)
+
+    def flush(self, now: float) -> None:
+        batch = self.sampler.flush(now)
+        for row in batch["processes"]:
+            row["allocator"] = self._allocator.get(row["pid"])
+        # Older batches go first, and before the new one is queued, so a broker that is back
+        # does not cost the oldest waiting batch its place in a full outbox.
+        sent = self.outbox.drain(self.publish)
+        batch["agent"] = {"outbox_depth": len(self.outbox), "outbox_dropped": self.outbox.dropped}
+        self.outbox.put(batch)
+        sent += self.outbox.drain(self.publish)
+        if self.outbox.last_error:
+            log.warning(
+                "%s: %d batch(es) waiting to publish: %s",
+                self.host,
+                len(self.outbox),
+                self.outbox.last_error,
+            )
+        elif sent > 1:
+            log.info("%s: backfilled %d batches", self.host, sent)
+
+    def _scrape(self, entries: list[dict]) -> None:
+        targets = [
+            ScrapeTarget(e["deployment_id"], e["engine"], e["metrics_url"], e.get("model_name"))
+            for e in entries
+            if e.get("metrics_url") and e.get("engine") in {"vllm", "sglang", "tgi", "ollama"}
+        ]
+        readings, faults = scrape_all(targets, self.source.fetch, clock=self.source.now)
+        for reading in readings:
+            self.sampler.add_engine(reading)
+        self.sampler.add_faults(faults)
+        for entry in entries:
+            if entry.get("allocator_url"):
+                self._read_allocator(entry)
+
+    def _read_allocator(self, entry: dict) -> None:
+        """Per-process caching-allocator figures, in the shape of torch.cuda.memory_stats()."""
+        try:
+            rows = json.loads(self.source.fetch(entry["allocator_url"], 2.0))
+            for row in rows:
+                stats = row["memory_stats"]
+                self._allocator[int(row["pid"])] = {
+                    "reserved_bytes": stats.get("reserved_bytes.all.current"),
+                    "allocated_bytes": stats.get("allocated_bytes.all.current"),
+                    "inactive_split_bytes": stats.get("inactive_split_bytes.all.current"),
+                    "largest_free_block_bytes": row.get("largest_free_block_bytes"),
+                }
+        except Exception as exc:  # a bad or absent endpoint is a fault, never a crash
+            self.sampler.add_faults(
+                [
+                    CollectorFault(
+                        None,
+                        "scrape:allocator",
+                        type(exc).__name__,
+                        f"{entry['deployment_id']} {entry['allocator_url']}: {exc}",
+                        ts=self.source.now(),
+                    )
+                ]
+            )
+
+
+SourceFactory = Callable[[dict[str, Any]], "Source | None"]
+
+
+class Agent:
+    """Every host this process collects, sampled from one thread."""
+
+    def __init__(self, source_for: SourceFactory, publish: Publish, *, outbox_max: int = 360):
+        self.source_for = source_for
+        self.publish = publish
+        self.outbox_max = outbox_max
+        self.hosts: dict[str, HostRuntime] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def apply_plan(self, plan: dict[str, Any]) -> bool:
+        """Collect the plan's host from now on (if this agent can); False if it cannot."""
+        with self._lock:
+            runtime = self.hosts.get(plan["host"])
+            if runtime is None:
+                source = self.source_for(plan)
+                if source is None:
+                    return False
+                runtime = HostRuntime(
+                    plan["host"], source, self.publish, outbox_max=self.outbox_max
+                )
+                self.hosts[plan["host"]] = runtime
+                log.info("collecting %s", plan["host"])
+            runtime.apply_plan(plan)
+            return True
+
+    def run_once(self) -> float:
+        """Tick every host that is due; return the seconds until the next one is."""
+        with self._lock:
+            runtimes = list(self.hosts.values())
+        for runtime in runtimes:
+            if runtime.source.now() >= runtime.next_poll:
+                try:
+                    runtime.tick()
+                except Exception:  # one host's bug must not stop the others
+                    log.exception("%s: tick failed", runtime.host)
+                    runtime.next_poll = runtime.source.now() + 1.0
+        if not runtimes:
+            return 0.5
+        return max(0.0, min(r.next_poll - r.source.now() for r in runtimes))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="host-agent", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._lock:
+            for runtime in self.hosts.values():
+                # One last flush, so a clean shutdown loses no interval.
+                runtime.flush(runtime.source.now())
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._stop.wait(min(self.run_once(), 0.5))
+
+
+def wall_clock() -> float:
+    return time.time()

@@ -1,0 +1,117 @@
+"""Sources of a host's readings: real NVML and HTTP, or the fleet simulator."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from inventory.telemetry.engines import http_fetch
+from inventory.telemetry.readings import TelemetryEvent
+from inventory.telemetry.simulator.fleet import Fleet
+from inventory.telemetry.simulator.scenarios import demo_fleet_specs
+
+log = logging.getLogger(__name__)
+
+
+class NvmlSource:
+    """This machine's GPUs through nvidia-ml-py, its engines over HTTP."""
+
+    def __init__(self, nvml_module: Any, clock) -> None:
+        self._nvml = nvml_module
+        self.now = clock
+
+    def nvml(self) -> Any:
+        return self._nvml
+
+    def fetch(self, url: str, timeout: float) -> str:
+        return http_fetch(url, timeout)
+
+    def deployments(self, planned: list[dict]) -> list[dict]:
+        return planned
+
+    def events(self) -> list[TelemetryEvent]:
+        return []  # Xid events arrive through the collector's NVML event set
+
+
+class SimulatedSource:
+    """One host of the fleet simulator, running in step with the wall clock."""
+
+    def __init__(self, simulator: FleetSimulator, host: str) -> None:
+        self._simulator = simulator
+        self._host = simulator.fleet.hosts[host]
+        self._nvml = simulator.fleet.nvml(host)
+        # The simulator names deployments its own way; the console by primary key.
+        self._console_ids: dict[str, str] = {}
+
+    def nvml(self) -> Any:
+        return self._nvml
+
+    def now(self) -> float:
+        return self._simulator.advance(self._host)
+
+    def fetch(self, url: str, timeout: float) -> str:
+        return self._simulator.fleet.fetch(url, timeout)
+
+    def deployments(self, planned: list[dict]) -> list[dict]:
+        """The plan's entries, with the PIDs and endpoints the simulated serving stack knows."""
+        known = {entry["deployment_id"]: entry for entry in self._host.deployment_plan()}
+        completed = []
+        for entry in planned:
+            simulated = known.get(entry.get("runtime_name") or "")
+            if simulated is None:
+                completed.append(entry)
+                continue
+            self._console_ids[simulated["deployment_id"]] = entry["deployment_id"]
+            completed.append(
+                {
+                    **entry,
+                    "pids": simulated["pids"],
+                    "process_name_pattern": entry.get("process_name_pattern")
+                    or simulated["process_name_pattern"],
+                    "metrics_url": simulated["metrics_url"],
+                    "model_name": simulated["model_name"],
+                    "allocator_url": f"sim://{self._host.name}/{simulated['deployment_id']}"
+                    "/memory_stats",
+                }
+            )
+        return completed
+
+    def events(self) -> list[TelemetryEvent]:
+        events = self._host.drain_events()
+        for event in events:
+            self._translate(event.detail)
+            for process in event.detail.get("processes", []) + event.detail.get("clients", []):
+                self._translate(process)
+        return events
+
+    def _translate(self, record: dict) -> None:
+        if "deployment_id" in record:
+            record["deployment_id"] = self._console_ids.get(
+                record["deployment_id"], record["deployment_id"]
+            )
+
+
+class FleetSimulator:
+    """The demo fleet, with simulated time pinned to the wall clock (t = 0 at UTC midnight)."""
+
+    def __init__(self, seed: int, clock) -> None:
+        today = dt.datetime.fromtimestamp(clock(), tz=dt.UTC).replace(
+            hour=0, minute=0, second=0, microsecond=0
+        )
+        self.epoch = today.timestamp()
+        self.clock = clock
+        self.fleet = Fleet(demo_fleet_specs(), seed, epoch=self.epoch)
+
+    def advance(self, host) -> float:
+        now = self.clock()
+        target = now - self.epoch
+        if host.t < target:
+            # The first call fast-forwards from midnight in coarse steps.
+            host.advance_to(target, max_step_s=60.0 if target - host.t > 120 else 1.0)
+        return host.now_epoch()
+
+    def source_for(self, plan: dict) -> SimulatedSource | None:
+        if plan.get("collector") != "simulated" or plan["host"] not in self.fleet.hosts:
+            return None
+        return SimulatedSource(self, plan["host"])

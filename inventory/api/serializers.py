@@ -1,0 +1,95 @@
+"""Shapes of the telemetry API's answers (they also document it in the OpenAPI schema)."""
+
+from rest_framework import serializers
+
+
+class CollectorHealthSerializer(serializers.Serializer):
+    last_sample_at = serializers.DateTimeField(allow_null=True)
+    age_s = serializers.FloatField(allow_null=True, help_text="Seconds since the newest sample.")
+    stale = serializers.BooleanField(help_text="No sample within COLLECTOR_STALE_AFTER_S.")
+    batches = serializers.IntegerField()
+    missing_batches = serializers.IntegerField(help_text="Batches sent that never arrived.")
+    faults_last_batch = serializers.IntegerField()
+    outbox_depth = serializers.IntegerField(help_text="Batches waiting on the host.")
+    outbox_dropped = serializers.IntegerField()
+
+
+class CardNowSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    uuid = serializers.CharField()
+    product = serializers.CharField()
+    total_bytes = serializers.IntegerField()
+    used_bytes = serializers.IntegerField(allow_null=True)
+    reserved_bytes = serializers.IntegerField(allow_null=True, help_text="Driver-reserved.")
+    free_bytes = serializers.IntegerField(allow_null=True)
+    sampled_at = serializers.DateTimeField(allow_null=True)
+    lost = serializers.BooleanField()
+
+
+class HostSummarySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    status = serializers.CharField()
+    url = serializers.CharField()
+    last_sample_at = serializers.DateTimeField(allow_null=True)
+    collector = CollectorHealthSerializer()
+    cards = CardNowSerializer(many=True)
+
+
+class SamplesQuerySerializer(serializers.Serializer):
+    gpu = serializers.IntegerField(required=False, min_value=0, help_text="Card index.")
+    start = serializers.DateTimeField(
+        required=False, help_text="ISO 8601; default: an hour before `to`."
+    )
+    end = serializers.DateTimeField(required=False, help_text="ISO 8601; default: now.")
+    step = serializers.IntegerField(
+        required=False, min_value=1, help_text="Seconds per point; default: a sensible one."
+    )
+
+    def get_fields(self):
+        # The query string says from= and to=, which Python does not allow as attribute names.
+        fields = super().get_fields()
+        fields["from"] = fields.pop("start")
+        fields["to"] = fields.pop("end")
+        return fields
+
+
+class CardPointSerializer(serializers.Serializer):
+    ts = serializers.DateTimeField()
+    used_max = serializers.IntegerField(allow_null=True)
+    used_mean = serializers.IntegerField(allow_null=True)
+    reserved = serializers.IntegerField(allow_null=True)
+    free_min = serializers.IntegerField(allow_null=True)
+    total = serializers.IntegerField(allow_null=True)
+    util_gpu_max = serializers.IntegerField(allow_null=True)
+    frag_index_max = serializers.FloatField(allow_null=True)
+    lost = serializers.BooleanField(allow_null=True)
+
+
+class CardSeriesSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    uuid = serializers.CharField()
+    points = CardPointSerializer(many=True)
+
+
+class ProcessPointSerializer(serializers.Serializer):
+    ts = serializers.DateTimeField()
+    used_max = serializers.IntegerField(allow_null=True)
+    frag_index_max = serializers.FloatField(allow_null=True)
+
+
+class ProcessSeriesSerializer(serializers.Serializer):
+    gpu = serializers.IntegerField(help_text="Card index.")
+    pid = serializers.IntegerField()
+    name = serializers.CharField(allow_null=True)
+    deployment = serializers.IntegerField(allow_null=True)
+    points = ProcessPointSerializer(many=True)
+
+
+class SamplesSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    step_s = serializers.IntegerField()
+    source = serializers.ChoiceField(choices=["raw", "1m", "1h"])
+    cards = CardSeriesSerializer(many=True)
+    processes = ProcessSeriesSerializer(many=True)

@@ -1,0 +1,18 @@
+from django.contrib.auth.decorators import login_required
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from inventory.api import views
+
+# DRF views answer 401/403 themselves (token or session auth) and are exempt from the login
+# redirect; the human-facing docs page is not, so it says where to log in.
+urlpatterns = [
+    path("hosts/", views.HostList.as_view(), name="api-hosts"),
+    path("hosts/<str:name>/samples/", views.HostSamples.as_view(), name="api-host-samples"),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path(
+        "docs/",
+        login_required(SpectacularSwaggerView.as_view(url_name="api-schema")),
+        name="api-docs",
+    ),
+]

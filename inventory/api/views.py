@@ -1,0 +1,164 @@
+"""The telemetry API: hosts with their cards now, and card and process series."""
+
+import datetime as dt
+from itertools import groupby
+
+from django.conf import settings
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.access import get_visible_or_404
+from inventory.api.permissions import CanView
+from inventory.api.serializers import (
+    HostSummarySerializer,
+    SamplesQuerySerializer,
+    SamplesSerializer,
+)
+from inventory.models import CollectorStatus, Gpu, Host
+from inventory.timeseries import queries
+
+MAX_POINTS = 5000
+# Steps people can read on a chart, from a few seconds to a day.
+_STEPS = (10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
+
+
+def collector_health(status: CollectorStatus | None, now: dt.datetime) -> dict:
+    last = status.last_sample_at if status else None
+    age = (now - last).total_seconds() if last else None
+    return {
+        "last_sample_at": last,
+        "age_s": age,
+        "stale": age is None or age > settings.COLLECTOR_STALE_AFTER_S,
+        "batches": status.batches if status else 0,
+        "missing_batches": status.missing_batches if status else 0,
+        "faults_last_batch": status.faults_last_batch if status else 0,
+        "outbox_depth": status.outbox_depth if status else 0,
+        "outbox_dropped": status.outbox_dropped if status else 0,
+    }
+
+
+class HostList(APIView):
+    model = Host
+    permission_classes = [CanView]
+
+    @extend_schema(responses=HostSummarySerializer(many=True), summary="Hosts and their cards now")
+    def get(self, request):
+        now = timezone.now()
+        hosts = list(
+            Host.objects.visible_to(request.user)
+            .select_related("collector_status")
+            .prefetch_related("gpus")
+        )
+        gpu_ids = [gpu.pk for host in hosts for gpu in host.gpus.all()]
+        latest = queries.latest_card_samples(gpu_ids, within=dt.timedelta(days=1))
+        answer = []
+        for host in hosts:
+            status = getattr(host, "collector_status", None)
+            answer.append(
+                {
+                    "name": host.name,
+                    "status": host.status,
+                    "url": request.build_absolute_uri(host.get_absolute_url()),
+                    "last_sample_at": status.last_sample_at if status else None,
+                    "collector": collector_health(status, now),
+                    "cards": [_card_now(gpu, latest.get(gpu.pk)) for gpu in host.gpus.all()],
+                }
+            )
+        return Response(HostSummarySerializer(answer, many=True).data)
+
+
+def _card_now(gpu: Gpu, sample: dict | None) -> dict:
+    sample = sample or {}
+    return {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "product": gpu.product_name,
+        "total_bytes": sample.get("total_bytes") or gpu.memory_total_bytes,
+        "used_bytes": sample.get("used_last"),
+        "reserved_bytes": sample.get("reserved_last"),
+        "free_bytes": sample.get("free_last"),
+        "sampled_at": sample.get("ts"),
+        "lost": bool(sample.get("lost")),
+    }
+
+
+def default_step(span: dt.timedelta) -> int:
+    seconds = span.total_seconds()
+    return next((step for step in _STEPS if seconds / step <= 500), _STEPS[-1])
+
+
+class HostSamples(APIView):
+    model = Host
+    permission_classes = [CanView]
+
+    @extend_schema(
+        parameters=[SamplesQuerySerializer],
+        responses=SamplesSerializer,
+        summary="A host's card and process series",
+    )
+    def get(self, request, name: str):
+        host = get_visible_or_404(request.user, Host.objects, name=name)
+        query = SamplesQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        end = query.validated_data.get("to") or timezone.now()
+        start = query.validated_data.get("from") or end - dt.timedelta(hours=1)
+        if start >= end:
+            raise ValidationError({"from": "must be before to"})
+        step = query.validated_data.get("step") or default_step(end - start)
+        if (end - start).total_seconds() / step > MAX_POINTS:
+            raise ValidationError(
+                {"step": f"too fine for this window: at most {MAX_POINTS} points a series"}
+            )
+        gpus = list(host.gpus.order_by("index"))
+        if "gpu" in query.validated_data:
+            gpus = [gpu for gpu in gpus if gpu.index == query.validated_data["gpu"]]
+            if not gpus:
+                raise ValidationError(
+                    {"gpu": f"{host.name} has no card {query.validated_data['gpu']}"}
+                )
+        source = queries.choose_source(start, step)
+        step = max(step, source.resolution_s)
+        by_id = {gpu.pk: gpu for gpu in gpus}
+        cards = queries.card_series(list(by_id), start, end, step, source)
+        processes = queries.process_series(list(by_id), start, end, step, source)
+        answer = {
+            "host": host.name,
+            "start": start,
+            "end": end,
+            "step_s": step,
+            "source": source.name,
+            "cards": [
+                {
+                    "index": by_id[gpu_id].index,
+                    "uuid": by_id[gpu_id].uuid,
+                    "points": [_without(row, "gpu_id") for row in rows],
+                }
+                for gpu_id, rows in groupby(cards, key=lambda row: row["gpu_id"])
+            ],
+            "processes": [
+                {
+                    "gpu": by_id[key[0]].index,
+                    "pid": key[1],
+                    "name": rows[-1]["name"],
+                    "deployment": rows[-1]["deployment_id"],
+                    "points": [
+                        {
+                            "ts": r["ts"],
+                            "used_max": r["used_max"],
+                            "frag_index_max": r["frag_index_max"],
+                        }
+                        for r in rows
+                    ],
+                }
+                for key, group in groupby(processes, key=lambda row: (row["gpu_id"], row["pid"]))
+                for rows in [list(group)]
+            ],
+        }
+        return Response(SamplesSerializer(answer).data)
+
+
+def _without(row: dict, key: str) -> dict:
+    return {k: v for k, v in row.items() if k != key}

@@ -1,0 +1,146 @@
+"""The host agent's runtime: sampling, peaks, outbox and backfill, faults that stay local."""
+
+import datetime as dt
+
+import pytest
+from kombu.exceptions import OperationalError
+
+from inventory.agent.runtime import Agent, HostRuntime
+from inventory.agent.sources import FleetSimulator
+
+MIDNIGHT = dt.datetime(2026, 11, 30, tzinfo=dt.UTC).timestamp()
+
+
+class Clock:
+    def __init__(self, start: float):
+        self.t = start
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Sink:
+    """A publish function whose broker can be switched off."""
+
+    def __init__(self):
+        self.batches: list[dict] = []
+        self.down = False
+
+    def __call__(self, batch: dict) -> None:
+        if self.down:
+            raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        self.batches.append(batch)
+
+
+def _plan(host: str, flush_s: float = 10.0) -> dict:
+    return {"host": host, "collector": "simulated", "sample_interval_s": 1.0,
+            "flush_interval_s": flush_s, "deployments": []}  # fmt: skip
+
+
+@pytest.fixture
+def simulated():
+    clock = Clock(MIDNIGHT + 14 * 3600)  # the daily peak of the 8-card scenario
+    simulator = FleetSimulator(seed=0, clock=clock)
+    return simulator, clock
+
+
+def _run(runtime: HostRuntime, clock: Clock, seconds: int) -> None:
+    for _ in range(seconds):
+        clock.t += 1
+        runtime.tick()
+
+
+def test_batches_keep_each_intervals_peak_and_last(simulated):
+    simulator, clock = simulated
+    sink = Sink()
+    runtime = HostRuntime("infer-01", simulator.source_for(_plan("infer-01")), sink)
+    runtime.apply_plan(_plan("infer-01"))
+    _run(runtime, clock, 31)
+    assert [batch["seq"] for batch in sink.batches] == [1, 2, 3]
+    cards = sink.batches[-1]["cards"]
+    assert len(cards) == 8
+    for card in cards:
+        assert card["used_bytes_max"] >= card["used_bytes_last"]
+        assert card["samples"] == 10
+    assert sink.batches[-1]["processes"], "the simulated engines run processes"
+
+
+def test_a_broker_outage_is_buffered_and_backfilled_in_order(simulated):
+    simulator, clock = simulated
+    sink = Sink()
+    runtime = HostRuntime("infer-01", simulator.source_for(_plan("infer-01")), sink)
+    runtime.apply_plan(_plan("infer-01"))
+    _run(runtime, clock, 11)
+    sink.down = True
+    _run(runtime, clock, 40)
+    assert len(runtime.outbox) == 4
+    assert "Connection refused" in runtime.outbox.last_error
+    sink.down = False
+    _run(runtime, clock, 10)
+    seqs = [batch["seq"] for batch in sink.batches]
+    assert seqs == list(range(1, 7))
+    assert sink.batches[-1]["agent"]["outbox_depth"] == 0  # backfilled before it was queued
+    assert len(runtime.outbox) == 0
+
+
+def test_the_outbox_is_bounded_and_counts_what_it_dropped(simulated):
+    simulator, clock = simulated
+    sink = Sink()
+    runtime = HostRuntime("infer-01", simulator.source_for(_plan("infer-01")), sink, outbox_max=3)
+    runtime.apply_plan(_plan("infer-01"))
+    sink.down = True
+    _run(runtime, clock, 61)
+    assert len(runtime.outbox) == 3
+    assert runtime.outbox.dropped == 3
+    sink.down = False
+    _run(runtime, clock, 10)
+    assert [batch["seq"] for batch in sink.batches] == [4, 5, 6, 7]
+    assert sink.batches[-1]["agent"]["outbox_dropped"] == 3
+
+
+def test_a_lost_card_does_not_stop_the_others(simulated):
+    simulator, clock = simulated
+    sink = Sink()
+    runtime = HostRuntime("infer-01", simulator.source_for(_plan("infer-01")), sink)
+    runtime.apply_plan(_plan("infer-01"))
+    _run(runtime, clock, 2)
+    simulator.fleet.hosts["infer-01"].lose_card(3)
+    _run(runtime, clock, 10)
+    batch = sink.batches[-1]
+    lost = [card for card in batch["cards"] if card["index"] == 3]
+    assert lost and lost[0]["lost"]
+    healthy = [card for card in batch["cards"] if card["index"] != 3]
+    assert len(healthy) == 7
+    # Still read every second, even where the lost card's tensor-parallel partners died with it.
+    assert all(card["samples"] == 10 and card["used_bytes_last"] is not None for card in healthy)
+    assert any(fault["error"] == "NVMLError_GpuIsLost" for fault in batch["faults"])
+
+
+def test_simulated_processes_map_to_the_console_deployments(simulated):
+    simulator, clock = simulated
+    sink = Sink()
+    plan = _plan("infer-01")
+    plan["deployments"] = [
+        {"deployment_id": "41", "runtime_name": "chat-large", "engine": "vllm",
+         "device_uuids": [], "metrics_url": ""},
+    ]  # fmt: skip
+    runtime = HostRuntime("infer-01", simulator.source_for(plan), sink)
+    runtime.apply_plan(plan)
+    _run(runtime, clock, 11)
+    batch = sink.batches[-1]
+    mapped = {row["deployment_id"] for row in batch["processes"]}
+    assert "41" in mapped
+    engines = {row["deployment_id"]: row for row in batch["engines"]}
+    assert engines["41"]["requests_running_last"] is not None
+    chat = [row for row in batch["processes"] if row["deployment_id"] == "41"]
+    assert all(row["allocator"]["reserved_bytes"] >= row["allocator"]["allocated_bytes"]
+               for row in chat)  # fmt: skip
+
+
+def test_an_agent_only_takes_hosts_it_can_collect(simulated):
+    simulator, _ = simulated
+    agent = Agent(simulator.source_for, Sink())
+    assert agent.apply_plan(_plan("infer-01"))
+    assert not agent.apply_plan({**_plan("gpu-07"), "collector": "nvml"})
+    assert not agent.apply_plan(_plan("not-in-the-simulator"))
+    assert set(agent.hosts) == {"infer-01"}

@@ -1,0 +1,93 @@
+"""End to end: beat, a simulated host's agent, the broker, an ingest worker and PostgreSQL.
+
+Real processes on a real broker (CELERY_BROKER_URL: Redis in CI; otherwise the folder broker)
+write into the test database; the test reads what landed.
+"""
+
+import pytest
+from django.db import connection
+
+from console.celery import app
+from inventory.demo import _create_host
+from inventory.models import CardSample, CollectorStatus, Host, ProcessSample
+from inventory.telemetry.simulator.scenarios import demo_fleet_specs
+from inventory.timeseries.partitions import TABLES
+from tests.processes import Processes, database_url_for_processes, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+
+@pytest.fixture
+def pipeline(settings, tmp_path):
+    settings.AGENT_FLUSH_INTERVAL_S = 2.0
+    settings.COLLECTION_PLAN_INTERVAL_S = 2.0
+    env = {"DATABASE_URL": database_url_for_processes()}
+    options = app.conf.broker_transport_options or {}
+    if "data_folder_in" in options:
+        # The folder broker: the processes must share this test's folder, not var/broker.
+        env["CELERY_FILESYSTEM_BROKER_DIR"] = str(tmp_path / "broker")
+        (tmp_path / "broker" / "queue").mkdir(parents=True)
+        (tmp_path / "broker" / "control").mkdir()
+    else:
+        # Leftovers of an earlier run on a shared broker must not feed this one.
+        with app.connection_for_write() as conn:
+            for queue in ("ingest", "host.simulator", "celery"):
+                channel = conn.channel()
+                try:
+                    channel.queue_purge(queue)
+                except conn.channel_errors:
+                    pass  # never declared on this broker: nothing to purge
+                finally:
+                    channel.close()
+    processes = Processes(env, tmp_path)
+    processes.celery_worker("central", "celery,ingest")
+    processes.agent("simulator", "host.simulator", {"AGENT_SOURCE": "simulator"})
+    processes.beat(tmp_path)
+    yield processes
+    processes.stop()
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            cursor.execute(f"TRUNCATE {table.name}")
+
+
+def _spec(name):
+    return next(spec for spec in demo_fleet_specs() if spec.name == name)
+
+
+def _logs(processes):
+    return lambda: "\n".join(
+        f"--- {name} ---\n{processes.log(name)[-3000:]}"
+        for name in ("central", "simulator", "beat")
+    )
+
+
+def test_a_simulated_host_lands_in_postgres_with_its_interval_peaks(pipeline):
+    host = _create_host(_spec("infer-01"))
+    wait_for(
+        lambda: CardSample.objects.filter(gpu__host=host).values("ts").distinct().count() >= 2,
+        timeout=150,
+        what="two intervals of card samples from infer-01",
+        logs=_logs(pipeline),
+    )
+    cards = CardSample.objects.filter(gpu__host=host)
+    assert {sample.gpu.index for sample in cards} == set(range(8))
+    assert all(sample.used_max >= sample.used_last for sample in cards)
+    assert all(sample.samples >= 1 for sample in cards)
+    processes = ProcessSample.objects.filter(gpu__host=host)
+    assert processes.exists()
+    deployments = set(host.deployments.values_list("pk", flat=True))
+    assert set(processes.values_list("deployment_id", flat=True)) <= deployments
+    assert processes.filter(deployment_id__in=deployments).exists()
+    assert all(row.used_max >= row.used_last for row in processes if row.used_max is not None)
+    status = CollectorStatus.objects.get(host=host)
+    assert status.batches >= 2
+
+    # A host added while everything runs is collected without a restart.
+    later = _create_host(_spec("mps-l40s"))
+    wait_for(
+        lambda: CardSample.objects.filter(gpu__host=later).exists(),
+        timeout=90,
+        what="card samples from mps-l40s, added at run time",
+        logs=_logs(pipeline),
+    )
+    assert Host.objects.get(name="mps-l40s").collector_status.batches >= 1

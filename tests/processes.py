@@ -1,0 +1,96 @@
+"""Real worker, agent and beat processes for end-to-end tests, on the test database."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import quote
+
+from django.db import connection
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+QUIET = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+
+
+def database_url_for_processes() -> str:
+    """The URL of the database this test runs on, for processes started from it."""
+    conf = connection.settings_dict
+    host = conf.get("HOST") or conf.get("OPTIONS", {}).get("host", "")
+    user = quote(conf.get("USER") or "postgres")
+    password = f":{quote(conf['PASSWORD'])}" if conf.get("PASSWORD") else ""
+    name = conf["NAME"]
+    if host.startswith("/"):
+        return f"postgresql://{user}{password}@/{name}?host={quote(host)}"
+    port = f":{conf['PORT']}" if conf.get("PORT") else ""
+    return f"postgresql://{user}{password}@{host}{port}/{name}"
+
+
+class Processes:
+    def __init__(self, env: dict[str, str], log_dir: Path):
+        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.log_dir = log_dir
+        self.children: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        log = (self.log_dir / f"{name}.log").open("w")
+        self.children[name] = subprocess.Popen(
+            [sys.executable, *argv],
+            cwd=BASE_DIR,
+            env={**self.env, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def celery_worker(self, name: str, queues: str, env: dict[str, str] | None = None) -> None:
+        self.start(
+            name,
+            ["-m", "celery", "-A", "console", "worker", "-n", f"{name}@%h", "-Q", queues,
+             "-c", "1", "-l", "info", *QUIET],
+            env,
+        )  # fmt: skip
+
+    def agent(self, name: str, queue: str, env: dict[str, str]) -> None:
+        self.start(
+            name,
+            ["-m", "celery", "-A", "inventory.agent.app", "worker", "-n", f"{name}@%h",
+             "-Q", queue, "--pool", "threads", "-c", "1", "-l", "info", *QUIET],
+            env,
+        )  # fmt: skip
+
+    def beat(self, log_dir: Path) -> None:
+        self.start(
+            "beat",
+            ["-m", "celery", "-A", "console", "beat", "-l", "info",
+             "-s", str(log_dir / "celerybeat")],
+        )  # fmt: skip
+
+    def log(self, name: str) -> str:
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        for proc in self.children.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.children.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float, what: str, logs: Callable | None = None
+):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    detail = f"\n{logs()}" if logs else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
