@@ -160,9 +160,10 @@ def run() -> int:
             quiet = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
             supervisor.start(
                 "worker",
-                [*celery, "worker", "-n", "central@%h", "-Q", "celery,ingest", "-c", "2",
+                [*celery, "worker", "-n", "central@%h", "-Q", "celery", "-c", "1",
                  "-l", "info", *quiet],
             )  # fmt: skip
+            supervisor.start("ingest", [PYTHON, "manage.py", "ingest_worker"])
             supervisor.start("beat", [*celery, "beat", "-l", "info", "-s", "var/celerybeat"])
             agent = [PYTHON, "-m", "celery", "-A", "inventory.agent.app", "worker",
                      "--pool", "threads", "-c", "2", "-l", "info", *quiet]  # fmt: skip

@@ -185,7 +185,9 @@ COLLECTION_PLAN_INTERVAL_S = env_float("COLLECTION_PLAN_INTERVAL_S", 30.0, minim
 # A host whose newest sample is older than this shows as stale.
 COLLECTOR_STALE_AFTER_S = env_float("COLLECTOR_STALE_AFTER_S", 120.0, minimum=1.0)
 
-CELERY_TASK_ROUTES = {"inventory.ingest_batch": {"queue": "ingest"}}
+# The longest solve one API call may ask for; longer ones belong to the command line.
+PLACEMENT_API_MAX_TIME_S = env_float("PLACEMENT_API_MAX_TIME_S", 30.0, minimum=0.1)
+
 CELERY_BEAT_SCHEDULE = {
     "maintain-telemetry-partitions": {
         "task": "inventory.maintain_partitions",

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console import health
+from console import api, health
 from console.views import audit, events, fleet, hosts, models
 
 urlpatterns = [
@@ -13,6 +13,7 @@ urlpatterns = [
     path("models/<int:pk>/", models.model_detail, name="model-detail"),
     path("audit/", audit.audit_list, name="audit-list"),
     path("runbooks/", include("runbooks.urls")),
+    path("api/placement/", api.Placement.as_view(), name="api-placement"),
     path("api/", include("inventory.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,4 +1,6 @@
-"""Central Celery tasks: ingest batches, send collection plans, keep partitions in shape.
+"""Central Celery tasks: send collection plans, keep partitions in shape.
+
+(Batches are written by the ingest worker, inventory.ingest_worker, not by a task.)
 
 They take primary keys or self-contained payloads, are idempotent, and are safe to retry.
 """
@@ -6,48 +8,14 @@ They take primary keys or self-contained payloads, are idempotent, and are safe 
 import logging
 
 from celery import shared_task
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError
 from django.utils import timezone
 
 from inventory.collection import agent_queue, collection_plan
 from inventory.models import Host
 from inventory.timeseries import partitions
-from inventory.timeseries.ingest import BatchRejected, ingest_batch
 
 log = logging.getLogger(__name__)
-
-
-# Beyond these, a database error is more likely a bug than an outage: retry a few times, then
-# let the batch fail loudly rather than spin.
-_MAX_OTHER_DATABASE_RETRIES = 5
-
-
-@shared_task(
-    bind=True,
-    name="inventory.ingest_batch",
-    acks_late=True,
-    max_retries=None,
-    time_limit=120,
-    soft_time_limit=110,
-)
-def ingest_batch_task(self, payload: dict) -> dict:
-    try:
-        result = ingest_batch(payload)
-    except BatchRejected as rejected:
-        log.error("batch %s rejected: %s", (payload or {}).get("batch_id"), rejected)
-        return {"rejected": str(rejected)}
-    except (OperationalError, InterfaceError) as outage:
-        # The database is away: keep the batch, however long the outage lasts.
-        raise self.retry(exc=outage, countdown=_backoff(self.request.retries)) from None
-    except DatabaseError as error:
-        if self.request.retries >= _MAX_OTHER_DATABASE_RETRIES:
-            raise
-        raise self.retry(exc=error, countdown=_backoff(self.request.retries)) from None
-    return {"batch_id": result.batch_id, "duplicate": result.duplicate, "rows": result.rows}
-
-
-def _backoff(retries: int) -> int:
-    return min(60, 2 ** min(retries, 6))
 
 
 @shared_task(

@@ -28,3 +28,22 @@ def card_summary(gpus) -> str:
         f"{count} × {product} ({bytes_iec(memory)} each)"
         for (product, memory), count in sorted(groups.items())
     )
+
+
+# Colour-blind-safe palette (Okabe-Ito, then Paul Tol's muted): a model keeps its colour
+# across every diagram, because the colour comes from its name.
+_PALETTE = (
+    "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+    "#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#AA4499",
+)  # fmt: skip
+
+
+@register.filter
+def model_color(label: str) -> str:
+    name = label.split(" (")[0].split(",")[0].split(" #")[0]
+    return _PALETTE[sum(map(ord, name)) % len(_PALETTE)]
+
+
+@register.filter
+def mib(value) -> str:
+    return bytes_iec((value or 0) * 1024 * 1024)

@@ -4,6 +4,7 @@ from django.utils import timezone
 
 from console.access import get_visible_or_404
 from console.models import AuditEntry
+from console.placement import diagram
 from inventory.api.views import collector_health
 from inventory.models import (
     CollectorFault,
@@ -14,6 +15,7 @@ from inventory.models import (
     Host,
     MigSlice,
 )
+from inventory.placement_state import current_placement
 from runbooks.models import RunbookNote
 
 
@@ -53,5 +55,6 @@ def host_detail(request, name: str):
             "events": events,
             "faults": faults,
             "can_acknowledge": request.user.has_perm("inventory.acknowledge_event"),
+            "placement": diagram.draw(diagram.build(*current_placement(host))),
         },
     )

@@ -5,7 +5,7 @@
     AGENT_SOURCE=simulator celery -A inventory.agent.app worker -Q host.simulator ...
 
 Beat (central) sends each host its collection plan to its queue; the agent starts collecting
-a host on its first plan and publishes batches to the `ingest` queue.
+a host on its first plan and publishes batches to the `ingest` queue (inventory.agent.transport).
 """
 
 import logging
@@ -17,6 +17,7 @@ from celery.signals import worker_ready, worker_shutdown
 from console.broker import broker_transport_options, broker_url
 from console.env import env_int, env_str
 from inventory.agent.runtime import Agent, wall_clock
+from inventory.agent.transport import batch_publisher
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +32,6 @@ app.conf.update(
     task_serializer="json",
     accept_content=["json"],
 )
-
-
-def _publish(batch: dict) -> None:
-    # retry=False: when the broker is down, fail now and let the outbox keep the batch.
-    app.send_task("inventory.ingest_batch", args=[batch], queue="ingest", retry=False)
 
 
 def _source_factory():
@@ -60,7 +56,11 @@ def _source_factory():
     raise ValueError(f"AGENT_SOURCE={kind!r}: expected nvml or simulator")
 
 
-agent = Agent(_source_factory(), _publish, outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1))
+agent = Agent(
+    _source_factory(),
+    batch_publisher(app),
+    outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1),
+)
 
 
 @app.task(name="agent.apply_plan", time_limit=30, soft_time_limit=25)

@@ -1,15 +1,17 @@
-"""Write one agent batch into PostgreSQL: once, whatever the broker redelivers.
+"""Write agent batches into PostgreSQL: once each, whatever the broker redelivers.
 
-The batch id goes into IngestedBatch first, in the same transaction as the rows; a batch seen
-before inserts nothing. Rows are COPYed into temporary staging tables, then moved into the
-partitioned sample tables and folded into the 1-minute and 1-hour rollups with set-based SQL,
-so a batch costs a handful of statements however many rows it carries.
+Batch ids go into IngestedBatch first, in the same transaction as the rows; a batch seen
+before inserts nothing. Many batches (from many hosts) share one transaction, so the fixed
+cost of a write is paid once per group, not per host interval. Rows are COPYed into temporary
+staging tables, then moved into the partitioned sample tables and folded into the 1-minute and
+1-hour rollups with set-based SQL: a group costs a handful of statements however many rows it
+carries.
 """
 
 import datetime as dt
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
@@ -22,7 +24,6 @@ from inventory.models import (
     Event,
     Gpu,
     Host,
-    IngestedBatch,
     MigSlice,
 )
 from inventory.timeseries import partitions, rollups
@@ -68,37 +69,129 @@ def validate(payload: dict) -> None:
 
 
 def ingest_batch(payload: dict) -> IngestResult:
-    validate(payload)
-    try:
-        host = Host.objects.get(name=payload["host"])
-    except Host.DoesNotExist:
-        raise BatchRejected(
-            f"unknown host {payload['host']!r}: register it in the inventory first"
-        ) from None
-    start, end = _ts(payload["interval_start"]), _ts(payload["interval_end"])
-    # Partitions are created in their own transactions, so a failed batch cannot undo them.
-    partitions.ensure_partitions(start, end)
-    with transaction.atomic():
-        if not _claim(payload, host, start, end):
-            return IngestResult(str(payload["batch_id"]), duplicate=True)
-        maps = _Maps.load(host, payload)
-        rows = _write_samples(payload, maps, end)
-        events = _write_events(payload, host, maps)
-        _write_faults(payload, host, maps)
-        _update_status(payload, host, end)
-        IngestedBatch.objects.filter(batch_id=payload["batch_id"]).update(rows=rows)
-    return IngestResult(str(payload["batch_id"]), duplicate=False, rows=rows, events=events)
+    """Write one batch; BatchRejected when it can never be written."""
+    result = ingest_batches([payload])[0]
+    if isinstance(result, BatchRejected):
+        raise result
+    return result
 
 
-def _claim(payload, host, start, end) -> bool:
+def ingest_batches(payloads: list[dict]) -> list[IngestResult | BatchRejected]:
+    """Write a group of batches in one transaction; one result per payload, in order.
+
+    A payload that can never be written gets its BatchRejected in the results and does not
+    stop the others. Database errors propagate and roll the whole group back: retrying the
+    same group later writes each batch exactly once.
+    """
+    results: list[IngestResult | BatchRejected | None] = [None] * len(payloads)
+    hosts = _hosts_by_name(payloads)
+    accepted: dict[str, tuple[int, dict]] = {}
+    for position, payload in enumerate(payloads):
+        try:
+            validate(payload)
+            if payload["host"] not in hosts:
+                raise BatchRejected(
+                    f"unknown host {payload['host']!r}: register it in the inventory first"
+                )
+        except BatchRejected as rejected:
+            results[position] = rejected
+            continue
+        batch_id = str(payload["batch_id"])
+        if batch_id in accepted:  # the same batch twice in one group: a redelivery
+            results[position] = IngestResult(batch_id, duplicate=True)
+            continue
+        accepted[batch_id] = (position, payload)
+    if accepted:
+        starts = [_ts(p["interval_start"]) for _, p in accepted.values()]
+        ends = [_ts(p["interval_end"]) for _, p in accepted.values()]
+        # Partitions are created in their own transactions, so a failed group cannot undo them.
+        partitions.ensure_partitions(min(starts), max(ends))
+        with transaction.atomic():
+            written = _write([payload for _, payload in accepted.values()], hosts)
+        for batch_id, (position, _) in accepted.items():
+            results[position] = written.get(batch_id) or IngestResult(batch_id, duplicate=True)
+    return results
+
+
+def _hosts_by_name(payloads: list[dict]) -> dict[str, Host]:
+    names = {p.get("host") for p in payloads if isinstance(p, dict) and p.get("host")}
+    return {host.name: host for host in Host.objects.filter(name__in=names)}
+
+
+def _claim(payloads: list[dict], hosts: dict[str, Host], rows: dict[str, int]) -> set[str]:
+    """Record the batch ids; return those not seen before."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO inventory_ingestedbatch "
-            "(batch_id, host_id, sampler_id, seq, interval_start, interval_end, received_at, rows)"
-            " VALUES (%s, %s, %s, %s, %s, %s, now(), 0) ON CONFLICT (batch_id) DO NOTHING",
-            [payload["batch_id"], host.pk, payload["sampler_id"], payload["seq"], start, end],
+            """
+            INSERT INTO inventory_ingestedbatch
+                (batch_id, host_id, sampler_id, seq, interval_start, interval_end, received_at,
+                 rows)
+            SELECT b, h, s, q, to_timestamp(f), to_timestamp(t), now(), n
+            FROM unnest(%s::uuid[], %s::bigint[], %s::uuid[], %s::bigint[], %s::float8[],
+                        %s::float8[], %s::int[]) AS x(b, h, s, q, f, t, n)
+            ON CONFLICT (batch_id) DO NOTHING
+            RETURNING batch_id
+            """,
+            [
+                [str(p["batch_id"]) for p in payloads],
+                [hosts[p["host"]].pk for p in payloads],
+                [str(p["sampler_id"]) for p in payloads],
+                [int(p["seq"]) for p in payloads],
+                [float(p["interval_start"]) for p in payloads],
+                [float(p["interval_end"]) for p in payloads],
+                [rows[str(p["batch_id"])] for p in payloads],
+            ],
         )
-        return cursor.rowcount == 1
+        return {str(row[0]) for row in cursor.fetchall()}
+
+
+def _write(payloads: list[dict], hosts: dict[str, Host]) -> dict[str, IngestResult]:
+    """Write the batches not seen before; the rest come back as duplicates (absent here)."""
+    tables = _Rows()
+    counts: dict[str, int] = {}
+    maps_of = _Maps.load_for({hosts[p["host"]] for p in payloads})
+    for payload in payloads:
+        maps = maps_of[hosts[payload["host"]].pk]
+        maps.discover(hosts[payload["host"]], payload)
+        end = _ts(payload["interval_end"])
+        counts[str(payload["batch_id"])] = _collect_samples(payload, maps, end, tables)
+    fresh = _claim(payloads, hosts, counts)
+    if len(fresh) < len(payloads):
+        tables = tables.only(fresh)
+        payloads = [p for p in payloads if str(p["batch_id"]) in fresh]
+    if not payloads:
+        return {}
+    events, faults = [], []
+    for payload in payloads:
+        host = hosts[payload["host"]]
+        events.extend(_events(payload, host, maps_of[host.pk]))
+        faults.extend(_faults(payload, host, maps_of[host.pk]))
+    rollups.write(tables.cards, tables.processes, tables.engines, tables.migs)
+    Event.objects.bulk_create(events, ignore_conflicts=True)
+    CollectorFault.objects.bulk_create(faults)
+    _update_statuses(payloads, hosts)
+    events_per_batch: dict[str, int] = {}
+    for event in events:
+        key = str(event.batch_id)
+        events_per_batch[key] = events_per_batch.get(key, 0) + 1
+    return {
+        batch_id: IngestResult(batch_id, False, counts[batch_id], events_per_batch.get(batch_id, 0))
+        for batch_id in fresh
+    }
+
+
+@dataclass
+class _Rows:
+    cards: list = field(default_factory=list)
+    processes: list = field(default_factory=list)
+    engines: list = field(default_factory=list)
+    migs: list = field(default_factory=list)
+
+    def only(self, batch_ids: set[str]) -> "_Rows":
+        """The rows of these batches (the batch id is the third column of every table)."""
+        ids = {uuid.UUID(batch_id) for batch_id in batch_ids}
+        return _Rows(*([row for row in rows if row[2] in ids] for rows in
+                       (self.cards, self.processes, self.engines, self.migs)))  # fmt: skip
 
 
 @dataclass
@@ -111,17 +204,30 @@ class _Maps:
     deployments: set[int]
 
     @classmethod
-    def load(cls, host: Host, payload: dict) -> "_Maps":
-        known = {gpu.uuid: gpu for gpu in host.gpus.all()}
+    def load_for(cls, hosts: set[Host]) -> dict[int, "_Maps"]:
+        """The maps of every host of a group, in three queries whatever the group's size."""
+        maps = {host.pk: cls({}, {}, {}, set()) for host in hosts}
+        for pk, host_id, index, uuid_ in Gpu.objects.filter(host__in=hosts).values_list(
+            "pk", "host_id", "index", "uuid"
+        ):
+            maps[host_id].gpu_by_index[index] = pk
+            maps[host_id].gpu_by_uuid[uuid_] = pk
+        for pk, host_id, uuid_ in (
+            MigSlice.objects.filter(gpu__host__in=hosts)
+            .exclude(uuid="")
+            .values_list("pk", "gpu__host_id", "uuid")
+        ):
+            maps[host_id].mig_by_uuid[uuid_] = pk
+        for pk, host_id in Deployment.objects.filter(host__in=hosts).values_list("pk", "host_id"):
+            maps[host_id].deployments.add(pk)
+        return maps
+
+    def discover(self, host: Host, payload: dict) -> None:
         for card in payload.get("cards", []):
-            if card.get("uuid") and card["uuid"] not in known:
-                known[card["uuid"]] = _discover_card(host, card)
-        by_index = {gpu.index: gpu.pk for gpu in known.values()}
-        mig = dict(
-            MigSlice.objects.filter(gpu__host=host).exclude(uuid="").values_list("uuid", "pk")
-        )
-        deployments = set(Deployment.objects.filter(host=host).values_list("pk", flat=True))
-        return cls(by_index, {u: g.pk for u, g in known.items()}, mig, deployments)
+            if card.get("uuid") and card["uuid"] not in self.gpu_by_uuid:
+                gpu = _discover_card(host, card)
+                self.gpu_by_uuid[gpu.uuid] = gpu.pk
+                self.gpu_by_index[gpu.index] = gpu.pk
 
     def gpu_id(self, row: dict) -> int | None:
         uuid_ = row.get("card_uuid") or row.get("uuid")
@@ -171,8 +277,8 @@ def _fragmentation(row: dict) -> float | None:
     return max(0.0, 1.0 - largest / free)
 
 
-def _write_samples(payload: dict, maps: _Maps, end: dt.datetime) -> int:
-    batch_id = payload["batch_id"]
+def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_Rows") -> int:
+    batch_id = uuid.UUID(str(payload["batch_id"]))
     interval_s = max(0.0, payload["interval_end"] - payload["interval_start"])
     card_frag: dict[int, float] = {}
     process_rows = []
@@ -266,7 +372,10 @@ def _write_samples(payload: dict, maps: _Maps, end: dt.datetime) -> int:
         for row in payload.get("mig_devices", [])
         if row.get("uuid") in maps.mig_by_uuid
     ]
-    rollups.write(card_rows, process_rows, engine_rows, mig_rows)
+    tables.cards.extend(card_rows)
+    tables.processes.extend(process_rows)
+    tables.engines.extend(engine_rows)
+    tables.migs.extend(mig_rows)
     return len(card_rows) + len(process_rows) + len(engine_rows) + len(mig_rows)
 
 
@@ -319,7 +428,7 @@ def _snapshot_process(process: dict) -> dict:
     }
 
 
-def _write_events(payload: dict, host: Host, maps: _Maps) -> int:
+def _events(payload: dict, host: Host, maps: _Maps) -> list[Event]:
     events = []
     for position, row in enumerate(payload.get("events", [])):
         detail = dict(row.get("detail") or {})
@@ -345,12 +454,11 @@ def _write_events(payload: dict, host: Host, maps: _Maps) -> int:
                 position=position,
             )
         )
-    Event.objects.bulk_create(events, ignore_conflicts=True)
-    return len(events)
+    return events
 
 
-def _write_faults(payload: dict, host: Host, maps: _Maps) -> None:
-    CollectorFault.objects.bulk_create(
+def _faults(payload: dict, host: Host, maps: _Maps) -> list[CollectorFault]:
+    return [
         CollectorFault(
             host=host,
             gpu_id=maps.gpu_id(row) if row.get("card_index") is not None else None,
@@ -364,20 +472,70 @@ def _write_faults(payload: dict, host: Host, maps: _Maps) -> None:
             batch_id=payload["batch_id"],
         )
         for row in payload.get("faults", [])
+    ]
+
+
+_STATUS_FIELDS = (
+    "sampler_id",
+    "last_seq",
+    "last_sample_at",
+    "last_batch_at",
+    "batches",
+    "missing_batches",
+    "faults_last_batch",
+    "faults_total",
+    "outbox_depth",
+    "outbox_dropped",
+    "events_dropped",
+)
+
+
+def _update_statuses(payloads: list[dict], hosts: dict[str, Host]) -> None:
+    """Fold the group's batches into each host's collector status: three statements in all."""
+    host_ids = sorted({hosts[p["host"]].pk for p in payloads})
+    CollectorStatus.objects.bulk_create(
+        [CollectorStatus(host_id=pk) for pk in host_ids], ignore_conflicts=True
     )
+    # Locked in host order, so two workers never wait on each other in a cycle.
+    statuses = {
+        status.host_id: status
+        for status in CollectorStatus.objects.select_for_update()
+        .filter(host_id__in=host_ids)
+        .order_by("host_id")
+    }
+    now = dt.datetime.now(tz=dt.UTC)
+    for payload in sorted(payloads, key=lambda p: (str(p["sampler_id"]), int(p["seq"]))):
+        _apply_to_status(statuses[hosts[payload["host"]].pk], payload)
+    for status in statuses.values():
+        status.last_batch_at = now
+    # One UPDATE from arrays: bulk_update's CASE expressions cost more than the write itself.
+    columns = ", ".join(f"{name} = x.{name}" for name in _STATUS_FIELDS)
+    rows = list(statuses.values())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE inventory_collectorstatus AS s SET {columns}
+            FROM unnest(%s::bigint[], %s::uuid[], %s::bigint[], %s::timestamptz[],
+                        %s::timestamptz[], %s::bigint[], %s::bigint[], %s::int[], %s::bigint[],
+                        %s::int[], %s::bigint[], %s::bigint[])
+                 AS x(host_id, {", ".join(_STATUS_FIELDS)})
+            WHERE s.host_id = x.host_id
+            """,
+            [[status.host_id for status in rows]]
+            + [[getattr(status, name) for status in rows] for name in _STATUS_FIELDS],
+        )
 
 
-def _update_status(payload: dict, host: Host, end: dt.datetime) -> None:
-    status, _ = CollectorStatus.objects.select_for_update().get_or_create(host=host)
+def _apply_to_status(status: CollectorStatus, payload: dict) -> None:
     sampler_id = uuid.UUID(str(payload["sampler_id"]))
     seq = int(payload["seq"])
+    end = _ts(payload["interval_end"])
     if status.sampler_id == sampler_id and seq > status.last_seq + 1:
         status.missing_batches += seq - status.last_seq - 1
     if status.sampler_id != sampler_id or seq > status.last_seq:
         status.sampler_id, status.last_seq = sampler_id, seq
     if status.last_sample_at is None or end > status.last_sample_at:
         status.last_sample_at = end
-    status.last_batch_at = dt.datetime.now(tz=dt.UTC)
     status.batches += 1
     faults = sum(int(row.get("count") or 1) for row in payload.get("faults", []))
     status.faults_last_batch = faults
@@ -386,4 +544,3 @@ def _update_status(payload: dict, host: Host, end: dt.datetime) -> None:
     status.outbox_depth = int(agent.get("outbox_depth") or 0)
     status.outbox_dropped = int(agent.get("outbox_dropped") or 0)
     status.events_dropped += int(payload.get("events_dropped") or 0)
-    status.save()

@@ -2,7 +2,8 @@
 
 A series comes from raw samples, the 1-minute or the 1-hour rollup, whichever is the coarsest
 table still finer than the step and still holding the start of the window. Every point keeps
-the bucket's maximum (so a peak shows at any zoom) beside its mean.
+the bucket's maximum (so a peak shows at any zoom) beside its mean; points are labelled by the
+start of their step, counted in whole steps from the epoch.
 """
 
 import datetime as dt
@@ -28,6 +29,17 @@ MINUTE = Source("1m", 60, "inventory_card_rollup_1m", "inventory_process_rollup_
                 "inventory_engine_rollup_1m")  # fmt: skip
 HOUR = Source("1h", 3600, "inventory_card_rollup_1h", "inventory_process_rollup_1h",
               "inventory_engine_rollup_1h")  # fmt: skip
+
+
+# Points sit on whole steps since the epoch (hours on the hour), whatever the window's start.
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _window_start(start: dt.datetime, source: Source) -> dt.datetime:
+    """Rollup buckets are labelled by their start: include the one that overlaps `start`."""
+    if source is RAW:
+        return start - dt.timedelta(microseconds=1)
+    return start - dt.timedelta(seconds=source.resolution_s)
 
 
 def choose_source(start: dt.datetime, step_s: int, now: dt.datetime | None = None) -> Source:
@@ -90,10 +102,10 @@ def card_series(
         f"""
         SELECT gpu_id, date_bin(make_interval(secs => %s), {time_column}, %s) AS ts, {point}
         FROM {source.card_table}
-        WHERE gpu_id = ANY(%s) AND {time_column} >= %s AND {time_column} < %s
+        WHERE gpu_id = ANY(%s) AND {time_column} > %s AND {time_column} < %s
         GROUP BY 1, 2 ORDER BY 1, 2
         """,
-        [step_s, start, gpu_ids, start, end],
+        [step_s, EPOCH, gpu_ids, _window_start(start, source), end],
     )
 
 
@@ -108,8 +120,29 @@ def process_series(
                date_bin(make_interval(secs => %s), {time_column}, %s) AS ts,
                max(used_max) AS used_max, max(frag_index_max) AS frag_index_max
         FROM {source.process_table}
-        WHERE gpu_id = ANY(%s) AND {time_column} >= %s AND {time_column} < %s
+        WHERE gpu_id = ANY(%s) AND {time_column} > %s AND {time_column} < %s
         GROUP BY gpu_id, pid, 5 ORDER BY gpu_id, pid, 5
         """,
-        [step_s, start, gpu_ids, start, end],
+        [step_s, EPOCH, gpu_ids, _window_start(start, source), end],
     )
+
+
+def latest_process_memory(gpu_ids: list[int], within: dt.timedelta) -> dict[tuple[int, int], int]:
+    """Memory each deployment's processes hold on each card, from their newest samples."""
+    if not gpu_ids:
+        return {}
+    rows = _rows(
+        """
+        SELECT DISTINCT ON (gpu_id, pid) gpu_id, deployment_id, used_last
+        FROM inventory_process_sample
+        WHERE gpu_id = ANY(%s) AND ts > %s AND deployment_id IS NOT NULL
+          AND used_last IS NOT NULL
+        ORDER BY gpu_id, pid, ts DESC
+        """,
+        [gpu_ids, timezone.now() - within],
+    )
+    held: dict[tuple[int, int], int] = {}
+    for row in rows:
+        key = (row["gpu_id"], row["deployment_id"])
+        held[key] = held.get(key, 0) + row["used_last"]
+    return held

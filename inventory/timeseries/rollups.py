@@ -24,6 +24,15 @@ ENGINE_COLUMNS = (
 )  # fmt: skip
 MIG_COLUMNS = ("mig_slice_id", "ts", "batch_id", "total_bytes", "used_max", "used_last", "free_min")
 
+# Binary COPY: no text formatting on either side. The types follow the tables' columns.
+CARD_TYPES = ("int8", "timestamptz", "uuid", "float4", "int2", "bool", "int8", "int8", "int8",
+              "int8", "int8", "int8", "int2", "int2", "int2", "float4")  # fmt: skip
+PROCESS_TYPES = ("int8", "timestamptz", "uuid", "int4", "varchar", "text", "int8", "int8", "int8",
+                 "int8", "int2", "int8", "int8", "int8", "int8", "float4")  # fmt: skip
+ENGINE_TYPES = ("int8", "timestamptz", "uuid", "float4", "float4", "float4", "float4", "float4",
+                "float4", "int8", "float4", "float4", "float4", "float4")  # fmt: skip
+MIG_TYPES = ("int8", "timestamptz", "uuid", "int8", "int8", "int8", "int8")
+
 RESOLUTIONS = {"1m": "minute", "1h": "hour"}
 
 CARD_ROLLUP = """
@@ -87,10 +96,10 @@ ON CONFLICT (deployment_id, bucket) DO UPDATE SET
 """
 
 _STAGES = (
-    ("stage_card", "inventory_card_sample", CARD_COLUMNS, CARD_ROLLUP),
-    ("stage_process", "inventory_process_sample", PROCESS_COLUMNS, PROCESS_ROLLUP),
-    ("stage_engine", "inventory_engine_sample", ENGINE_COLUMNS, ENGINE_ROLLUP),
-    ("stage_mig", "inventory_mig_sample", MIG_COLUMNS, None),
+    ("stage_card", "inventory_card_sample", CARD_COLUMNS, CARD_TYPES, CARD_ROLLUP),
+    ("stage_process", "inventory_process_sample", PROCESS_COLUMNS, PROCESS_TYPES, PROCESS_ROLLUP),
+    ("stage_engine", "inventory_engine_sample", ENGINE_COLUMNS, ENGINE_TYPES, ENGINE_ROLLUP),
+    ("stage_mig", "inventory_mig_sample", MIG_COLUMNS, MIG_TYPES, None),
 )
 
 
@@ -98,7 +107,7 @@ def write(card_rows, process_rows, engine_rows, mig_rows) -> None:
     """Write the rows of one batch; call inside the batch's transaction."""
     with connection.cursor() as cursor:
         raw = cursor.cursor  # the psycopg cursor, for COPY
-        for (stage, target, columns, rollup), rows in zip(
+        for (stage, target, columns, types, rollup), rows in zip(
             _STAGES, (card_rows, process_rows, engine_rows, mig_rows), strict=True
         ):
             if not rows:
@@ -110,7 +119,8 @@ def write(card_rows, process_rows, engine_rows, mig_rows) -> None:
             # ON COMMIT has not fired yet.
             raw.execute(f"TRUNCATE {stage}")
             column_list = ", ".join(columns)
-            with raw.copy(f"COPY {stage} ({column_list}) FROM STDIN") as copy:
+            with raw.copy(f"COPY {stage} ({column_list}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(types)
                 for row in rows:
                     copy.write_row(row)
             raw.execute(f"INSERT INTO {target} ({column_list}) SELECT {column_list} FROM {stage}")

@@ -11,8 +11,9 @@
    replaying the recorded call sequence N times in a loop, and subtract: what is left is the
    collector's own CPU. A cross-check times N polls against the live fake and subtracts the
    time measured inside the fake's functions.
-2. Memory: the demo fleet (5 hosts) on an accelerated clock, one collector + sampler + outbox
-   per host, 1 Hz polls, engine scrapes every 30 s, 60 s batches published into a counting
+2. Memory: the host agent's own code (Agent, one HostRuntime per host: collector, process
+   mapping, sampler, outbox) collecting the demo fleet (5 hosts) on an accelerated clock, 1 Hz
+   polls, engine and allocator scrapes every 5 s, 60 s batches published into a counting
    sink. RSS and tracemalloc's traced memory are sampled every --sample-every real seconds.
 """
 
@@ -29,15 +30,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from inventory.agent.runtime import Agent
+from inventory.agent.sources import FleetSimulator
 from inventory.telemetry.collector import NvmlCollector
-from inventory.telemetry.engines import scrape_all
 from inventory.telemetry.fake_nvml import FakeHostState, FakeNvml, FakeProcess
-from inventory.telemetry.outbox import Outbox
-from inventory.telemetry.process_mapping import map_processes
-from inventory.telemetry.sampler import IntervalSampler
 from inventory.telemetry.simulator.catalogue import MIB, build_card, gpu_type
-from inventory.telemetry.simulator.clock import AcceleratedClock
-from inventory.telemetry.simulator.fleet import demo_fleet
+
+MIDNIGHT = 1_796_083_200.0  # 2026-12-01T00:00:00Z
 
 # --- 1. CPU per poll ----------------------------------------------------------------------
 
@@ -193,53 +192,43 @@ def rss_mib() -> float:
 def memory_run(
     minutes: float, speed: float, sample_every: float, trace: bool, start_hour: float
 ) -> list[tuple]:
-    fleet = demo_fleet(seed=0)
-    sim_t = start_hour * 3600.0
-    fleet.advance_to(sim_t, max_step_s=60.0)  # fast-forward to the morning ramp
-    hosts = fleet.hosts
-    collectors = {n: NvmlCollector(fleet.nvml(n), n, clock=h.now_epoch) for n, h in hosts.items()}
-    samplers = {name: IntervalSampler(name) for name in hosts}
-    outboxes = {name: Outbox(max_batches=100) for name in hosts}
+    """The host agent itself (Agent, HostRuntime, SimulatedSource) on an accelerated clock."""
+    real_start = time.monotonic()
+    base = MIDNIGHT + start_hour * 3600.0
+
+    def clock() -> float:
+        return base + (time.monotonic() - real_start) * speed
+
+    simulator = FleetSimulator(seed=0, clock=clock)
     sink = CountingSink()
+    agent = Agent(simulator.source_for, sink, outbox_max=100)
+    for name, host in simulator.fleet.hosts.items():
+        deployments = [
+            {**entry, "runtime_name": entry["deployment_id"]} for entry in host.deployment_plan()
+        ]
+        agent.apply_plan(
+            {"host": name, "collector": "simulated", "sample_interval_s": 1.0,
+             "flush_interval_s": 60.0, "deployments": deployments}
+        )  # fmt: skip
     if trace:
         tracemalloc.start()
-    clock = AcceleratedClock(speed, start=sim_t, epoch=0.0)
-    real_start = time.monotonic()
     next_sample = 0.0
     series = []
     while (elapsed := time.monotonic() - real_start) < minutes * 60:
         if elapsed >= next_sample:
             gc.collect()
             traced = tracemalloc.get_traced_memory()[0] / MIB if trace else float("nan")
-            series.append((elapsed, sim_t / 3600, rss_mib(), traced, sink.batches))
+            sim_hours = (clock() - MIDNIGHT) / 3600
+            series.append((elapsed, sim_hours, rss_mib(), traced, sink.batches))
             print(
-                f"  t={elapsed:6.0f}s sim={sim_t / 3600:6.2f}h rss={series[-1][2]:7.1f} MiB "
+                f"  t={elapsed:6.0f}s sim={sim_hours:6.2f}h rss={series[-1][2]:7.1f} MiB "
                 f"traced={traced:7.2f} MiB batches={sink.batches}",
                 flush=True,
             )
             next_sample += sample_every
-        wait = clock.real_seconds_until(sim_t + 1.0)
+        wait = agent.run_once()
         if wait > 0:
-            time.sleep(min(wait, 0.05))
-            continue
-        sim_t += 1.0
-        fleet.advance_to(sim_t, max_step_s=1.0)
-        for name, host in hosts.items():
-            poll = collectors[name].poll()
-            mapping = map_processes(poll.cards, host.deployment_plan())
-            sampler = samplers[name]
-            sampler.add_poll(poll, mapping.deployments)
-            sampler.add_events(host.drain_events())
-            if sim_t % 30 == 0:
-                readings, faults = scrape_all(
-                    fleet.scrape_targets(name), fleet.fetch, clock=host.now_epoch
-                )
-                for reading in readings:
-                    sampler.add_engine(reading)
-                sampler.add_faults(faults)
-            if sim_t % 60 == 0:
-                outboxes[name].put(sampler.flush(host.now_epoch()))
-                outboxes[name].drain(sink)
+            time.sleep(min(wait / speed, 0.05))
     if trace:
         tracemalloc.stop()
     return series
@@ -254,9 +243,12 @@ def main() -> None:
     parser.add_argument("--start-hour", type=float, default=10.0, help="simulated start (UTC h)")
     parser.add_argument("--no-tracemalloc", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
+    report: dict = {}
 
     figures = cpu_per_poll(args.polls)
+    report["cpu_per_poll"] = figures
     print("collector CPU per poll, 8 cards x 4 processes, NVML time excluded:")
     print(f"  NVML calls per steady-state poll        {figures['calls_per_poll']}")
     print(f"  poll against replay stub                {figures['poll_with_stub_ms']:.3f} ms")
@@ -269,6 +261,7 @@ def main() -> None:
         f"{figures['live_inside_fake_ms']:.3f} ms, collector {figures['live_collector_ms']:.3f} ms"
     )
     if args.skip_memory:
+        _write(args.json, report)
         return
     print(f"memory over {args.minutes:g} min at {args.speed:g}x (demo fleet, 5 hosts):")
     series = memory_run(
@@ -283,6 +276,21 @@ def main() -> None:
             f"({rss_growth:+.1f}), traced {settled[0][3]:.2f} -> {settled[-1][3]:.2f} MiB "
             f"({traced_growth:+.2f}); simulated up to {series[-1][1]:.1f} h"
         )
+    report["memory"] = {
+        "minutes": args.minutes,
+        "speed_asked": args.speed,
+        "simulated_hours": series[-1][1] - series[0][1],
+        "series": [
+            {"elapsed_s": e, "sim_hour": h, "rss_mib": r, "traced_mib": t, "batches": b}
+            for e, h, r, t, b in series
+        ],
+    }
+    _write(args.json, report)
+
+
+def _write(path: Path | None, report: dict) -> None:
+    if path:
+        path.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -104,6 +104,12 @@ MATRIX = [
         {**_readers(), "anonymous": 401},
     ),
     Row(
+        "api-placement",
+        lambda o: "/api/placement/",
+        "post",
+        {**_readers(ok=400), "anonymous": 401},
+    ),
+    Row(
         "api-schema",
         lambda o: "/api/schema/",
         "get",

@@ -10,13 +10,14 @@ import time
 
 import pytest
 from celery import Celery
-from celery.exceptions import Retry
 from django.db import OperationalError, ProgrammingError
 
+from inventory import ingest_worker
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.sources import FleetSimulator
+from inventory.agent.transport import INGEST_QUEUE, batch_publisher
+from inventory.ingest_worker import IngestWorker
 from inventory.models import CardSample
-from inventory.tasks import ingest_batch_task
 from tests.batches import GIB, batch, card_row
 from tests.factories import GpuFactory
 from tests.inventory.test_agent import MIDNIGHT, Clock, _plan, _run
@@ -63,9 +64,7 @@ def test_a_broker_outage_is_backfilled_in_order_through_a_real_broker():
     redis.start()
     app = Celery("outage", broker=f"redis://127.0.0.1:{redis.port}/0")
     app.conf.broker_connection_timeout = 1
-
-    def publish(payload):
-        app.send_task("inventory.ingest_batch", args=[payload], queue="ingest", retry=False)
+    publish = batch_publisher(app)
 
     clock = Clock(MIDNIGHT + 9 * 3600)
     simulator = FleetSimulator(seed=1, clock=clock)
@@ -80,14 +79,14 @@ def test_a_broker_outage_is_backfilled_in_order_through_a_real_broker():
         _run(runtime, clock, 10)  # batch 5: the backlog goes first
         assert len(runtime.outbox) == 0
         with app.connection_for_read() as conn:
-            queue = conn.SimpleQueue("ingest")
+            queue = conn.SimpleQueue(INGEST_QUEUE)
             seqs = []
             while True:
                 try:
                     message = queue.get(timeout=1)
                 except queue.Empty:
                     break
-                seqs.append(message.payload[0][0]["seq"])
+                seqs.append(message.payload["seq"])
                 message.ack()
             queue.close()
         assert seqs == [2, 3, 4, 5]
@@ -95,52 +94,76 @@ def test_a_broker_outage_is_backfilled_in_order_through_a_real_broker():
         redis.stop()
 
 
-@pytest.mark.django_db
+class Message:
+    def __init__(self):
+        self.acked = False
+
+    def ack(self):
+        self.acked = True
+
+
+def _worker_with(*payloads):
+    worker = IngestWorker(connection=None, max_group=10, max_wait_s=0)
+    messages = [Message() for _ in payloads]
+    worker.pending = list(zip(payloads, messages, strict=True))
+    return worker, messages
+
+
+# Transactional: the worker drops a broken connection, which a test transaction cannot survive.
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_ingest_waits_out_a_database_outage_and_then_writes(monkeypatch):
     gpu = GpuFactory()
     payload = batch(gpu.host, start=1_780_000_000, end=1_780_000_010,
                     cards=[card_row(gpu, used_max=GIB, used_last=GIB)])  # fmt: skip
-    from inventory import tasks
+    real = ingest_worker.ingest_batches
+    outage = [OperationalError("server closed the connection unexpectedly")] * 3
 
-    real = tasks.ingest_batch
-    failures = iter([OperationalError("server closed the connection unexpectedly")] * 3)
+    def flaky(payloads):
+        if outage:
+            raise outage.pop()
+        return real(payloads)
 
-    def flaky(data):
-        failure = next(failures, None)
-        if failure:
-            raise failure
-        return real(data)
-
-    monkeypatch.setattr(tasks, "ingest_batch", flaky)
-    countdowns = []
-    monkeypatch.setattr(
-        ingest_batch_task, "retry", lambda exc, countdown: countdowns.append(countdown) or Retry()
-    )
-    for _ in range(3):
-        with pytest.raises(Retry):
-            ingest_batch_task.run(payload)
-    assert countdowns == [1, 1, 1]  # first retries come quickly; _backoff grows them
-    assert not CardSample.objects.exists()
-    ingest_batch_task.run(payload)
+    monkeypatch.setattr(ingest_worker, "ingest_batches", flaky)
+    worker, (message,) = _worker_with(payload)
+    for _attempt in range(3):
+        worker._retry_at = 0  # the test does not wait out the backoff
+        worker.flush()
+        assert not message.acked, "a batch is acknowledged only once it is written"
+        assert len(worker.pending) == 1
+    worker._retry_at = 0
+    worker.flush()
+    assert message.acked
+    assert worker.pending == []
     assert CardSample.objects.get().gpu == gpu
 
 
 @pytest.mark.django_db
-def test_a_bug_is_not_retried_forever(monkeypatch):
-    from inventory import tasks
+def test_a_rejected_batch_is_dropped_and_the_rest_of_its_group_written():
+    gpu = GpuFactory()
+    good = batch(gpu.host, start=1_780_000_000, end=1_780_000_010,
+                 cards=[card_row(gpu, used_max=GIB, used_last=GIB)])  # fmt: skip
+    bad = {**good, "batch_id": "not a uuid"}
+    worker, messages = _worker_with(bad, good)
+    worker.flush()
+    assert all(message.acked for message in messages)
+    assert CardSample.objects.count() == 1
+    assert worker.written == 1
 
-    monkeypatch.setattr(
-        tasks, "ingest_batch", lambda data: (_ for _ in ()).throw(ProgrammingError("bad SQL"))
-    )
-    ingest_batch_task.push_request(retries=tasks._MAX_OTHER_DATABASE_RETRIES)
-    try:
-        with pytest.raises(ProgrammingError):
-            ingest_batch_task.run({"batch_id": "x"})
-    finally:
-        ingest_batch_task.pop_request()
+
+@pytest.mark.django_db
+def test_a_bug_is_not_retried_for_ever(monkeypatch):
+    def broken(payloads):
+        raise ProgrammingError("column does not exist")
+
+    monkeypatch.setattr(ingest_worker, "ingest_batches", broken)
+    parked = []
+    monkeypatch.setattr(IngestWorker, "_dead_letter", lambda self: parked.extend(self.pending))
+    worker, _ = _worker_with({"batch_id": "x"})
+    for _ in range(ingest_worker.MAX_OTHER_ERRORS):
+        worker._retry_at = 0
+        worker.flush()
+    assert len(parked) == 1
 
 
 def test_retries_back_off_up_to_a_minute():
-    from inventory.tasks import _backoff
-
-    assert [_backoff(n) for n in (0, 1, 2, 5, 6, 30)] == [1, 2, 4, 32, 60, 60]
+    assert [ingest_worker.backoff(n) for n in (0, 1, 2, 5, 6, 30)] == [1, 2, 4, 32, 60, 60]

@@ -40,7 +40,8 @@ def pipeline(settings, tmp_path):
                 finally:
                     channel.close()
     processes = Processes(env, tmp_path)
-    processes.celery_worker("central", "celery,ingest")
+    processes.celery_worker("central", "celery")
+    processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
     processes.agent("simulator", "host.simulator", {"AGENT_SOURCE": "simulator"})
     processes.beat(tmp_path)
     yield processes
@@ -57,7 +58,7 @@ def _spec(name):
 def _logs(processes):
     return lambda: "\n".join(
         f"--- {name} ---\n{processes.log(name)[-3000:]}"
-        for name in ("central", "simulator", "beat")
+        for name in ("central", "ingest", "simulator", "beat")
     )
 
 

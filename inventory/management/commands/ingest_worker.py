@@ -1,0 +1,24 @@
+import logging
+
+from django.core.management.base import BaseCommand
+from kombu import Connection
+
+from console.celery import app
+from inventory.ingest_worker import IngestWorker
+
+
+class Command(BaseCommand):
+    help = "Write the batches that host agents publish to the ingest queue."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--max-group", type=int, default=200)
+        parser.add_argument("--max-wait", type=float, default=0.5, help="seconds")
+
+    def handle(self, *args, max_group, max_wait, **options):
+        logging.getLogger("inventory").setLevel(logging.INFO)
+        with Connection(
+            app.conf.broker_url, transport_options=app.conf.broker_transport_options
+        ) as connection:
+            worker = IngestWorker(connection, max_group=max_group, max_wait_s=max_wait)
+            self.stdout.write(f"ingest worker: groups of up to {max_group}, {max_wait} s")
+            worker.run(safety_interval=min(1.0, max_wait))

@@ -1,0 +1,299 @@
+"""Ingest throughput: process-sample rows through the real ingest path, against the ORM.
+
+    python tests/bench/bench_ingest.py [--hosts 50] [--intervals 40] [--json OUT]
+
+Needs the database of DATABASE_URL migrated (make bench uses a separate bench database).
+
+1. Real ingest path: agent batches (8 cards, 4 processes a card, like a full inference host)
+   are JSON-encoded as they travel and handed, as decoded messages, to the ingest worker's
+   flush in groups of 200 (its default): validation, batch-id claim, COPY into staging,
+   partitioned sample tables, 1-minute and 1-hour rollups, collector status, all of it.
+   Throughput counts only process-sample rows against the whole wall time.
+2. With CELERY_BROKER_URL set (Redis or RabbitMQ), the same through the broker: publish
+   everything, then time the ingest worker draining the queue.
+3. The plain Django ORM path for the same messages: decode, build CardSample and
+   ProcessSample instances, bulk_create them in the same groups (no rollups, no status: the
+   ORM path does less work than the real one and is still the slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+
+import django
+
+django.setup()
+
+from django.db import connection, transaction  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from inventory.ingest_worker import IngestWorker  # noqa: E402
+from inventory.models import (  # noqa: E402
+    CardSample,
+    Deployment,
+    Gpu,
+    Host,
+    ProcessSample,
+    ServedModel,
+)
+from inventory.timeseries import partitions  # noqa: E402
+
+GIB = 1024**3
+CARDS, PROCESSES_PER_CARD = 8, 4
+
+
+class Message:
+    def ack(self) -> None:
+        pass
+
+
+def build_fleet(hosts: int) -> list[tuple[Host, list[Gpu], list[Deployment]]]:
+    model, _ = ServedModel.objects.get_or_create(
+        name="bench-model", defaults={"weights_bytes": 16 * GIB, "kv_bytes_per_token": 131072}
+    )
+    fleet = []
+    for h in range(hosts):
+        host, _ = Host.objects.get_or_create(name=f"bench-{h:04d}", defaults={"collector": "none"})
+        gpus = [
+            Gpu.objects.get_or_create(
+                host=host,
+                index=i,
+                defaults={
+                    "uuid": f"GPU-bench-{h:04d}-{i}",
+                    "product_name": "NVIDIA H100 80GB HBM3",
+                    "memory_total_bytes": 81559 * 1024**2,
+                },
+            )[0]
+            for i in range(CARDS)
+        ]
+        deployments = list(host.deployments.all()) or [
+            Deployment.objects.create(served_model=model, host=host, isolation_mode="gpu_group")
+            for _ in range(PROCESSES_PER_CARD)
+        ]
+        fleet.append((host, gpus, deployments))
+    return fleet
+
+
+def make_batch(host, gpus, deployments, seq: int, end: float, sampler: str) -> dict:
+    cards, processes = [], []
+    for gpu in gpus:
+        used = 60 * GIB + seq * 1024**2
+        cards.append({
+            "index": gpu.index, "uuid": gpu.uuid, "name": gpu.product_name, "lost": False,
+            "samples": 10, "total_bytes": gpu.memory_total_bytes, "used_bytes_max": used,
+            "used_bytes_last": used - GIB, "reserved_bytes_max": 479 * 1024**2,
+            "reserved_bytes_last": 479 * 1024**2, "free_bytes_min": 20 * GIB,
+            "free_bytes_max": 21 * GIB, "free_bytes_last": 21 * GIB, "util_gpu_max": 97,
+            "util_gpu_last": 80, "util_memory_max": 60, "util_memory_last": 50,
+            "mig_current": None, "mig_pending": None, "compute_mode": 0, "unsupported": [],
+        })  # fmt: skip
+        for n, deployment in enumerate(deployments):
+            processes.append({
+                "card_index": gpu.index, "card_uuid": gpu.uuid, "pid": 10_000 + n,
+                "kind": "compute", "name": "python3 -m vllm.entrypoints.openai.api_server",
+                "name_error": None, "used_bytes_max": 15 * GIB, "used_bytes_last": 14 * GIB,
+                "gpu_instance_id": None, "compute_instance_id": None, "mig_device_uuid": None,
+                "deployment_id": str(deployment.pk), "first_seen": end - 10,
+                "last_seen": end, "samples": 10,
+                "allocator": {"reserved_bytes": 14 * GIB, "allocated_bytes": 13 * GIB,
+                              "inactive_split_bytes": GIB // 4,
+                              "largest_free_block_bytes": GIB // 2},
+            })  # fmt: skip
+    return {
+        "schema": "gpu-telemetry-batch/1", "batch_id": str(uuid.uuid4()), "sampler_id": sampler,
+        "host": host.name, "seq": seq, "interval_start": end - 10, "interval_end": end,
+        "polls": 10, "driver_version": "590.48.01", "cards": cards, "mig_devices": [],
+        "processes": processes, "engines": [], "events": [], "events_dropped": 0,
+        "faults": [], "faults_dropped": 0, "agent": {"outbox_depth": 0, "outbox_dropped": 0},
+    }  # fmt: skip
+
+
+def wire_batches(fleet, intervals: int, start: float) -> list[str]:
+    """The batches as JSON text, as the broker carries them."""
+    samplers = {host.name: str(uuid.uuid4()) for host, _, _ in fleet}
+    return [
+        json.dumps(make_batch(host, gpus, deps, seq, start + 10 * seq, samplers[host.name]))
+        for seq in range(1, intervals + 1)
+        for host, gpus, deps in fleet
+    ]
+
+
+def ingest_path(wire: list[str], group: int) -> float:
+    worker = IngestWorker(connection=None, max_group=group, max_wait_s=0)
+    started = time.perf_counter()
+    for offset in range(0, len(wire), group):
+        worker.pending = [(orjson.loads(text), Message()) for text in wire[offset : offset + group]]
+        worker.flush()
+        if worker.pending:
+            raise RuntimeError("ingest failed during the benchmark")
+    return time.perf_counter() - started
+
+
+def broker_path(wire: list[str], group: int) -> float | None:
+    url = os.environ.get("CELERY_BROKER_URL")
+    if not url:
+        return None
+    from kombu import Connection
+
+    from inventory.agent.transport import INGEST_QUEUE
+
+    with Connection(url) as conn:
+        channel = conn.channel()
+        INGEST_QUEUE(channel).declare()
+        INGEST_QUEUE(channel).purge()
+        producer = conn.Producer(serializer="json")
+        for text in wire:
+            producer.publish(json.loads(text), exchange=INGEST_QUEUE.exchange,
+                             routing_key=INGEST_QUEUE.routing_key, delivery_mode=2)  # fmt: skip
+        worker = IngestWorker(conn, max_group=group, max_wait_s=0.05)
+        started = time.perf_counter()
+        for _ in worker.consume(safety_interval=0.05):
+            if worker.written >= len(wire):
+                break
+            if time.perf_counter() - started > 600:
+                raise RuntimeError("broker path did not finish in 10 minutes")
+        if worker.pending:
+            worker.flush()
+        return time.perf_counter() - started
+
+
+def orm_path(wire: list[str], fleet) -> float:
+    """The same messages written the plain Django way: decode, build models, bulk_create."""
+    gpu_ids = {gpu.uuid: gpu.pk for _, gpus, _ in fleet for gpu in gpus}
+    started = time.perf_counter()
+    with transaction.atomic():
+        for offset in range(0, len(wire), 200):
+            cards, processes = [], []
+            for text in wire[offset : offset + 200]:
+                batch = json.loads(text)
+                ts = dt.datetime.fromtimestamp(batch["interval_end"], tz=dt.UTC)
+                for card in batch["cards"]:
+                    cards.append(CardSample(
+                        gpu_id=gpu_ids[card["uuid"]], ts=ts, batch_id=batch["batch_id"],
+                        interval_s=10.0, samples=card["samples"], lost=card["lost"],
+                        total_bytes=card["total_bytes"], used_max=card["used_bytes_max"],
+                        used_last=card["used_bytes_last"],
+                        reserved_last=card["reserved_bytes_last"],
+                        free_min=card["free_bytes_min"], free_last=card["free_bytes_last"],
+                        util_gpu_max=card["util_gpu_max"], util_gpu_last=card["util_gpu_last"],
+                        util_memory_max=card["util_memory_max"],
+                    ))  # fmt: skip
+                for row in batch["processes"]:
+                    alloc = row["allocator"]
+                    processes.append(ProcessSample(
+                        gpu_id=gpu_ids[row["card_uuid"]], ts=ts, batch_id=batch["batch_id"],
+                        pid=row["pid"], kind=row["kind"], name=row["name"],
+                        deployment_id=int(row["deployment_id"]), used_max=row["used_bytes_max"],
+                        used_last=row["used_bytes_last"], samples=row["samples"],
+                        alloc_reserved_last=alloc["reserved_bytes"],
+                        alloc_allocated_last=alloc["allocated_bytes"],
+                        alloc_inactive_split_last=alloc["inactive_split_bytes"],
+                        alloc_largest_free_last=alloc["largest_free_block_bytes"],
+                    ))  # fmt: skip
+            CardSample.objects.bulk_create(cards, batch_size=1000)
+            ProcessSample.objects.bulk_create(processes, batch_size=1000)
+    return time.perf_counter() - started
+
+
+def _ingest_shard(args) -> None:
+    wire, group = args
+    connection.close()  # a fresh connection per worker process
+    ingest_path(wire, group)
+
+
+def _orm_shard(args) -> None:
+    wire, hosts = args
+    connection.close()
+    orm_path(wire, build_fleet(hosts))
+
+
+def in_parallel(function, shards: list) -> float:
+    """Wall time for `workers` processes each running `function` on its shard at once."""
+    import multiprocessing
+
+    connection.close()
+    context = multiprocessing.get_context("fork")
+    started = time.perf_counter()
+    with context.Pool(len(shards)) as pool:
+        pool.map(function, shards)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=50)
+    parser.add_argument("--intervals", type=int, default=40)
+    parser.add_argument("--group", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2, help="parallel ingest workers")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    fleet = build_fleet(args.hosts)
+    now = time.time()
+    partitions.ensure_partitions(
+        timezone.now() - timezone.timedelta(hours=3), timezone.now() + timezone.timedelta(hours=1)
+    )
+    batches = args.hosts * args.intervals
+    process_rows = batches * CARDS * PROCESSES_PER_CARD
+    print(f"{batches} batches from {args.hosts} hosts: {process_rows} process rows, "
+          f"{batches * CARDS} card rows")  # fmt: skip
+    ingest_s = ingest_path(wire_batches(fleet, args.intervals, now - 7200), args.group)
+    broker_s = broker_path(wire_batches(fleet, args.intervals, now - 5400), args.group)
+    orm_s = orm_path(wire_batches(fleet, args.intervals, now - 3600), fleet)
+    # Several workers at once, one per core, as a deployment runs them: each takes every
+    # n-th message, so each group still mixes hosts.
+    shards = args.workers
+    wire = wire_batches(fleet, args.intervals, now - 6600)
+    parallel_ingest_s = in_parallel(
+        _ingest_shard, [(wire[i::shards], args.group) for i in range(shards)]
+    )
+    wire = wire_batches(fleet, args.intervals, now - 2400)
+    parallel_orm_s = in_parallel(_orm_shard, [(wire[i::shards], args.hosts) for i in range(shards)])
+    report = {
+        "batches": batches,
+        "process_rows": process_rows,
+        "group": args.group,
+        "ingest_path_s": ingest_s,
+        "ingest_path_rows_per_s": process_rows / ingest_s,
+        "broker": os.environ.get("CELERY_BROKER_URL", "").split("@")[-1] or None,
+        "broker_path_s": broker_s,
+        "broker_path_rows_per_s": process_rows / broker_s if broker_s else None,
+        "orm_bulk_create_s": orm_s,
+        "orm_bulk_create_rows_per_s": process_rows / orm_s,
+        "postgres": connection.cursor().connection.info.server_version,
+    }
+    report["speedup_vs_orm"] = orm_s / ingest_s
+    report["workers"] = shards
+    report["parallel_ingest_rows_per_s"] = process_rows / parallel_ingest_s
+    report["parallel_orm_rows_per_s"] = process_rows / parallel_orm_s
+    report["parallel_speedup_vs_orm"] = parallel_orm_s / parallel_ingest_s
+    print(f"  real ingest path   {report['ingest_path_rows_per_s']:>10,.0f} process rows/s "
+          f"({ingest_s:.2f} s)")  # fmt: skip
+    if broker_s:
+        print(f"  through the broker {report['broker_path_rows_per_s']:>10,.0f} process rows/s "
+              f"({broker_s:.2f} s)")  # fmt: skip
+    print(f"  ORM bulk_create    {report['orm_bulk_create_rows_per_s']:>10,.0f} process rows/s "
+          f"({orm_s:.2f} s)")  # fmt: skip
+    print(f"  real path / ORM    {report['speedup_vs_orm']:.1f}x")
+    print(f"  {shards} workers at once: real path "
+          f"{report['parallel_ingest_rows_per_s']:,.0f} rows/s, ORM "
+          f"{report['parallel_orm_rows_per_s']:,.0f} rows/s "
+          f"({report['parallel_speedup_vs_orm']:.1f}x)")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""make bench: run every benchmark on a bench database and write docs/benchmarks.md.
+
+The bench database sits on the same server as the console's (DATABASE_URL, or the embedded
+one) under the name <database>_bench, created afresh each run, so figures never mix with the
+console's data and every run starts from the same empty tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+DOC = BASE_DIR / "docs" / "benchmarks.md"
+
+
+def bench_database(url: str) -> str:
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/") or "postgres"
+    bench = f"{name}_bench"
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{bench}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{bench}"')
+    return urlunsplit(parts._replace(path=f"/{bench}"))
+
+
+def run(argv: list[str], env: dict) -> None:
+    print("$", " ".join(argv), flush=True)
+    subprocess.run([sys.executable, *argv], cwd=BASE_DIR, env=env, check=True)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = ""
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        kib = int(meminfo.read_text().split()[1])
+        memory = f", {kib / 1024**2:.0f} GiB RAM"
+    return f"{os.cpu_count()} cores ({cpu}){memory}, Python {platform.python_version()}"
+
+
+def main() -> int:
+    env = {**os.environ, "DATABASE_URL": bench_database(os.environ["DATABASE_URL"])}
+    run(["manage.py", "migrate", "-v", "0"], env)
+    out = Path(tempfile.mkdtemp(prefix="bench-"))
+    run(["tests/bench/bench_ingest.py", "--json", str(out / "ingest.json")], env)
+    run(["tests/bench/bench_collector.py", "--json", str(out / "collector.json")], env)
+    run(["tests/bench/bench_placement.py", "--limit", "10", "--json",
+         str(out / "placement.json")], env)  # fmt: skip
+    figures = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
+    DOC.write_text(render(figures))
+    print(f"wrote {DOC.relative_to(BASE_DIR)}")
+    return 0
+
+
+def render(figures: dict) -> str:
+    from tests.bench.report import benchmarks_markdown
+
+    return benchmarks_markdown(figures, machine(), dt.date.today().isoformat())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

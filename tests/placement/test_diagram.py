@@ -1,0 +1,69 @@
+"""Placement diagrams: blocks to scale, stranded memory named, MIG slices on their slots."""
+
+import json
+
+import pytest
+
+from console.placement import solve
+from console.placement.diagram import build, draw
+from inventory.models import Deployment, Gpu
+from inventory.placement_state import current_placement
+from tests.factories import DeploymentFactory, GpuFactory, MigSliceFactory
+from tests.placement.support import SCENARIOS
+
+
+def test_blocks_are_to_scale_and_fill_the_card():
+    request = json.loads((SCENARIOS / "seed-3xa100-5models.json").read_text())
+    columns = build(request, solve(request))
+    first = columns[0]
+    assert sum(block.height for block in first.blocks) == pytest.approx(first.scale)
+    sizes = {block.label: block.height for block in first.blocks}
+    # 45 GiB and 30 GiB models on an 80 GiB card: heights in the same ratio as their sizes.
+    assert sizes["llama3-70b-q4"] / sizes["mistral-7b-q8"] == pytest.approx(45 / 30)
+    empty = [column for column in columns if all(b.kind == "free" for b in column.blocks)]
+    assert len(empty) == 1  # the card the packing keeps free
+
+
+def test_free_memory_beside_a_model_that_shares_with_no_one_is_stranded():
+    request = json.loads((SCENARIOS / "seed-8card-3models.json").read_text())
+    columns = build(request, solve(request))
+    kinds = {block.kind for column in columns for block in column.blocks}
+    assert "stranded" in kinds
+    assert "headroom" in kinds  # the scenario keeps 4 GiB free on every card
+
+
+def test_draw_places_columns_side_by_side():
+    request = json.loads((SCENARIOS / "seed-3xa100-5models.json").read_text())
+    drawing = draw(build(request, solve(request)))
+    assert [column.x for column in drawing.columns] == [0, 100, 200]
+    assert drawing.width == 300
+    assert [label for label, _ in drawing.models] == sorted(m["name"] for m in request["models"])
+
+
+@pytest.mark.django_db
+def test_the_inventory_draws_mig_slices_on_their_start_slots():
+    mig = MigSliceFactory(start_slot=4, size_slots=4, profile_name="3g.71gb")
+    DeploymentFactory(
+        host=mig.gpu.host,
+        isolation_mode=Deployment.Isolation.MIG,
+        mig_slice=mig,
+        served_model__name="qwen-32b",
+    )
+    columns = build(*current_placement(mig.gpu.host))
+    (column,) = columns
+    assert column.mig_slots == 8
+    slice_block = next(block for block in column.blocks if "qwen-32b" in block.label)
+    assert slice_block.top == pytest.approx(column.scale * 4 / 8)
+    assert slice_block.height == pytest.approx(column.scale * 4 / 8)
+    assert sum(1 for block in column.blocks if block.kind == "free") == 4
+
+
+@pytest.mark.django_db
+def test_the_inventory_uses_estimates_until_the_collector_has_measured():
+    gpu = GpuFactory(mig_mode=Gpu.MigMode.DISABLED)
+    DeploymentFactory(host=gpu.host, gpus=[gpu], kv_reservation_bytes=8 * 1024**3,
+                      served_model__weights_bytes=16 * 1024**3)  # fmt: skip
+    request, answer = current_placement(gpu.host)
+    (model,) = request["models"]
+    assert model["memory_mib"] == (16 + 8 + 2) * 1024  # weights + KV + workspace allowance
+    assert answer["cards"][0]["used_mib"] == model["memory_mib"]
