@@ -160,7 +160,7 @@ def run() -> int:
             quiet = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
             supervisor.start(
                 "worker",
-                [*celery, "worker", "-n", "central@%h", "-Q", "celery", "-c", "1",
+                [*celery, "worker", "-n", "central@%h", "-Q", "celery", "-c", "2",
                  "-l", "info", *quiet],
             )  # fmt: skip
             supervisor.start("ingest", [PYTHON, "manage.py", "ingest_worker"])

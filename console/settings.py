@@ -180,6 +180,7 @@ TELEMETRY_1M_RETENTION_DAYS = env_int("TELEMETRY_1M_RETENTION_DAYS", 90, minimum
 TELEMETRY_1H_RETENTION_DAYS = env_int("TELEMETRY_1H_RETENTION_DAYS", 730, minimum=1)
 AGENT_SAMPLE_INTERVAL_S = env_float("AGENT_SAMPLE_INTERVAL_S", 1.0, minimum=0.05)
 AGENT_FLUSH_INTERVAL_S = env_float("AGENT_FLUSH_INTERVAL_S", 10.0, minimum=1.0)
+AGENT_SCRAPE_INTERVAL_S = env_float("AGENT_SCRAPE_INTERVAL_S", 5.0, minimum=0.5)
 # How often beat sends each host its collection plan (deployments, engines, intervals).
 COLLECTION_PLAN_INTERVAL_S = env_float("COLLECTION_PLAN_INTERVAL_S", 30.0, minimum=1.0)
 # A host whose newest sample is older than this shows as stale.
@@ -197,3 +198,5 @@ CELERY_BEAT_SCHEDULE = {
 
 # Demo fleet: the logins `make run` creates and prints.
 DEMO_PASSWORD = env_str("DEMO_PASSWORD", "colocate-demo")
+# Days of simulated history written in the background when the demo fleet is first loaded.
+DEMO_HISTORY_DAYS = env_float("DEMO_HISTORY_DAYS", 4.0, minimum=0.0)

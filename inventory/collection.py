@@ -32,6 +32,7 @@ def collection_plan(host: Host) -> dict:
         "collector": host.collector,
         "sample_interval_s": settings.AGENT_SAMPLE_INTERVAL_S,
         "flush_interval_s": settings.AGENT_FLUSH_INTERVAL_S,
+        "scrape_interval_s": settings.AGENT_SCRAPE_INTERVAL_S,
         "issued_at": time.time(),
         "deployments": [_deployment_entry(deployment) for deployment in deployments],
     }

@@ -96,7 +96,7 @@ def _create_host(spec: HostSpec) -> Host:
             )
     sharing = _cards_shared(spec)
     for deployment_spec in spec.deployments:
-        _create_deployment(host, gpus, slices, deployment_spec, sharing)
+        create_deployment(host, gpus, slices, deployment_spec, sharing)
     return host
 
 
@@ -194,7 +194,7 @@ def _kv_basis(spec: DeploymentSpec) -> str:
     return Deployment.KvBasis.MANUAL
 
 
-def _create_deployment(host, gpus, slices, spec: DeploymentSpec, shared_cards: set[int]):
+def create_deployment(host, gpus, slices, spec: DeploymentSpec, shared_cards: set[int]):
     if spec.mig_slice is not None:
         isolation = Deployment.Isolation.MIG
     elif spec.mps_thread_percentage is not None:
@@ -211,6 +211,7 @@ def _create_deployment(host, gpus, slices, spec: DeploymentSpec, shared_cards: s
         isolation_mode=isolation,
         mps_active_thread_percentage=spec.mps_thread_percentage,
         kv_reservation_bytes=spec.kv_reservation_bytes,
+        kv_tokens_per_request=spec.workload.tokens_per_request,
         kv_reservation_basis=_kv_basis(spec),
         admission_policy=(
             Deployment.Admission.QUEUE if spec.admission == "queue" else Deployment.Admission.NONE

@@ -54,3 +54,11 @@ def maintain_partitions() -> list[str]:
     if dropped:
         log.info("dropped expired telemetry partitions: %s", ", ".join(dropped))
     return dropped
+
+
+@shared_task(name="inventory.backfill_demo_history", time_limit=1800, soft_time_limit=1790)
+def backfill_demo_history(days: float) -> dict:
+    """Simulated history for the demo fleet's hosts that have none (idempotent)."""
+    from inventory.demo_history import backfill
+
+    return backfill(days=days, now=timezone.now().timestamp())

@@ -27,8 +27,12 @@ from inventory.telemetry.sampler import IntervalSampler
 log = logging.getLogger(__name__)
 
 Publish = Callable[[dict[str, Any]], None]
-DEFAULT_PLAN = {"sample_interval_s": 1.0, "flush_interval_s": 10.0, "deployments": []}
-SCRAPE_INTERVAL_S = 5.0
+DEFAULT_PLAN = {
+    "sample_interval_s": 1.0,
+    "flush_interval_s": 10.0,
+    "scrape_interval_s": 5.0,
+    "deployments": [],
+}
 
 
 class Source(Protocol):
@@ -78,7 +82,7 @@ class HostRuntime:
         self.sampler.add_poll(poll, mapping.deployments)
         self.sampler.add_events(self.source.events())
         if now >= self._next_scrape:
-            self._next_scrape = now + SCRAPE_INTERVAL_S
+            self._next_scrape = now + float(self.plan["scrape_interval_s"])
             self._scrape(entries)
         if now >= self._next_flush:
             self._next_flush = now + float(self.plan["flush_interval_s"])

@@ -95,20 +95,22 @@ class SimulatedSource:
 class FleetSimulator:
     """The demo fleet, with simulated time pinned to the wall clock (t = 0 at UTC midnight)."""
 
-    def __init__(self, seed: int, clock) -> None:
+    def __init__(self, seed: int, clock, *, specs=None, max_step_s: float = 1.0) -> None:
         today = dt.datetime.fromtimestamp(clock(), tz=dt.UTC).replace(
             hour=0, minute=0, second=0, microsecond=0
         )
         self.epoch = today.timestamp()
         self.clock = clock
-        self.fleet = Fleet(demo_fleet_specs(), seed, epoch=self.epoch)
+        self.max_step_s = max_step_s
+        self.fleet = Fleet(specs or demo_fleet_specs(), seed, epoch=self.epoch)
 
     def advance(self, host) -> float:
         now = self.clock()
         target = now - self.epoch
         if host.t < target:
             # The first call fast-forwards from midnight in coarse steps.
-            host.advance_to(target, max_step_s=60.0 if target - host.t > 120 else 1.0)
+            step = 60.0 if target - host.t > 120 else self.max_step_s
+            host.advance_to(target, max_step_s=step)
         return host.now_epoch()
 
     def source_for(self, plan: dict) -> SimulatedSource | None:

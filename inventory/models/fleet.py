@@ -319,6 +319,11 @@ class Deployment(models.Model):
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
     )
     kv_reservation_bytes = models.PositiveBigIntegerField(default=0)
+    kv_tokens_per_request = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Context a request holds in the KV cache (prompt and output), for sizing.",
+    )
     kv_reservation_basis = models.CharField(max_length=8, choices=KvBasis, default=KvBasis.NONE)
     admission_policy = models.CharField(max_length=24, choices=Admission, default=Admission.NONE)
     status = models.CharField(max_length=10, choices=Status, default=Status.ACTIVE)

@@ -115,6 +115,12 @@ class Event(models.Model):
     snapshot = models.JSONField(
         default=dict, blank=True, help_text="The card's per-process memory at that moment."
     )
+    cause = models.CharField(
+        max_length=20,
+        blank=True,
+        help_text="OOM triage: true_peak, allocator_reserve, fragmentation or insufficient_data.",
+    )
+    cause_explanation = models.TextField(blank=True)
     batch_id = models.UUIDField()
     position = models.PositiveIntegerField(help_text="Index of the event within its batch.")
     acknowledged_by = models.ForeignKey(

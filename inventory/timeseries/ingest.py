@@ -26,6 +26,7 @@ from inventory.models import (
     Host,
     MigSlice,
 )
+from inventory.reports.oom import triage_snapshot
 from inventory.timeseries import partitions, rollups
 
 log = logging.getLogger(__name__)
@@ -402,6 +403,17 @@ def _event_snapshot(payload: dict, row: dict, detail: dict) -> dict:
     if processes is None:
         processes = _process_snapshot(payload, row.get("card_index"), row.get("card_uuid"))
     snapshot_ = {key: detail[key] for key in _SNAPSHOT_FIGURES if key in detail}
+    card = next(
+        (
+            c
+            for c in payload.get("cards", [])
+            if c.get("uuid") == row.get("card_uuid") or c.get("index") == row.get("card_index")
+        ),
+        {},
+    )
+    snapshot_["card_total_bytes"] = card.get("total_bytes")
+    snapshot_["card_reserved_bytes"] = card.get("reserved_bytes_last")
+    snapshot_.setdefault("free_bytes", card.get("free_bytes_min"))
     snapshot_["processes"] = [_snapshot_process(process) for process in processes]
     return snapshot_
 
@@ -440,6 +452,10 @@ def _events(payload: dict, host: Host, maps: _Maps) -> list[Event]:
         if kind is None:
             continue
         snapshot_ = _event_snapshot(payload, row, detail)
+        cause = explanation = ""
+        if kind == Event.Kind.OOM:
+            triage = triage_snapshot(snapshot_, detail.get("pid"))
+            cause, explanation = triage.cause.value, triage.explanation
         events.append(
             Event(
                 host=host,
@@ -450,6 +466,8 @@ def _events(payload: dict, host: Host, maps: _Maps) -> list[Event]:
                 xid=detail.get("xid"),
                 detail=detail,
                 snapshot=snapshot_,
+                cause=cause,
+                cause_explanation=explanation,
                 batch_id=payload["batch_id"],
                 position=position,
             )

@@ -1,0 +1,153 @@
+"""History for the demo fleet: days of simulated telemetry written before the console opens.
+
+The simulator runs faster than real time over the past few days, through the same host
+runtime the live agent uses (collector, sampler, process mapping), and the batches go through
+the same ingest as live ones. The 8-card host infer-01 starts the window as the field report
+found it (three models time-sharing all eight cards, KV reserved at the mean, no admission
+policy) and is switched half-way to its own card groups with P95 + 20% reservations: the
+switch is in the audit trail, so the OOM history shows OOMs before it and none after.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import replace
+
+from django.db import transaction
+
+from console import audit
+from console.models import AuditEntry
+from inventory.agent.runtime import HostRuntime
+from inventory.agent.sources import FleetSimulator
+from inventory.collection import collection_plan
+from inventory.demo import create_deployment
+from inventory.models import Deployment, Host, IngestedBatch
+from inventory.telemetry.simulator.scenarios import before_host, demo_fleet_specs
+from inventory.timeseries.ingest import ingest_batches
+
+log = logging.getLogger(__name__)
+
+SWITCHED_HOST = "infer-01"
+# Coarser than live collection: history is for trends, and the backfill must stay quick.
+SAMPLE_S, FLUSH_S, SCRAPE_S, SIM_STEP_S = 60.0, 600.0, 300.0, 30.0
+GROUP = 200
+
+
+class _Clock:
+    def __init__(self, start: float):
+        self.t = start
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def backfill(
+    *, days: float, now: float, seed: int = 0, only: set[str] | None = None
+) -> dict[str, int]:
+    """Write `days` of history for every simulated demo host (or `only` these) that has none."""
+    written: dict[str, int] = {}
+    specs = {spec.name: spec for spec in demo_fleet_specs() if only is None or spec.name in only}
+    start = now - days * 86400
+    for host in Host.objects.filter(collector=Host.Collector.SIMULATED, name__in=specs):
+        if IngestedBatch.objects.filter(host=host, interval_end__lt=_at(start + 86400)).exists():
+            continue  # it has history already
+        if host.name == SWITCHED_HOST:
+            switch = now - days * 86400 / 2
+            before = _before_deployments(host)
+            written[host.name] = _simulate(
+                host, replace(before_host(xid_per_card_day=0.02), name=host.name), start,
+                switch, seed, plan=_plan_for(host, before),
+            )  # fmt: skip
+            _record_switch(host, before, switch)
+            written[host.name] += _simulate(host, specs[host.name], switch, now, seed)
+        else:
+            written[host.name] = _simulate(host, specs[host.name], start, now, seed)
+        log.info("demo history: %s, %d batches", host.name, written[host.name])
+    return written
+
+
+def _at(epoch: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
+
+
+def _plan_for(host: Host, deployments: list[Deployment]) -> dict:
+    plan = collection_plan(host)
+    plan["deployments"] = [
+        {
+            "deployment_id": str(d.pk),
+            "runtime_name": d.runtime_name,
+            "engine": d.served_model.engine,
+            "device_uuids": [gpu.uuid for gpu in d.gpus.all()],
+        }
+        for d in deployments
+    ]
+    return plan
+
+
+def _simulate(host, spec, start: float, end: float, seed: int, plan: dict | None = None) -> int:
+    clock = _Clock(start)
+    simulator = FleetSimulator(seed, clock, specs=[spec], max_step_s=SIM_STEP_S)
+    batches: list[dict] = []
+    runtime = HostRuntime(host.name, simulator.source_for(_sim_plan(host)), batches.append)
+    runtime.apply_plan(
+        {**(plan or collection_plan(host)), "sample_interval_s": SAMPLE_S,
+         "flush_interval_s": FLUSH_S, "scrape_interval_s": SCRAPE_S}
+    )  # fmt: skip
+    total = 0
+    while clock.t < end:
+        clock.t += SAMPLE_S
+        runtime.tick()
+        if len(batches) >= GROUP:
+            total += _write(batches)
+    return total + _write(batches)
+
+
+def _sim_plan(host: Host) -> dict:
+    return {"host": host.name, "collector": Host.Collector.SIMULATED}
+
+
+def _write(batches: list[dict]) -> int:
+    count = len(batches)
+    if batches:
+        ingest_batches(batches)
+        batches.clear()
+    return count
+
+
+def _before_deployments(host: Host) -> list[Deployment]:
+    """The time-shared replicas of the field report's starting point, stopped since the switch."""
+    existing = list(host.deployments.filter(status=Deployment.Status.STOPPED))
+    if existing:
+        return existing
+    spec = before_host()
+    gpus = list(host.gpus.order_by("index"))
+    shared = {card for deployment in spec.deployments for card in deployment.cards}
+    created = [
+        create_deployment(host, gpus, {}, deployment, shared) for deployment in spec.deployments
+    ]
+    Deployment.objects.filter(pk__in=[d.pk for d in created]).update(
+        status=Deployment.Status.STOPPED
+    )
+    return list(Deployment.objects.filter(pk__in=[d.pk for d in created]))
+
+
+@transaction.atomic
+def _record_switch(host: Host, before: list[Deployment], at: float) -> None:
+    """The switch as the audit trail would have it: each model's placement before and after."""
+    moment = _at(at)
+    entries = []
+    for deployment in host.deployments.exclude(status=Deployment.Status.STOPPED):
+        replaced = [d for d in before if d.served_model_id == deployment.served_model_id]
+        entries.append(
+            audit.record(
+                actor=None,
+                action="deployment.change",
+                obj=deployment,
+                before=audit.snapshot(replaced[0]) if replaced else None,
+                after=audit.snapshot(deployment),
+                host=host,
+                comment="isolated to its own GPU group; KV reserved at P95 + 20%, excess queued",
+            ).pk
+        )
+    AuditEntry.objects.filter(pk__in=entries).update(at=moment)

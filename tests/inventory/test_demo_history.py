@@ -1,0 +1,41 @@
+"""The demo's history: the 8-card host's switch to P95 reservations ends its OOMs."""
+
+import time
+
+import pytest
+
+from console.models import AuditEntry
+from inventory.demo import ensure_demo_fleet
+from inventory.demo_history import backfill
+from inventory.models import Deployment, Event, Host, ProcessSample
+
+pytestmark = pytest.mark.django_db
+
+
+def test_ooms_before_the_switch_and_none_after():
+    ensure_demo_fleet()
+    now = time.time()
+    written = backfill(days=3, now=now, only={"infer-01"})
+    assert written["infer-01"] > 0
+    host = Host.objects.get(name="infer-01")
+    switches = AuditEntry.objects.filter(host=host, action="deployment.change")
+    assert switches.count() == 3  # one per model
+    switch = switches.first()
+    assert switch.before["isolation_mode"] == "time_slicing"
+    assert switch.before["kv_reservation_basis"] == "mean"
+    assert switch.after["isolation_mode"] == "gpu_group"
+    assert switch.after["kv_reservation_basis"] == "p95"
+    ooms = Event.objects.filter(host=host, kind=Event.Kind.OOM)
+    assert ooms.filter(at__lt=switch.at).exists()
+    assert not ooms.filter(at__gte=switch.at).exists()
+    assert all(oom.cause for oom in ooms), "every OOM is triaged at ingest"
+    # Before the switch the memory belongs to the stopped, time-shared replicas.
+    stopped = host.deployments.filter(status=Deployment.Status.STOPPED)
+    assert ProcessSample.objects.filter(deployment__in=stopped, ts__lt=switch.at).exists()
+
+
+def test_a_host_with_history_is_left_alone():
+    ensure_demo_fleet()
+    now = time.time()
+    backfill(days=0.5, now=now, only={"a100-node"})
+    assert backfill(days=0.5, now=now, only={"a100-node"}) == {}
