@@ -3,6 +3,8 @@ from console.roles import roles_of
 NAVIGATION = (
     ("fleet", "Fleet", "/"),
     ("models", "Models", "/models/"),
+    ("oom", "OOM history", "/oom/"),
+    ("proposals", "Proposals", "/proposals/"),
     ("runbooks", "Runbooks", "/runbooks/"),
     ("audit", "Audit trail", "/audit/"),
 )

@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "console",
     "inventory",
     "runbooks",
+    "console.proposals",
 ]
 
 MIDDLEWARE = [
@@ -92,6 +93,9 @@ DATABASES = {
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
     )
 }
+# Two test runs on one server need two test databases (default: test_<name>).
+if env_str("TEST_DATABASE_NAME"):
+    DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -186,8 +190,27 @@ COLLECTION_PLAN_INTERVAL_S = env_float("COLLECTION_PLAN_INTERVAL_S", 30.0, minim
 # A host whose newest sample is older than this shows as stale.
 COLLECTOR_STALE_AFTER_S = env_float("COLLECTOR_STALE_AFTER_S", 120.0, minimum=1.0)
 
+# Red/amber/green: fragmentation index (1 - largest free block / free bytes in the allocator's
+# pool) and card memory use (fraction of total). A card green by use but red by fragmentation
+# shows red. KV reservations are sized at P95 concurrency x (1 + KV_BUFFER).
+FRAGMENTATION_AMBER = env_float("FRAGMENTATION_AMBER", 0.3, minimum=0.0)
+FRAGMENTATION_RED = env_float("FRAGMENTATION_RED", 0.5, minimum=0.0)
+USAGE_AMBER = env_float("USAGE_AMBER", 0.80, minimum=0.0)
+USAGE_RED = env_float("USAGE_RED", 0.90, minimum=0.0)
+KV_BUFFER = env_float("KV_BUFFER", 0.20, minimum=0.0)
+
 # The longest solve one API call may ask for; longer ones belong to the command line.
 PLACEMENT_API_MAX_TIME_S = env_float("PLACEMENT_API_MAX_TIME_S", 30.0, minimum=0.1)
+
+# Placement proposals. The memory gate keeps GATE_HEADROOM_BYTES free on every card beyond
+# the co-tenants' P95 and the fragmentation peak. Approvers and authors hear of proposals by
+# e-mail and, when PROPOSAL_WEBHOOK_URL is set, by a JSON POST; a failed delivery is retried
+# PROPOSAL_NOTIFY_RETRIES times with growing waits. Links in them start with CONSOLE_BASE_URL.
+GATE_HEADROOM_BYTES = env_int("GATE_HEADROOM_BYTES", 4 * 1024**3, minimum=0)
+PROPOSAL_WEBHOOK_URL = env_str("PROPOSAL_WEBHOOK_URL")
+PROPOSAL_WEBHOOK_TIMEOUT_S = env_float("PROPOSAL_WEBHOOK_TIMEOUT_S", 5.0, minimum=0.1)
+PROPOSAL_NOTIFY_RETRIES = env_int("PROPOSAL_NOTIFY_RETRIES", 6, minimum=0)
+CONSOLE_BASE_URL = env_str("CONSOLE_BASE_URL", "http://127.0.0.1:8000")
 
 CELERY_BEAT_SCHEDULE = {
     "maintain-telemetry-partitions": {

@@ -2,21 +2,29 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console import api, health
-from console.views import audit, events, fleet, hosts, models
+from console import api, health, metrics
+from console.proposals import urls as proposal_urls
+from console.views import audit, events, fleet, hosts, models, oom
 
 urlpatterns = [
     path("", fleet.fleet, name="fleet"),
     path("hosts/<str:name>/", hosts.host_detail, name="host-detail"),
+    path("hosts/<str:name>/charts/", hosts.host_charts, name="host-charts"),
+    path("hosts/<str:name>/analysis/", hosts.host_analysis, name="host-analysis"),
     path("events/<int:pk>/acknowledge/", events.acknowledge_event, name="event-acknowledge"),
     path("models/", models.model_list, name="model-list"),
     path("models/<int:pk>/", models.model_detail, name="model-detail"),
+    path("oom/", oom.oom_history_page, name="oom-history"),
+    path("oom/export.csv", oom.oom_export, name="oom-export"),
     path("audit/", audit.audit_list, name="audit-list"),
     path("runbooks/", include("runbooks.urls")),
+    path("proposals/", include("console.proposals.urls")),
+    path("api/proposals/", include(proposal_urls.api_urlpatterns)),
     path("api/placement/", api.Placement.as_view(), name="api-placement"),
     path("api/", include("inventory.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("metrics", metrics.Metrics.as_view(), name="metrics"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),

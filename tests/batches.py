@@ -75,3 +75,57 @@ def batch(host, *, start, end, cards=(), processes=(), events=(), faults=(), seq
         "faults": list(faults),
         "faults_dropped": 0,
     }
+
+
+def engine_row(deployment, *, running, p99_s, kv_usage=0.5):
+    return {
+        "deployment_id": str(deployment.pk),
+        "engine": "vllm",
+        "kv_cache_usage_max": kv_usage,
+        "kv_cache_usage_last": kv_usage,
+        "requests_running_max": running,
+        "requests_running_last": running,
+        "requests_waiting_max": 0,
+        "requests_waiting_last": 0,
+        "vram_bytes_max": None,
+        "vram_bytes_last": None,
+        "latency": {
+            "e2e": {"count": 100.0, "p50_s": p99_s / 3, "p95_s": p99_s / 1.5, "p99_s": p99_s}
+        },
+        "last_scrape": 0.0,
+        "samples": 10,
+    }
+
+
+def write_history(host, tenants, *, start, minutes, demand, running=None, p99=None,
+                  alloc_free=2 * GIB, largest_block=GIB):  # fmt: skip
+    """Ingest one batch a minute for `minutes`: each (gpu, deployment) tenant holds
+    demand(minute, tenant_index) bytes; its engine runs running(minute, tenant_index)
+    requests at p99(minute, tenant_index) seconds."""
+    from inventory.timeseries.ingest import ingest_batches
+
+    sampler = str(uuid.uuid4())
+    batches = []
+    gpus = sorted({gpu.pk: gpu for gpu, _ in tenants}.values(), key=lambda g: g.index)
+    for minute in range(minutes):
+        end = start + 60 * (minute + 1)
+        processes, engines, used = [], {}, {gpu.pk: 0 for gpu in gpus}
+        for index, (gpu, deployment) in enumerate(tenants):
+            held = demand(minute, index)
+            used[gpu.pk] += held + alloc_free
+            alloc = {"reserved_bytes": held + alloc_free, "allocated_bytes": held,
+                     "inactive_split_bytes": alloc_free - largest_block,
+                     "largest_free_block_bytes": largest_block}  # fmt: skip
+            processes.append(process_row(gpu, 1000 + index, used_max=held + alloc_free,
+                                         used_last=held + alloc_free, deployment=deployment,
+                                         alloc=alloc))  # fmt: skip
+            if running is not None:
+                engines[deployment.pk] = engine_row(
+                    deployment, running=running(minute, index), p99_s=p99(minute, index)
+                )
+        cards = [card_row(gpu, used_max=used[gpu.pk], used_last=used[gpu.pk]) for gpu in gpus]
+        batches.append(batch(host, start=end - 60, end=end, cards=cards, processes=processes,
+                             engines=list(engines.values()), seq=minute + 1,
+                             sampler_id=sampler))  # fmt: skip
+    for offset in range(0, len(batches), 200):
+        ingest_batches(batches[offset : offset + 200])

@@ -47,3 +47,17 @@ def model_color(label: str) -> str:
 @register.filter
 def mib(value) -> str:
     return bytes_iec((value or 0) * 1024 * 1024)
+
+
+@register.filter
+def get_item(mapping, key):
+    return mapping.get(key) if mapping else None
+
+
+@register.filter
+def percent(fraction) -> str:
+    """0.004 -> '0.4%': small shares must not read as zero."""
+    if fraction is None:
+        return "—"
+    value = 100 * float(fraction)
+    return f"{value:.1f}%" if value < 10 else f"{value:.0f}%"

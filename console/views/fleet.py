@@ -1,42 +1,34 @@
 from django.contrib.auth.decorators import permission_required
-from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
+from django.db.models import Q
 from django.shortcuts import render
 
-from inventory.models import Deployment, Gpu, Host
-
-
-def _per_host(queryset, aggregate):
-    """A correlated subquery, so that aggregates over cards and deployments do not multiply."""
-    return Subquery(
-        queryset.filter(host=OuterRef("pk"))
-        .order_by()
-        .values("host")
-        .annotate(value=aggregate)
-        .values("value"),
-        output_field=IntegerField(),
-    )
+from inventory.models import Host
+from inventory.reports.fleet import SORTS, fleet_rows, sorted_rows
 
 
 @permission_required("inventory.view_host", raise_exception=True)
 def fleet(request):
-    hosts = (
-        Host.objects.visible_to(request.user)
-        .prefetch_related("gpus")
-        .annotate(
-            card_count=_per_host(Gpu.objects, Count("pk")),
-            deployment_count=_per_host(
-                Deployment.objects.exclude(status=Deployment.Status.STOPPED), Count("pk")
-            ),
-        )
-    )
+    hosts = Host.objects.visible_to(request.user).select_related("collector_status")
     status = request.GET.get("status", "")
     if status in Host.Status.values:
         hosts = hosts.filter(status=status)
     query = request.GET.get("q", "").strip()
     if query:
         hosts = hosts.filter(Q(name__icontains=query) | Q(address__icontains=query))
-    return render(
-        request,
-        "console/fleet.html",
-        {"hosts": hosts, "statuses": Host.Status.choices, "status": status, "q": query},
-    )
+    rows = fleet_rows(list(hosts))
+    problems = request.GET.get("problems") == "1"
+    if problems:
+        rows = [row for row in rows if row.problems]
+    sort = request.GET.get("sort", "name")
+    context = {
+        "rows": sorted_rows(rows, sort),
+        "sort": sort if sort in SORTS else "name",
+        "sorts": list(SORTS),
+        "statuses": Host.Status.choices,
+        "status": status,
+        "q": query,
+        "problems": problems,
+    }
+    # The board refreshes itself by fetching just its rows.
+    template = "console/fleet_rows.html" if request.GET.get("partial") else "console/fleet.html"
+    return render(request, template, context)

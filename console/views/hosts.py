@@ -1,4 +1,5 @@
 from django.db.models import Prefetch
+from django.http import JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
@@ -16,6 +17,11 @@ from inventory.models import (
     MigSlice,
 )
 from inventory.placement_state import current_placement
+from inventory.reports import analysis
+from inventory.reports.ledger import card_views
+from inventory.reports.ledger_json import ledger_json
+from inventory.reports.series import WINDOWS
+from inventory.reports.series import host_charts as host_charts_data
 from runbooks.models import RunbookNote
 
 
@@ -29,6 +35,8 @@ def host_detail(request, name: str):
         .prefetch_related("gpus")
         .order_by("served_model__priority", "served_model__name")
     )
+    stopped = [d for d in deployments if d.status == Deployment.Status.STOPPED]
+    deployments = [d for d in deployments if d.status != Deployment.Status.STOPPED]
     isolation_modes = host.isolation_modes()
     if any(gpu.mig_mode == Gpu.MigMode.ENABLED for gpu in gpus):
         isolation_modes.add(Deployment.Isolation.MIG)
@@ -41,6 +49,8 @@ def host_detail(request, name: str):
         .select_related("gpu", "deployment__served_model", "acknowledged_by")[:20]
     )
     faults = CollectorFault.objects.visible_to(request.user).filter(host=host)[:10]
+    ledgers = card_views(host)
+    ooms = analysis.oom_timeline(host)
     return render(
         request,
         "console/host_detail.html",
@@ -48,6 +58,7 @@ def host_detail(request, name: str):
             "host": host,
             "gpus": gpus,
             "deployments": deployments,
+            "stopped": stopped,
             "notes": notes,
             "changes": changes,
             "isolation_modes": sorted(isolation_modes),
@@ -56,5 +67,43 @@ def host_detail(request, name: str):
             "faults": faults,
             "can_acknowledge": request.user.has_perm("inventory.acknowledge_event"),
             "placement": diagram.draw(diagram.build(*current_placement(host))),
+            "ledger_data": ledger_json(ledgers),
+            "card_status": {view.gpu.pk: view.status for view in ledgers},
+            "mps_groups": analysis.mps_groups(host),
+            "ooms": ooms,
+            "oom_points": [
+                {
+                    "at": event.at.isoformat(),
+                    "card": event.gpu.index if event.gpu else None,
+                    "cause": event.cause,
+                    "text": event.cause_explanation,
+                }
+                for event in ooms
+            ],
+            "windows": list(WINDOWS),
+        },
+    )
+
+
+def host_charts(request, name: str):
+    """Heatmaps and per-deployment memory lines for one window, as JSON for the page."""
+    host = get_visible_or_404(request.user, Host.objects, name=name)
+    window = request.GET.get("window", "24h")
+    if window not in WINDOWS:
+        return JsonResponse({"window": f"one of {', '.join(WINDOWS)}, got {window!r}"}, status=400)
+    return JsonResponse(host_charts_data(host, window))
+
+
+def host_analysis(request, name: str):
+    """KV advice, co-peaks and interference: slower to compute, loaded after the page."""
+    host = get_visible_or_404(request.user, Host.objects, name=name)
+    return render(
+        request,
+        "console/host_analysis.html",
+        {
+            "host": host,
+            "kv_rows": analysis.kv_advice(host),
+            "copeaks": analysis.copeaks(host),
+            "interference": analysis.interference(host),
         },
     )

@@ -93,3 +93,30 @@ class SamplesSerializer(serializers.Serializer):
     source = serializers.ChoiceField(choices=["raw", "1m", "1h"])
     cards = CardSeriesSerializer(many=True)
     processes = ProcessSeriesSerializer(many=True)
+
+
+class LedgerQuerySerializer(serializers.Serializer):
+    at = serializers.DateTimeField(
+        required=False, help_text="ISO 8601; default: now. The newest samples at or before it."
+    )
+
+
+class LedgerLineSerializer(serializers.Serializer):
+    kind = serializers.CharField(help_text="model_weights, kv_cache_used, fragmentation, free...")
+    bytes = serializers.IntegerField()
+    basis = serializers.ChoiceField(choices=["measured", "estimated"])
+    source = serializers.CharField()
+    deployment = serializers.CharField(allow_null=True)
+    pid = serializers.IntegerField(allow_null=True)
+
+
+class CardLedgerSerializer(serializers.Serializer):
+    card = serializers.CharField()
+    index = serializers.IntegerField()
+    uuid = serializers.CharField()
+    sampled_at = serializers.DateTimeField(allow_null=True, help_text="null: no telemetry")
+    total_bytes = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["green", "amber", "red"])
+    status_reason = serializers.CharField()
+    lines = LedgerLineSerializer(many=True, help_text="They sum to total_bytes exactly.")
+    notes = serializers.ListField(child=serializers.CharField())

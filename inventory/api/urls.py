@@ -9,6 +9,7 @@ from inventory.api import views
 urlpatterns = [
     path("hosts/", views.HostList.as_view(), name="api-hosts"),
     path("hosts/<str:name>/samples/", views.HostSamples.as_view(), name="api-host-samples"),
+    path("hosts/<str:name>/ledger/", views.HostLedger.as_view(), name="api-host-ledger"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path(
         "docs/",

@@ -13,11 +13,15 @@ from rest_framework.views import APIView
 from console.access import get_visible_or_404
 from inventory.api.permissions import CanView
 from inventory.api.serializers import (
+    CardLedgerSerializer,
     HostSummarySerializer,
+    LedgerQuerySerializer,
     SamplesQuerySerializer,
     SamplesSerializer,
 )
 from inventory.models import CollectorStatus, Gpu, Host
+from inventory.reports.ledger import card_views
+from inventory.reports.ledger_json import ledger_json
 from inventory.timeseries import queries
 
 MAX_POINTS = 5000
@@ -162,3 +166,22 @@ class HostSamples(APIView):
 
 def _without(row: dict, key: str) -> dict:
     return {k: v for k, v in row.items() if k != key}
+
+
+class HostLedger(APIView):
+    model = Host
+    permission_classes = [CanView]
+
+    @extend_schema(
+        parameters=[LedgerQuerySerializer],
+        responses=CardLedgerSerializer(many=True),
+        summary="Each card's memory ledger, now or at a past moment",
+    )
+    def get(self, request, name: str):
+        host = get_visible_or_404(request.user, Host.objects, name=name)
+        query = LedgerQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        at = query.validated_data.get("at")
+        if at and at > timezone.now():
+            raise ValidationError({"at": "is in the future"})
+        return Response(CardLedgerSerializer(ledger_json(card_views(host, at)), many=True).data)

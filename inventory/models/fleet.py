@@ -192,7 +192,10 @@ class ServedModel(models.Model):
     )
     num_layers = models.PositiveSmallIntegerField(null=True, blank=True)
     num_kv_heads = models.PositiveSmallIntegerField(
-        null=True, blank=True, help_text="KV heads held on one card (after tensor parallelism)."
+        null=True,
+        blank=True,
+        help_text="The model's KV heads (all of them: a tensor-parallel deployment splits the "
+        "KV cache of each token across its cards).",
     )
     head_dim = models.PositiveSmallIntegerField(null=True, blank=True)
     kv_dtype = models.CharField(max_length=10, blank=True, choices=KV_DTYPES)

@@ -83,6 +83,32 @@ def collector_section(figures: dict) -> str:
     return "\n".join(lines)
 
 
+def pages_section(figures: dict) -> str:
+    targets = {"fleet board /": 300, "host page /hosts/<name>/": 150}
+    lines = [
+        "## Page server times with a big fleet (issue 4)",
+        "",
+        f"`python tests/bench/bench_pages.py` — {figures['hosts']:,} hosts x 8 cards "
+        f"({figures['cards']:,} cards) with 30 days of history in the rollups; median of "
+        "repeated requests through Django's test client as a logged-in manager.",
+        "",
+        "| page | median ms | target | size |",
+        "|---|---|---|---|",
+    ]
+    for label, figure in figures.items():
+        if not isinstance(figure, dict) or "median_ms" not in figure:
+            continue
+        target = targets.get(label)
+        verdict = f"at most {target} ms: {_ok(figure['median_ms'] <= target)}" if target else ""
+        lines.append(
+            f"| {label} | {figure['median_ms']:.1f} | {verdict} | {figure['bytes']:,} bytes |"
+        )
+    heatmap = figures["host charts 30d (JSON)"]["bytes"]
+    lines += ["", f"- 30-day heatmap payload: {heatmap:,} bytes (target at most 500 KB: "
+              f"{_ok(heatmap <= 500_000)})."]  # fmt: skip
+    return "\n".join(lines)
+
+
 def placement_section(figures: dict) -> str:
     lines = [
         "## Placement (issue 5)",
@@ -97,7 +123,7 @@ def placement_section(figures: dict) -> str:
 
 
 SECTIONS = {"ingest": ingest_section, "collector": collector_section,
-            "placement": placement_section}  # fmt: skip
+            "pages": pages_section, "placement": placement_section}  # fmt: skip
 
 
 def benchmarks_markdown(figures: dict, machine: str, day: str) -> str:

@@ -61,6 +61,7 @@ def main() -> int:
     out = Path(tempfile.mkdtemp(prefix="bench-"))
     run(["tests/bench/bench_ingest.py", "--json", str(out / "ingest.json")], env)
     run(["tests/bench/bench_collector.py", "--json", str(out / "collector.json")], env)
+    run(["tests/bench/bench_pages.py", "--json", str(out / "pages.json")], env)
     run(["tests/bench/bench_placement.py", "--limit", "10", "--json",
          str(out / "placement.json")], env)  # fmt: skip
     figures = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}

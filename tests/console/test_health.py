@@ -49,7 +49,7 @@ def test_readyz_is_503_with_the_reason_when_the_broker_is_down(client, monkeypat
 
     settings.READYZ_BROKER_TIMEOUT_S = 0.5
     # A port nothing listens on: the check must fail fast and say why.
-    unreachable = Celery("unreachable", broker="redis://127.0.0.1:1/0")
+    unreachable = Celery("unreachable", broker="redis://127.0.0.1:1/0", set_as_current=False)
     monkeypatch.setattr("console.health.celery_app", unreachable)
     response = client.get("/readyz")
     assert response.status_code == 503

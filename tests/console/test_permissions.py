@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from inventory.models import Event, Host
 from tests.factories import DeploymentFactory, GpuFactory
+from tests.proposals import support as proposal_support
 
 PERSONAS = ("anonymous", "outsider", "oncall", "approver", "manager")
 LOGIN = "login"  # shorthand: redirected to the login page
@@ -55,11 +56,131 @@ def _note_form(objs):
     }
 
 
+def _author_only(ok):
+    """Proposals: the on-call author may; an approver who did not write it may not."""
+    return {**_editors(ok, outsider=404), "approver": 403}
+
+
+def _appliers(ok):
+    return _editors(ok, outsider=404)
+
+
+PROPOSAL_ROWS = [
+    Row("proposal-list", lambda o: "/proposals/", "get", _readers()),
+    Row(
+        "proposal-inbox",
+        lambda o: "/proposals/inbox/",
+        "get",
+        {**_editors(403), "approver": 200},
+    ),
+    Row("proposal-create", lambda o: "/proposals/new/", "get", _editors(200)),
+    Row(
+        "proposal-create",
+        lambda o: "/proposals/new/",
+        "post",
+        _editors(302),
+        lambda o: proposal_support.form_data(o["host"], o["model"]),
+    ),
+    Row(
+        "proposal-detail",
+        lambda o: f"/proposals/{o['ready'].pk}/",
+        "get",
+        _readers(outsider=404),
+    ),
+    Row(
+        "proposal-edit",
+        lambda o: f"/proposals/{o['draft'].pk}/edit/",
+        "get",
+        _author_only(200),
+    ),
+    Row(
+        "proposal-edit",
+        lambda o: f"/proposals/{o['draft'].pk}/edit/",
+        "post",
+        _author_only(302),
+        lambda o: proposal_support.form_data(o["draft"]),
+    ),
+    Row(
+        "proposal-submit",
+        lambda o: f"/proposals/{o['draft'].pk}/submit/",
+        "post",
+        _author_only(302),
+    ),
+    Row(
+        "proposal-decide",
+        lambda o: f"/proposals/{o['ready'].pk}/decide/",
+        "post",
+        {**_appliers(403), "approver": 302},
+        lambda o: {"decision": "approve"},
+    ),
+    Row(
+        "proposal-load-test",
+        lambda o: f"/proposals/{o['draft'].pk}/load-tests/",
+        "post",
+        _author_only(302),
+        lambda o: proposal_support.load_test_upload(),
+    ),
+    Row(
+        "proposal-apply",
+        lambda o: f"/proposals/{o['approved'].pk}/apply/",
+        "post",
+        _appliers(302),
+    ),
+    Row(
+        "proposal-verify",
+        lambda o: f"/proposals/{o['applied'].pk}/verify/",
+        "post",
+        _appliers(302),
+    ),
+    Row(
+        "proposal-roll-back",
+        lambda o: f"/proposals/{o['applied'].pk}/roll-back/",
+        "post",
+        _appliers(302),
+        lambda o: {"roll_back-comment": "matrix"},
+    ),
+    Row("api-proposals", lambda o: "/api/proposals/", "get", {**_readers(), "anonymous": 401}),
+    Row(
+        "api-proposals",
+        lambda o: "/api/proposals/",
+        "post",
+        {**_editors(201), "anonymous": 401},
+        lambda o: proposal_support.api_body(o["host"], o["model"]),
+    ),
+    Row(
+        "api-proposal-detail",
+        lambda o: f"/api/proposals/{o['ready'].pk}/",
+        "get",
+        {**_readers(), "anonymous": 401},
+    ),
+]
+
 MATRIX = [
     Row("fleet", lambda o: "/", "get", _readers()),
     Row("host-detail", lambda o: f"/hosts/{o['host'].name}/", "get", _readers(outsider=404)),
+    Row(
+        "host-charts",
+        lambda o: f"/hosts/{o['host'].name}/charts/?window=7d",
+        "get",
+        _readers(outsider=404),
+    ),
+    Row(
+        "host-analysis",
+        lambda o: f"/hosts/{o['host'].name}/analysis/",
+        "get",
+        _readers(outsider=404),
+    ),
+    Row(
+        "api-host-ledger",
+        lambda o: f"/api/hosts/{o['host'].name}/ledger/",
+        "get",
+        {**_readers(), "anonymous": 401},
+    ),
+    Row("metrics", lambda o: "/metrics", "get", {**_readers(), "anonymous": 401}),
     Row("model-list", lambda o: "/models/", "get", _readers()),
     Row("model-detail", lambda o: f"/models/{o['model'].pk}/", "get", _readers(outsider=404)),
+    Row("oom-history", lambda o: "/oom/", "get", _readers()),
+    Row("oom-export", lambda o: "/oom/export.csv", "get", _readers()),
     Row("audit-list", lambda o: "/audit/", "get", _readers()),
     Row("runbook-list", lambda o: "/runbooks/", "get", _readers()),
     Row("runbook-create", lambda o: "/runbooks/new/", "get", _editors(200)),
@@ -120,6 +241,7 @@ MATRIX = [
     Row("readyz", lambda o: "/readyz", "get", _everyone(200)),
     Row("login", lambda o: "/accounts/login/", "get", _everyone(200)),
     Row("logout", lambda o: "/accounts/logout/", "post", _everyone(302)),
+    *PROPOSAL_ROWS,
 ]
 
 
@@ -146,7 +268,13 @@ def objects(personas):
         batch_id="00000000-0000-4000-8000-000000000001",
         position=0,
     )
-    return {"host": gpu.host, "model": deployment.served_model, "note": note, "event": event}
+    return {
+        "host": gpu.host,
+        "model": deployment.served_model,
+        "note": note,
+        "event": event,
+        **proposal_support.matrix_objects(personas, gpu.host),
+    }
 
 
 @pytest.mark.django_db

@@ -5,13 +5,11 @@ write into the test database; the test reads what landed.
 """
 
 import pytest
-from django.db import connection
 
 from console.celery import app
 from inventory.demo import _create_host
 from inventory.models import CardSample, CollectorStatus, Host, ProcessSample
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
-from inventory.timeseries.partitions import TABLES
 from tests.processes import Processes, database_url_for_processes, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -46,9 +44,6 @@ def pipeline(settings, tmp_path):
     processes.beat(tmp_path)
     yield processes
     processes.stop()
-    with connection.cursor() as cursor:
-        for table in TABLES:
-            cursor.execute(f"TRUNCATE {table.name}")
 
 
 def _spec(name):

@@ -19,6 +19,9 @@ _MIB = 1024 * 1024
 _SPLIT_BYTES_PER_BUSY_HOUR = 96 * _MIB
 _SPLIT_CAP_FRACTION = 0.04  # of static + spill reservation
 _LARGEST_BLOCK_HALF_LIFE_H = 6.0  # the largest cached free block halves every 6 h of uptime
+# Churn splits the free blocks ever finer: after this many hours of full activity the largest
+# free block is half of what it was. A fresh (reloaded) process starts unfragmented.
+_SPLIT_BLOCK_HALF_LIFE_BUSY_H = 24.0
 _SMALL_BLOCK = 20 * _MIB  # large-pool segment granularity: a split leaves at most this whole
 # Engines empty the cache now and then (TGI after batches, vLLM on sleep/idle): cached spill
 # goes back to the driver with this time constant, not at once.
@@ -32,6 +35,7 @@ class CachingAllocator:
     spill_reserved_bytes: int = 0
     inactive_split_bytes: float = 0.0
     uptime_s: float = 0.0
+    busy_s: float = 0.0
     peak_allocated_bytes: int = 0
     peak_reserved_bytes: int = 0
     num_ooms: int = 0
@@ -64,6 +68,7 @@ class CachingAllocator:
         Split blocks come out of new segments, so they only grow while the card has room.
         """
         self.uptime_s += dt
+        self.busy_s += activity * dt
         cap = _SPLIT_CAP_FRACTION * (self.static_bytes + self.spill_reserved_bytes)
         if self.inactive_split_bytes < cap and headroom_bytes > 0:
             growth = _SPLIT_BYTES_PER_BUSY_HOUR * activity * dt / 3600.0
@@ -79,7 +84,10 @@ class CachingAllocator:
     def largest_free_block_bytes(self) -> int:
         cached_spill = self.spill_reserved_bytes - self.spill_bytes
         decay = 0.5 ** (self.uptime_s / 3600.0 / _LARGEST_BLOCK_HALF_LIFE_H)
-        return int(max(cached_spill * decay, min(self.inactive_split_bytes, _SMALL_BLOCK)))
+        split_quality = 0.5 ** (self.busy_s / 3600.0 / _SPLIT_BLOCK_HALF_LIFE_BUSY_H)
+        split_block = max(self.inactive_split_bytes * split_quality,
+                          min(self.inactive_split_bytes, _SMALL_BLOCK))  # fmt: skip
+        return int(max(cached_spill * decay, split_block))
 
     def memory_stats(self) -> dict[str, int]:
         """A subset of torch.cuda.memory_stats(), same keys."""

@@ -1,0 +1,60 @@
+from django.contrib import admin
+
+from console.proposals.models import Decision, GateResult, LoadTest, Notification, Proposal
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class GateResultInline(ReadOnlyInline):
+    model = GateResult
+    fields = ["revision", "gate", "status", "summary", "checked_at"]
+
+
+class DecisionInline(ReadOnlyInline):
+    model = Decision
+    fields = ["revision", "kind", "decided_by", "decided_at", "comment", "voided_at"]
+
+
+class NotificationInline(ReadOnlyInline):
+    model = Notification
+    fields = ["event", "channel", "status", "attempts", "last_error", "sent_at"]
+
+
+@admin.register(Proposal)
+class ProposalAdmin(admin.ModelAdmin):
+    """Read-only: a proposal changes through the console, so every change is gated and audited."""
+
+    list_display = ["__str__", "state", "revision", "author", "updated_at"]
+    list_filter = ["state", "action", "host"]
+    search_fields = ["served_model__name", "host__name", "rationale"]
+    list_select_related = ["served_model", "host", "author"]
+    inlines = [GateResultInline, DecisionInline, NotificationInline]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(LoadTest)
+class LoadTestAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "source_format", "uploaded_by", "uploaded_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -1,0 +1,216 @@
+"""The proposals API: create a proposal, read its status and gates (token or session auth)."""
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import BasePermission
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.access import get_visible_or_404, permission_name
+from console.proposals import services
+from console.proposals.models import Proposal
+from inventory.api.permissions import CanView
+from inventory.models import Deployment, Host, MigSlice, ServedModel
+
+
+class CanPropose(BasePermission):
+    """Creating a proposal needs the role's add permission (on-call and approvers)."""
+
+    message = "Your role may not propose placement changes."
+
+    def has_permission(self, request, view) -> bool:
+        if request.method != "POST":
+            return True
+        return request.user.has_perm(permission_name(Proposal, "add"))
+
+
+class ProposalCreateSerializer(serializers.Serializer):
+    action = serializers.ChoiceField(Proposal.Action.choices, default=Proposal.Action.ADD)
+    served_model = serializers.SlugRelatedField(
+        slug_field="name", queryset=ServedModel.objects.all(), required=False
+    )
+    host = serializers.SlugRelatedField(
+        slug_field="name", queryset=Host.objects.all(), required=False
+    )
+    deployment = serializers.PrimaryKeyRelatedField(
+        queryset=Deployment.objects.all(), required=False, allow_null=True
+    )
+    cards = serializers.ListField(
+        child=serializers.IntegerField(min_value=0),
+        default=list,
+        help_text="Card indexes on the host; empty when the solver chooses.",
+    )
+    let_solver_choose = serializers.BooleanField(default=False)
+    card_count = serializers.IntegerField(min_value=1, max_value=16, default=1)
+    mig_slice = serializers.PrimaryKeyRelatedField(
+        queryset=MigSlice.objects.all(), required=False, allow_null=True
+    )
+    isolation_mode = serializers.ChoiceField(Deployment.Isolation.choices)
+    kv_reservation_bytes = serializers.IntegerField(min_value=0)
+    kv_reservation_basis = serializers.ChoiceField(
+        Deployment.KvBasis.choices, default=Deployment.KvBasis.P95
+    )
+    kv_tokens_per_request = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    expected_p95_concurrency = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    expected_request_rate = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    admission_policy = serializers.ChoiceField(
+        Deployment.Admission.choices, default=Deployment.Admission.NONE
+    )
+    canary_share_pct = serializers.IntegerField(min_value=1, max_value=100, default=10)
+    rollout_steps = serializers.IntegerField(min_value=1, max_value=20, default=3)
+    rationale = serializers.CharField()
+    mps_acknowledged = serializers.BooleanField(
+        default=False, help_text="Acknowledges the runbook note “MPS is not hard isolation”."
+    )
+    submit = serializers.BooleanField(default=False, help_text="Submit at once: the gates run.")
+
+    def validate(self, data):
+        deployment = data.get("deployment")
+        if deployment is not None:
+            data.setdefault("served_model", deployment.served_model)
+            data.setdefault("host", deployment.host)
+        errors = {}
+        if data.get("served_model") is None:
+            errors["served_model"] = "Give the model's name, or the deployment it runs in."
+        if data.get("host") is None:
+            errors["host"] = "Give the host's name."
+        else:
+            gpus = list(data["host"].gpus.filter(index__in=data["cards"]).order_by("index"))
+            unknown = sorted(set(data["cards"]) - {gpu.index for gpu in gpus})
+            if unknown:
+                errors["cards"] = f"{data['host']} has no card {', '.join(map(str, unknown))}."
+            data["gpus"] = gpus
+        if errors:
+            raise ValidationError(errors)
+        return data
+
+
+class GateSerializer(serializers.Serializer):
+    gate = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.CharField(help_text="pass, fail, n/a or error")
+    summary = serializers.CharField()
+    reasons = serializers.ListField(child=serializers.CharField())
+    numbers = serializers.DictField()
+    runbook_url = serializers.CharField()
+    checked_at = serializers.DateTimeField()
+
+
+class DecisionSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    revision = serializers.IntegerField()
+    decided_by = serializers.CharField()
+    decided_at = serializers.DateTimeField()
+    comment = serializers.CharField()
+    voided = serializers.BooleanField()
+
+
+class ProposalStatusSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    url = serializers.CharField()
+    state = serializers.CharField()
+    revision = serializers.IntegerField()
+    action = serializers.CharField()
+    model = serializers.CharField()
+    host = serializers.CharField()
+    cards = serializers.ListField(child=serializers.CharField())
+    author = serializers.CharField()
+    gates = GateSerializer(many=True, help_text="Results for the current revision.")
+    decisions = DecisionSerializer(many=True)
+
+
+def _status(request, proposal: Proposal) -> dict:
+    return {
+        "id": proposal.pk,
+        "url": request.build_absolute_uri(proposal.get_absolute_url()),
+        "state": proposal.state,
+        "revision": proposal.revision,
+        "action": proposal.action,
+        "model": proposal.served_model.name,
+        "host": proposal.host.name,
+        "cards": [str(gpu) for gpu in proposal.target_gpus()],
+        "author": proposal.author.get_username(),
+        "gates": [
+            {
+                "gate": result.gate,
+                "title": result.title,
+                "status": result.status,
+                "summary": result.summary,
+                "reasons": result.reasons,
+                "numbers": result.numbers,
+                "runbook_url": request.build_absolute_uri(
+                    reverse("runbook-detail", args=[result.runbook_slug])
+                ),
+                "checked_at": result.checked_at,
+            }
+            for result in services.current_results(proposal)
+        ],
+        "decisions": [
+            {
+                "kind": decision.kind,
+                "revision": decision.revision,
+                "decided_by": decision.decided_by.get_username(),
+                "decided_at": decision.decided_at,
+                "comment": decision.comment,
+                "voided": decision.voided_at is not None,
+            }
+            for decision in proposal.decisions.select_related("decided_by")
+        ],
+    }
+
+
+_PROPOSALS = Proposal.objects.select_related("served_model", "host", "author")
+LIST_LIMIT = 200
+
+
+class ProposalList(APIView):
+    model = Proposal
+    permission_classes = [CanView, CanPropose]
+
+    @extend_schema(
+        responses=ProposalStatusSerializer(many=True),
+        summary="Proposals, the most recently changed first",
+        description=f"At most {LIST_LIMIT}.",
+    )
+    def get(self, request):
+        proposals = _PROPOSALS.visible_to(request.user)[:LIST_LIMIT]
+        return Response(ProposalStatusSerializer([_status(request, p) for p in proposals],
+                                                 many=True).data)  # fmt: skip
+
+    @extend_schema(
+        request=ProposalCreateSerializer,
+        responses={201: ProposalStatusSerializer},
+        summary="Propose a placement change",
+        description="Creates a draft, or submits it at once with submit=true (the gates then "
+        "run in the background; read the status to follow them). Bad input answers 400 with "
+        "the reason per field.",
+    )
+    def post(self, request):
+        data = ProposalCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        extras = {key: fields.pop(key) for key in ("gpus", "mps_acknowledged", "submit")}
+        fields.pop("cards")
+        try:
+            proposal = services.do_create_proposal(acting_user=request.user, **extras, **fields)
+        except DjangoValidationError as error:
+            raise ValidationError(
+                error.message_dict if hasattr(error, "error_dict") else error.messages
+            ) from None
+        return Response(
+            ProposalStatusSerializer(_status(request, proposal)).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class ProposalDetail(APIView):
+    model = Proposal
+    permission_classes = [CanView]
+
+    @extend_schema(responses=ProposalStatusSerializer, summary="A proposal's state and gates")
+    def get(self, request, pk: int):
+        proposal = get_visible_or_404(request.user, _PROPOSALS, pk=pk)
+        return Response(ProposalStatusSerializer(_status(request, proposal)).data)

@@ -1,0 +1,66 @@
+"""The four gates a placement proposal must pass before an approver may sign it off.
+
+Each gate module is pure (plain numbers and dataclasses in, a :class:`GateOutcome` out);
+:mod:`console.proposals.gates.gather` reads the database and runs them.
+"""
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class GateStatus(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    # The gate's question does not arise (a removal adds no memory); counts as a pass.
+    NOT_APPLICABLE = "n/a"
+    # The gate could not be evaluated (a bug, or data that broke it); counts as a fail.
+    ERROR = "error"
+
+    @property
+    def passed(self) -> bool:
+        return self in (GateStatus.PASS, GateStatus.NOT_APPLICABLE)
+
+
+class Gate(StrEnum):
+    MEMORY = "memory"
+    KV = "kv"
+    ISOLATION = "isolation"
+    LOAD_TEST = "load_test"
+
+    @property
+    def title(self) -> str:
+        return _TITLES[self]
+
+    @property
+    def runbook_slug(self) -> str:
+        return _RUNBOOKS[self]
+
+
+_TITLES = {
+    Gate.MEMORY: "Memory ledger, per card",
+    Gate.KV: "KV reservation",
+    Gate.ISOLATION: "Isolation",
+    Gate.LOAD_TEST: "Combined load test",
+}
+_RUNBOOKS = {
+    Gate.MEMORY: "before-adding-a-model",
+    Gate.KV: "kv-reservation",
+    Gate.ISOLATION: "choosing-isolation",
+    Gate.LOAD_TEST: "before-adding-a-model",
+}
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    gate: Gate
+    status: GateStatus
+    summary: str  # one sentence, with the deciding numbers
+    reasons: tuple[str, ...] = ()  # every failed check, each in numbers
+    numbers: dict[str, Any] = field(default_factory=dict)  # JSON-safe figures for display
+    evidence: dict[str, Any] = field(default_factory=dict)  # where the figures came from
+    runbook_slug: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.runbook_slug:
+            object.__setattr__(self, "runbook_slug", self.gate.runbook_slug)

@@ -1,0 +1,205 @@
+"""Gate 1, the memory ledger: does the change fit on every card it touches (pure)?
+
+For each target card::
+
+    weights / cards + KV reservation / cards + workspace      (this card's share)
+  + co-tenants' P95 demand on the card                         (measured, or their own figures)
+  + the card's fragmentation peak                               (allocator-held, not in use)
+  + headroom
+  <= total - driver reserved
+
+Capacity never adds across cards: a model that needs more than any one card has fails, however
+much the host has free in total. A card whose framework fragmentation is red fails whatever its
+totals say: "nvidia-smi total green, framework fragmentation red" means do not add a model.
+"""
+
+from dataclasses import dataclass, field
+
+from console.proposals.gates import Gate, GateOutcome, GateStatus
+from inventory.analytics.units import format_gib
+
+DEFRAGMENT_NOTE = "defragment-off-peak-reload"
+OOM_NOTE = "oom-triage"
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    demand_bytes: int
+    basis: str  # "P95 measured" or "estimate: weights + KV + workspace"
+
+
+@dataclass(frozen=True)
+class CardBudget:
+    card: str
+    total_bytes: int
+    driver_reserved_bytes: int
+    tenants: tuple[Tenant, ...]  # everyone else on the card, after the change
+    fragmentation_peak_bytes: int
+    fragmentation_index_peak: float | None
+    fragmentation_status: str  # green / amber / red
+    measured: bool  # False: no telemetry, every figure is an estimate
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.total_bytes - self.driver_reserved_bytes
+
+    @property
+    def tenants_bytes(self) -> int:
+        return sum(tenant.demand_bytes for tenant in self.tenants)
+
+    def free_bytes(self, headroom_bytes: int) -> int:
+        """What a new tenant could take here: usable minus everyone's demand and the reserve."""
+        return (
+            self.usable_bytes - self.tenants_bytes - self.fragmentation_peak_bytes - headroom_bytes
+        )
+
+
+@dataclass(frozen=True)
+class Share:
+    """The proposed deployment's memory on each of its cards."""
+
+    weights_bytes: int
+    kv_bytes: int
+    workspace_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.workspace_bytes
+
+    @classmethod
+    def per_card(cls, weights: int, kv_reservation: int, workspace: int, cards: int) -> "Share":
+        cards = max(1, cards)
+        return cls(-(-weights // cards), -(-kv_reservation // cards), workspace)
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    model: str
+    share: Share
+    headroom_bytes: int
+    targets: tuple[CardBudget, ...]  # empty when the solver found no place
+    host_cards: tuple[CardBudget, ...]  # every card of the host, for the per-card picture
+    chosen_by: str = ""  # how the solver chose, when it did
+    unplaced_reason: str = ""
+    recent_ooms: dict[str, int] = field(default_factory=dict)  # card -> OOMs in the window
+
+
+def _row(card: CardBudget, share: Share, headroom: int) -> dict:
+    need = share.total_bytes + card.tenants_bytes + card.fragmentation_peak_bytes + headroom
+    return {
+        "card": card.card,
+        "total_bytes": card.total_bytes,
+        "driver_reserved_bytes": card.driver_reserved_bytes,
+        "usable_bytes": card.usable_bytes,
+        "weights_bytes": share.weights_bytes,
+        "kv_bytes": share.kv_bytes,
+        "workspace_bytes": share.workspace_bytes,
+        "tenants": [
+            {"name": t.name, "demand_bytes": t.demand_bytes, "basis": t.basis} for t in card.tenants
+        ],
+        "tenants_bytes": card.tenants_bytes,
+        "fragmentation_peak_bytes": card.fragmentation_peak_bytes,
+        "fragmentation_index_peak": card.fragmentation_index_peak,
+        "fragmentation_status": card.fragmentation_status,
+        "headroom_bytes": headroom,
+        "need_bytes": need,
+        "margin_bytes": card.usable_bytes - need,
+        "fits": need <= card.usable_bytes,
+        "fragmentation_red": card.fragmentation_status == "red",
+        "measured": card.measured,
+    }
+
+
+def _breakdown(row: dict) -> str:
+    return (
+        f"weights {format_gib(row['weights_bytes'])} + KV {format_gib(row['kv_bytes'])} + "
+        f"workspace {format_gib(row['workspace_bytes'])} + co-tenants "
+        f"{format_gib(row['tenants_bytes'])} + fragmentation "
+        f"{format_gib(row['fragmentation_peak_bytes'])} + headroom "
+        f"{format_gib(row['headroom_bytes'])} = {format_gib(row['need_bytes'])} of "
+        f"{format_gib(row['usable_bytes'])} usable"
+    )
+
+
+def _card_reasons(row: dict) -> list[str]:
+    reasons = []
+    if not row["fits"]:
+        reasons.append(
+            f"{row['card']} is short by {format_gib(-row['margin_bytes'])}: {_breakdown(row)}."
+        )
+    if row["fragmentation_red"]:
+        reasons.append(
+            f"{row['card']}: framework fragmentation is red (index "
+            f"{row['fragmentation_index_peak']:.2f} at its peak), whatever nvidia-smi's totals "
+            "say; reload off-peak before adding a model."
+        )
+    return reasons
+
+
+def evaluate_memory(request: MemoryRequest) -> GateOutcome:
+    headroom = request.headroom_bytes
+    host_free = sum(max(0, card.free_bytes(headroom)) for card in request.host_cards)
+    numbers = {
+        "model": request.model,
+        "share_bytes": request.share.total_bytes,
+        "headroom_bytes": headroom,
+        # Shown beside the per-card rows to make the point: this sum is not a budget.
+        "host_free_total_bytes": host_free,
+        "chosen_by": request.chosen_by,
+    }
+    estimates = [card.card for card in request.host_cards if not card.measured]
+    evidence = {
+        "recent_ooms": request.recent_ooms,
+        "estimated_cards": estimates,
+        "estimates_note": (
+            "No telemetry for "
+            + ", ".join(estimates)
+            + ": the co-tenants' own figures (weights + KV reservation + workspace) stand in "
+            "for their measured P95, and fragmentation counts as zero. These are estimates."
+            if estimates
+            else ""
+        ),
+    }
+
+    if not request.targets:
+        rows = [_row(card, request.share, headroom) for card in request.host_cards]
+        numbers["cards"] = rows
+        best = max(rows, key=lambda row: row["margin_bytes"], default=None)
+        summary = f"No single card can hold {request.model}"
+        if best is not None:
+            summary += (
+                f": the best, {best['card']}, would need {format_gib(best['need_bytes'])} of "
+                f"{format_gib(best['usable_bytes'])} usable, although the host has "
+                f"{format_gib(host_free)} free in total (capacity does not add across cards)"
+            )
+        reasons = [request.unplaced_reason] if request.unplaced_reason else []
+        reasons += [reason for row in rows for reason in _card_reasons(row)]
+        return GateOutcome(Gate.MEMORY, GateStatus.FAIL, summary + ".", tuple(reasons),
+                           numbers, evidence)  # fmt: skip
+
+    rows = [_row(card, request.share, headroom) for card in request.targets]
+    numbers["cards"] = rows
+    reasons = tuple(reason for row in rows for reason in _card_reasons(row))
+    tightest = min(rows, key=lambda row: row["margin_bytes"])
+    placed = f" (chosen by the solver: {request.chosen_by})" if request.chosen_by else ""
+    if reasons:
+        failing = [row["card"] for row in rows if not row["fits"] or row["fragmentation_red"]]
+        summary = f"Does not fit on {', '.join(failing)}{placed}: {reasons[0]}"
+        slug = DEFRAGMENT_NOTE if all(row["fits"] for row in rows) else ""
+        return GateOutcome(Gate.MEMORY, GateStatus.FAIL, summary, reasons, numbers, evidence,
+                           runbook_slug=slug)  # fmt: skip
+    # A card that fits on paper but has been running out of memory needs its OOMs explained.
+    slug = OOM_NOTE if any(request.recent_ooms.get(row["card"]) for row in rows) else ""
+    summary = (
+        f"Fits on {', '.join(row['card'] for row in rows)}{placed}; tightest is "
+        f"{tightest['card']} with {format_gib(tightest['margin_bytes'])} to spare "
+        f"({_breakdown(tightest)})."
+    )
+    if estimates:
+        summary += " Figures for cards without telemetry are estimates."
+    if slug:
+        ooms = ", ".join(f"{card} {n}" for card, n in request.recent_ooms.items() if n)
+        summary += f" Recent OOMs on the target cards ({ooms}): read the triage first."
+    return GateOutcome(Gate.MEMORY, GateStatus.PASS, summary, (), numbers, evidence,
+                       runbook_slug=slug)  # fmt: skip

@@ -1,0 +1,340 @@
+"""Placement proposals: a change to what runs where, its gate results, decisions and load tests.
+
+A proposal's `revision` goes up with every edit; gate results and decisions carry the revision
+they were made for, so an edit leaves earlier checks and approvals on record but no longer
+counting.
+"""
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.urls import reverse
+
+from console.access import VisibleQuerySet
+from console.proposals.gates import Gate, GateStatus
+from console.proposals.transitions import State
+from inventory.models import Deployment, Gpu
+
+
+class ProposalQuerySet(VisibleQuerySet):
+    def awaiting(self, approver) -> "ProposalQuerySet":
+        """What an approver may decide: ready for approval and not their own (four eyes)."""
+        return self.filter(state=State.READY).exclude(author=approver)
+
+
+class Proposal(models.Model):
+    class Action(models.TextChoices):
+        ADD = "add", "Add a model"
+        MOVE = "move", "Move a deployment"
+        RESIZE = "resize", "Resize a deployment"
+        REMOVE = "remove", "Remove a deployment"
+
+    STATES = [(state.value, state.label.capitalize()) for state in State]
+
+    action = models.CharField(max_length=8, choices=Action, default=Action.ADD)
+    served_model = models.ForeignKey(
+        "inventory.ServedModel", on_delete=models.PROTECT, related_name="proposals"
+    )
+    host = models.ForeignKey(
+        "inventory.Host",
+        on_delete=models.PROTECT,
+        related_name="proposals",
+        help_text="Where the model runs after the change.",
+    )
+    deployment = models.ForeignKey(
+        "inventory.Deployment",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="proposals",
+        help_text="The deployment moved, resized or removed; for an addition, the one created.",
+    )
+    gpus = models.ManyToManyField(
+        "inventory.Gpu",
+        blank=True,
+        related_name="+",
+        verbose_name="cards",
+        help_text="The target cards; leave empty when the solver chooses.",
+    )
+    let_solver_choose = models.BooleanField(
+        "let the solver choose the cards",
+        default=False,
+        help_text="The checks run the placement solver on the host as it is now.",
+    )
+    card_count = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(16)],
+        help_text="Cards the deployment spans (tensor parallelism), when the solver chooses.",
+    )
+    solver_gpus = models.ManyToManyField(
+        "inventory.Gpu",
+        blank=True,
+        related_name="+",
+        help_text="The cards the solver chose at the latest check.",
+    )
+    mig_slice = models.ForeignKey(
+        "inventory.MigSlice", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    isolation_mode = models.CharField(max_length=16, choices=Deployment.Isolation)
+    kv_reservation_bytes = models.PositiveBigIntegerField(
+        "KV reservation (bytes)", default=0, help_text="All the deployment's cards together."
+    )
+    kv_reservation_basis = models.CharField(
+        "KV reservation basis",
+        max_length=8,
+        choices=Deployment.KvBasis,
+        default=Deployment.KvBasis.P95,
+    )
+    kv_tokens_per_request = models.PositiveIntegerField(
+        "KV tokens per request",
+        null=True,
+        blank=True,
+        help_text="Context a request holds in the KV cache (prompt and output).",
+    )
+    expected_p95_concurrency = models.FloatField(
+        "expected P95 concurrency",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Running requests at the busy end of the day, for a model with no history "
+        "on this deployment.",
+    )
+    expected_request_rate = models.FloatField(
+        "expected requests per second",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Its share of the host's traffic, to check the combined load test's ratio.",
+    )
+    admission_policy = models.CharField(
+        "above the reservation",
+        max_length=24,
+        choices=Deployment.Admission,
+        default=Deployment.Admission.NONE,
+        help_text="What happens to demand above the KV reservation: P95 is not a ceiling.",
+    )
+    canary_share_pct = models.PositiveSmallIntegerField(
+        "canary share (%)",
+        default=10,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Traffic the first step sends to the new placement.",
+    )
+    rollout_steps = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(20)],
+        help_text="Steps from the canary share to all traffic.",
+    )
+    rationale = models.TextField(help_text="Why this change, and what it risks.")
+    mps_acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    mps_acknowledged_at = models.DateTimeField(null=True, blank=True)
+
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="proposals"
+    )
+    state = models.CharField(max_length=20, choices=STATES, default=State.DRAFT, db_index=True)
+    revision = models.PositiveIntegerField(default=1)
+    # Drawn at apply time, so the proposal keeps showing what it changed.
+    placement_before = models.JSONField(null=True, blank=True)
+    placement_after = models.JSONField(null=True, blank=True)
+    # The deployment as it was before apply (None for an addition), for a roll-back.
+    deployment_before = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ProposalQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+        permissions = [
+            ("approve_proposal", "Can approve, reject or send back proposals"),
+            ("apply_proposal", "Can apply, verify and roll back approved proposals"),
+        ]
+        indexes = [models.Index(fields=["host", "state"])]
+
+    def __str__(self) -> str:
+        verb = self.get_action_display().split()[0].lower()
+        return f"#{self.pk} {verb} {self.served_model.name} on {self.host.name}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("proposal-detail", args=[self.pk])
+
+    @property
+    def state_label(self) -> str:
+        return State(self.state).label
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        changes_existing = self.action != self.Action.ADD
+        if changes_existing and self.deployment_id is None:
+            errors["deployment"] = f"Pick the deployment to {self.action}."
+        if changes_existing and self.deployment_id is not None:
+            deployment = self.deployment
+            if deployment.status == Deployment.Status.STOPPED:
+                errors["deployment"] = f"{deployment} is stopped already."
+            if self.served_model_id != deployment.served_model_id:
+                errors["served_model"] = f"{deployment} serves {deployment.served_model}."
+            if self.action != self.Action.MOVE and self.host_id != deployment.host_id:
+                errors["host"] = (
+                    f"Only a move changes the host; {deployment} runs on {deployment.host}."
+                )
+        if self.action == self.Action.ADD and self.deployment_id is not None:
+            errors["deployment"] = "An addition creates its deployment when applied."
+        if self.isolation_mode == Deployment.Isolation.MIG:
+            if self.let_solver_choose:
+                errors["let_solver_choose"] = "Pick the MIG slice; the solver does not create one."
+            elif self.mig_slice_id is None:
+                errors["mig_slice"] = "A MIG deployment needs its MIG slice."
+            elif self.host_id and self.mig_slice.gpu.host_id != self.host_id:
+                errors["mig_slice"] = f"{self.mig_slice} is not on {self.host}."
+        elif self.mig_slice_id is not None:
+            errors["mig_slice"] = "Only MIG deployments sit on a MIG slice."
+        if self.kv_reservation_basis == Deployment.KvBasis.NONE and self.kv_reservation_bytes:
+            errors["kv_reservation_basis"] = "Say how the KV reservation was sized."
+        if errors:
+            raise ValidationError(errors)
+
+    def validate_cards(self, gpus) -> None:
+        """The M2M cards, which clean() cannot see before they are saved."""
+        if self.action == self.Action.REMOVE or self.let_solver_choose:
+            return
+        if self.isolation_mode == Deployment.Isolation.MIG:
+            if gpus:
+                raise ValidationError({"gpus": "A MIG deployment takes its slice, not cards."})
+            return
+        Deployment.validate_cards(self.host, self.isolation_mode, gpus)
+        partitioned = [str(gpu) for gpu in gpus if gpu.mig_mode == Gpu.MigMode.ENABLED]
+        if partitioned:
+            raise ValidationError(
+                {"gpus": f"MIG is enabled on {', '.join(partitioned)}: pick its MIG slice."}
+            )
+
+    def target_gpus(self) -> list:
+        """The cards the change lands on: as chosen by the author, or by the solver."""
+        chosen = self.solver_gpus if self.let_solver_choose else self.gpus
+        return list(chosen.select_related("host").order_by("index"))
+
+
+class GateResult(models.Model):
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="gate_results")
+    revision = models.PositiveIntegerField()
+    gate = models.CharField(max_length=16, choices=[(g.value, g.title) for g in Gate])
+    status = models.CharField(max_length=8, choices=[(s.value, s.value) for s in GateStatus])
+    summary = models.TextField()
+    reasons = models.JSONField(default=list)
+    numbers = models.JSONField(default=dict)
+    evidence = models.JSONField(default=dict)
+    runbook_slug = models.SlugField(max_length=80)
+    checked_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["proposal", "-revision", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["proposal", "revision", "gate"], name="gate_result_once_per_revision"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.proposal_id} r{self.revision} {self.gate}: {self.status}"
+
+    @property
+    def passed(self) -> bool:
+        return GateStatus(self.status).passed
+
+    @property
+    def title(self) -> str:
+        return Gate(self.gate).title
+
+    def as_evidence(self) -> dict:
+        """What an approval keeps of this result."""
+        return {
+            "gate": self.gate,
+            "status": self.status,
+            "summary": self.summary,
+            "reasons": self.reasons,
+            "numbers": self.numbers,
+            "evidence": self.evidence,
+            "runbook_slug": self.runbook_slug,
+            "checked_at": self.checked_at.isoformat(),
+        }
+
+
+class Decision(models.Model):
+    class Kind(models.TextChoices):
+        APPROVE = "approve", "Approved"
+        REJECT = "reject", "Rejected"
+        REQUEST_CHANGES = "request_changes", "Changes requested"
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="decisions")
+    revision = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(auto_now_add=True)
+    comment = models.TextField(blank=True)
+    # The gate results as the approver saw them.
+    evidence = models.JSONField(default=list)
+    voided_at = models.DateTimeField(null=True, blank=True)
+    voided_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["proposal", "-decided_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} by {self.decided_by} (revision {self.revision})"
+
+
+class LoadTest(models.Model):
+    class Format(models.TextChoices):
+        VLLM_JSON = "vllm-json", "vLLM bench serve --save-result JSON"
+        CSV = "csv", "CSV (model, card, P99 latency, card peak)"
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="load_tests")
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    uploaded_at = models.DateTimeField(auto_now_add=True)
+    source_format = models.CharField(max_length=10, choices=Format)
+    files = models.JSONField(default=list, help_text="Names of the imported files.")
+    # loadtests.LoadTestRun as JSON: per-model results and per-card peaks.
+    run = models.JSONField()
+
+    class Meta:
+        ordering = ["proposal", "-uploaded_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"load test {self.pk} of proposal {self.proposal_id}"
+
+
+class Notification(models.Model):
+    class Channel(models.TextChoices):
+        EMAIL = "email", "E-mail"
+        WEBHOOK = "webhook", "Webhook"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SENT = "sent", "Sent"
+        FAILED = "failed", "Failed after retries"
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="notifications")
+    event = models.CharField(max_length=20, help_text="The state the proposal reached.")
+    channel = models.CharField(max_length=8, choices=Channel)
+    recipients = models.JSONField(default=list)
+    subject = models.CharField(max_length=200)
+    body = models.TextField()
+    payload = models.JSONField(default=dict)
+    status = models.CharField(max_length=8, choices=Status, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["proposal", "-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.channel} {self.event} for proposal {self.proposal_id}: {self.status}"

@@ -1,0 +1,443 @@
+"""Every change to a proposal, and the inventory changes it makes, goes through here.
+
+One transaction per change, with its audit row; notifications and gate checks are queued to
+run after the commit, so a broker or mail server that is down never blocks the workflow.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from console import audit
+from console.proposals import notifications
+from console.proposals.gates import Gate
+from console.proposals.gates.gather import Checked
+from console.proposals.loadtests import LoadTestRun
+from console.proposals.models import Decision, GateResult, LoadTest, Proposal
+from console.proposals.transitions import Event, State, next_state
+from inventory.models import Deployment, Host
+from inventory.placement_state import current_placement
+
+
+class ProposalError(Exception):
+    """A rule of the workflow refused the change; the message says which and why."""
+
+
+class FourEyesError(ProposalError):
+    pass
+
+
+class CommentRequired(ProposalError):
+    pass
+
+
+EDITABLE = (
+    "action",
+    "served_model",
+    "host",
+    "deployment",
+    "let_solver_choose",
+    "card_count",
+    "mig_slice",
+    "isolation_mode",
+    "kv_reservation_bytes",
+    "kv_reservation_basis",
+    "kv_tokens_per_request",
+    "expected_p95_concurrency",
+    "expected_request_rate",
+    "admission_policy",
+    "canary_share_pct",
+    "rollout_steps",
+    "rationale",
+)
+# Copied from the proposal onto the deployment when it is applied.
+DEPLOYMENT_FIELDS = (
+    "host",
+    "isolation_mode",
+    "mig_slice",
+    "kv_reservation_bytes",
+    "kv_reservation_basis",
+    "kv_tokens_per_request",
+    "admission_policy",
+)
+
+
+def _locked(proposal: Proposal) -> Proposal:
+    # Only the proposal's row: the model and host it joins stay free for everyone else.
+    return (
+        Proposal.objects.select_for_update(of=("self",))
+        .select_related("served_model", "host")
+        .get(pk=proposal.pk)
+    )
+
+
+def _record(proposal: Proposal, *, actor, action: str, before, comment: str = "") -> None:
+    audit.record(
+        actor=actor,
+        action=f"proposal.{action}",
+        obj=proposal,
+        before=before,
+        after=audit.snapshot(proposal),
+        host=proposal.host,
+        comment=comment,
+    )
+
+
+def _move(proposal: Proposal, event: Event) -> None:
+    proposal.state = next_state(proposal.state, event)
+
+
+def _queue_checks(proposal: Proposal) -> None:
+    from console.proposals.tasks import queue_gate_checks
+
+    pk, revision = proposal.pk, proposal.revision
+    transaction.on_commit(lambda: queue_gate_checks(pk, revision))
+
+
+def _acknowledge(proposal: Proposal, acting_user, acknowledged: bool | None) -> None:
+    if acknowledged is None:
+        return
+    if not acknowledged:
+        proposal.mps_acknowledged_by, proposal.mps_acknowledged_at = None, None
+    elif proposal.mps_acknowledged_at is None:
+        proposal.mps_acknowledged_by, proposal.mps_acknowledged_at = acting_user, timezone.now()
+
+
+@transaction.atomic
+def do_create_proposal(
+    *, acting_user, gpus=(), mps_acknowledged: bool = False, submit: bool = False, **fields
+) -> Proposal:
+    unknown = set(fields) - set(EDITABLE)
+    if unknown:
+        raise TypeError(f"not a proposal field: {', '.join(sorted(unknown))}")
+    proposal = Proposal(author=acting_user, **fields)
+    _acknowledge(proposal, acting_user, mps_acknowledged)
+    proposal.full_clean()
+    proposal.validate_cards(list(gpus))
+    proposal.save()
+    proposal.gpus.set(gpus)
+    _record(proposal, actor=acting_user, action="create", before=None)
+    if submit:
+        _submit(proposal, acting_user)
+    return proposal
+
+
+def _void_approvals(proposal: Proposal, reason: str) -> int:
+    return Decision.objects.filter(
+        proposal=proposal, kind=Decision.Kind.APPROVE, voided_at__isnull=True
+    ).update(voided_at=timezone.now(), voided_reason=reason[:200])
+
+
+def _revise(proposal: Proposal, *, acting_user, action: str, before, comment: str = "") -> None:
+    """A new revision: earlier checks and approvals stop counting; checks run again."""
+    proposal.state = next_state(proposal.state, Event.EDIT)
+    proposal.revision += 1
+    proposal.save()
+    voided = _void_approvals(proposal, f"edited to revision {proposal.revision}")
+    if voided:
+        comment = f"{comment} (voids {voided} approval{'s' if voided > 1 else ''})".strip()
+    _record(proposal, actor=acting_user, action=action, before=before, comment=comment)
+    if proposal.state == State.SUBMITTED:
+        _queue_checks(proposal)
+
+
+@transaction.atomic
+def do_edit_proposal(
+    proposal: Proposal, *, acting_user, gpus=None, mps_acknowledged: bool | None = None, **changes
+) -> Proposal:
+    unknown = set(changes) - set(EDITABLE)
+    if unknown:
+        raise TypeError(f"not editable: {', '.join(sorted(unknown))}")
+    current = _locked(proposal)
+    next_state(current.state, Event.EDIT)  # refuses an edit after the decision, before changing
+    before = audit.snapshot(current)
+    for field, value in changes.items():
+        setattr(current, field, value)
+    _acknowledge(current, acting_user, mps_acknowledged)
+    cards = list(gpus) if gpus is not None else list(current.gpus.all())
+    current.full_clean()
+    current.validate_cards(cards)
+    current.gpus.set(cards)
+    if not audit.changed_fields(before, audit.snapshot(current)):
+        return current
+    _revise(current, acting_user=acting_user, action="edit", before=before)
+    return current
+
+
+def _submit(proposal: Proposal, acting_user) -> None:
+    before = audit.snapshot(proposal)
+    _move(proposal, Event.SUBMIT)
+    proposal.save()
+    _record(proposal, actor=acting_user, action="submit", before=before)
+    _queue_checks(proposal)
+
+
+@transaction.atomic
+def do_submit(proposal: Proposal, *, acting_user) -> Proposal:
+    current = _locked(proposal)
+    _submit(current, acting_user)
+    return current
+
+
+@transaction.atomic
+def do_attach_load_test(
+    proposal: Proposal, *, acting_user, run: LoadTestRun, files: list[str]
+) -> LoadTest:
+    current = _locked(proposal)
+    next_state(current.state, Event.EDIT)
+    before = audit.snapshot(current)
+    load_test = LoadTest.objects.create(
+        proposal=current,
+        uploaded_by=acting_user,
+        source_format=run.source_format,
+        files=files,
+        run=run.to_json(),
+    )
+    _revise(
+        current,
+        acting_user=acting_user,
+        action="load_test",
+        before=before,
+        comment=f"attached {', '.join(files)}",
+    )
+    return load_test
+
+
+@transaction.atomic
+def do_start_checks(proposal_id: int, revision: int) -> Proposal | None:
+    """Submitted -> checking; None when the proposal moved on (a later edit, a late message)."""
+    current = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
+    if current is None or current.revision != revision:
+        return None
+    if current.state == State.CHECKING:
+        return current  # redelivered after a worker died mid-check: check again
+    if current.state != State.SUBMITTED:
+        return None
+    before = audit.snapshot(current)
+    _move(current, Event.START_CHECKS)
+    current.save()
+    _record(current, actor=None, action="start_checks", before=before)
+    return current
+
+
+@transaction.atomic
+def do_record_gate_results(proposal_id: int, revision: int, checked: Checked) -> Proposal | None:
+    """Store the gates' results; ready for approval when all pass, else back to the author."""
+    current = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
+    if current is None or current.revision != revision or current.state != State.CHECKING:
+        return None
+    before = audit.snapshot(current)
+    GateResult.objects.filter(proposal=current, revision=revision).delete()
+    GateResult.objects.bulk_create(
+        GateResult(
+            proposal=current,
+            revision=revision,
+            gate=outcome.gate,
+            status=outcome.status,
+            summary=outcome.summary,
+            reasons=list(outcome.reasons),
+            numbers=outcome.numbers,
+            evidence=outcome.evidence,
+            runbook_slug=outcome.runbook_slug,
+        )
+        for outcome in checked.outcomes
+    )
+    if current.let_solver_choose:
+        current.solver_gpus.set(checked.solver_gpus)
+    failed = [outcome for outcome in checked.outcomes if not outcome.status.passed]
+    _move(current, Event.CHECKS_FAILED if failed else Event.CHECKS_PASSED)
+    current.save()
+    comment = "; ".join(f"{o.gate.title}: {o.summary}" for o in failed)[:2000]
+    _record(
+        current,
+        actor=None,
+        action="checks_failed" if failed else "checks_passed",
+        before=before,
+        comment=comment,
+    )
+    if failed:
+        notifications.notify_author(current, comment)
+    else:
+        notifications.notify_approvers(current)
+    return current
+
+
+def current_results(proposal: Proposal) -> list[GateResult]:
+    return list(proposal.gate_results.filter(revision=proposal.revision).order_by("id"))
+
+
+def _decide(proposal: Proposal, *, acting_user, kind: str, event: Event, comment: str) -> Proposal:
+    current = _locked(proposal)
+    before = audit.snapshot(current)
+    _move(current, event)
+    Decision.objects.create(
+        proposal=current,
+        revision=current.revision,
+        kind=kind,
+        decided_by=acting_user,
+        comment=comment,
+        evidence=[result.as_evidence() for result in current_results(current)],
+    )
+    current.save()
+    _record(current, actor=acting_user, action=kind, before=before, comment=comment)
+    notifications.notify_author(current, comment, decided_by=acting_user)
+    return current
+
+
+@transaction.atomic
+def do_approve_proposal(proposal: Proposal, *, acting_user, comment: str = "") -> Proposal:
+    if proposal.author_id == acting_user.pk:
+        raise FourEyesError("You wrote this proposal: someone else must approve it (four eyes).")
+    current = _locked(proposal)
+    next_state(current.state, Event.APPROVE)
+    results = {result.gate: result for result in current_results(current)}
+    unchecked = [gate.title for gate in Gate if gate not in results]
+    failing = [r.title for r in results.values() if not r.passed]
+    if unchecked or failing:
+        raise ProposalError(
+            f"Revision {current.revision} cannot be approved: "
+            + ", ".join(
+                [*(f"{t} not checked" for t in unchecked), *(f"{t} failed" for t in failing)]
+            )
+            + "."
+        )
+    return _decide(
+        current, acting_user=acting_user, kind="approve", event=Event.APPROVE, comment=comment
+    )
+
+
+def _require_comment(comment: str, what: str) -> str:
+    comment = (comment or "").strip()
+    if not comment:
+        raise CommentRequired(f"{what} needs a comment saying why.")
+    return comment
+
+
+@transaction.atomic
+def do_reject(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
+    comment = _require_comment(comment, "A rejection")
+    return _decide(
+        proposal, acting_user=acting_user, kind="reject", event=Event.REJECT, comment=comment
+    )
+
+
+@transaction.atomic
+def do_request_changes(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
+    comment = _require_comment(comment, "Sending a proposal back")
+    return _decide(
+        proposal,
+        acting_user=acting_user,
+        kind="request_changes",
+        event=Event.REQUEST_CHANGES,
+        comment=comment,
+    )
+
+
+def _placement_json(host) -> list:
+    request, answer = current_placement(host)
+    return [request, answer]
+
+
+def _record_deployment(deployment, *, actor, action, before, proposal: Proposal) -> None:
+    hosts = {deployment.host_id}
+    if before is not None:
+        hosts.add(before["host_id"])  # a move between hosts shows on both host pages
+    for host_id in sorted(hosts):
+        audit.record(
+            actor=actor,
+            action=f"deployment.{action}",
+            obj=deployment,
+            before=before,
+            after=audit.snapshot(deployment),
+            host=Host.objects.get(pk=host_id),
+            comment=f"Proposal #{proposal.pk}: {proposal}",
+        )
+
+
+@transaction.atomic
+def do_apply(proposal: Proposal, *, acting_user) -> Proposal:
+    """Make the approved change in the inventory: create, move, resize or stop a deployment."""
+    current = _locked(proposal)
+    before = audit.snapshot(current)
+    _move(current, Event.APPLY)
+    approved = current.decisions.filter(
+        kind=Decision.Kind.APPROVE, revision=current.revision, voided_at__isnull=True
+    ).exists()
+    if not approved:
+        raise ProposalError(f"Revision {current.revision} has no standing approval.")
+    current.placement_before = _placement_json(current.host)
+    targets = current.target_gpus()
+    if current.action == Proposal.Action.ADD:
+        deployment = Deployment(
+            served_model=current.served_model,
+            status=Deployment.Status.ACTIVE,
+            **{field: getattr(current, field) for field in DEPLOYMENT_FIELDS},
+        )
+        deployment.full_clean()
+        deployment.save()
+        deployment.gpus.set(targets)
+        deployment_before = None
+        _record_deployment(deployment, actor=acting_user, action="create", before=None,
+                           proposal=current)  # fmt: skip
+    else:
+        deployment = Deployment.objects.select_for_update().get(pk=current.deployment_id)
+        deployment_before = audit.snapshot(deployment)
+        if current.action == Proposal.Action.REMOVE:
+            deployment.status = Deployment.Status.STOPPED
+        else:
+            for field in DEPLOYMENT_FIELDS:
+                setattr(deployment, field, getattr(current, field))
+        deployment.full_clean()
+        deployment.save()
+        if current.action != Proposal.Action.REMOVE:
+            deployment.gpus.set(targets)
+        action = {"move": "move", "resize": "resize", "remove": "stop"}[current.action]
+        _record_deployment(deployment, actor=acting_user, action=action,
+                           before=deployment_before, proposal=current)  # fmt: skip
+    current.deployment = deployment
+    current.deployment_before = deployment_before
+    current.placement_after = _placement_json(current.host)
+    current.save()
+    _record(current, actor=acting_user, action="apply", before=before)
+    return current
+
+
+@transaction.atomic
+def do_verify(proposal: Proposal, *, acting_user, comment: str = "") -> Proposal:
+    current = _locked(proposal)
+    before = audit.snapshot(current)
+    _move(current, Event.VERIFY)
+    current.save()
+    _record(current, actor=acting_user, action="verify", before=before, comment=comment.strip())
+    return current
+
+
+_RESTORED = ("id", "created_at", "updated_at", "gpus")
+
+
+@transaction.atomic
+def do_roll_back(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
+    """Undo an applied change: stop what it created, or put the deployment back as it was."""
+    comment = _require_comment(comment, "A roll-back")
+    current = _locked(proposal)
+    before = audit.snapshot(current)
+    _move(current, Event.ROLL_BACK)
+    deployment = Deployment.objects.select_for_update().get(pk=current.deployment_id)
+    deployment_before = audit.snapshot(deployment)
+    if current.deployment_before is None:
+        deployment.status = Deployment.Status.STOPPED
+        deployment.save()
+    else:
+        snapshot = current.deployment_before
+        for attname, value in snapshot.items():
+            if attname not in _RESTORED:
+                setattr(deployment, attname, value)
+        deployment.full_clean()
+        deployment.save()
+        deployment.gpus.set(snapshot.get("gpus", []))
+    _record_deployment(deployment, actor=acting_user, action="roll_back",
+                       before=deployment_before, proposal=current)  # fmt: skip
+    current.save()
+    _record(current, actor=acting_user, action="roll_back", before=before, comment=comment)
+    return current

@@ -1,0 +1,75 @@
+"""Celery tasks of the proposal workflow: run the gates, deliver notifications.
+
+They take primary keys, are idempotent (a stale or repeated message does nothing), and have
+time limits.
+"""
+
+import logging
+import smtplib
+
+from celery import shared_task
+from django.conf import settings
+
+from console.proposals import notifications
+from console.proposals.models import Notification, Proposal
+from console.proposals.services import do_record_gate_results, do_start_checks
+
+log = logging.getLogger(__name__)
+
+# Retries wait 30 s, 60 s, 120 s, ... (capped), so a short outage costs one or two attempts.
+RETRY_BASE_S = 30
+RETRY_MAX_S = 1800
+
+
+def queue_gate_checks(proposal_id: int, revision: int) -> None:
+    """Called on commit: a broker that is down leaves the proposal submitted, not broken."""
+    try:
+        run_gates.delay(proposal_id, revision)
+    except Exception:  # the author's next edit or submit queues the checks again
+        log.exception("could not queue the gate checks of proposal %s", proposal_id)
+
+
+@shared_task(name="proposals.run_gates", time_limit=120, soft_time_limit=110, ignore_result=True)
+def run_gates(proposal_id: int, revision: int) -> str:
+    from console.proposals.gates.gather import check
+
+    proposal = do_start_checks(proposal_id, revision)
+    if proposal is None:
+        return "stale"
+    proposal = Proposal.objects.select_related("served_model", "host", "mig_slice__gpu").get(
+        pk=proposal_id
+    )
+    checked = check(proposal)
+    recorded = do_record_gate_results(proposal_id, revision, checked)
+    return recorded.state if recorded else "stale"
+
+
+_DELIVERY_ERRORS = (OSError, smtplib.SMTPException)
+
+
+@shared_task(
+    bind=True,
+    name="proposals.deliver_notification",
+    time_limit=60,
+    soft_time_limit=50,
+    ignore_result=True,
+)
+def deliver_notification(self, notification_id: int) -> str:
+    notification = Notification.objects.filter(pk=notification_id).first()
+    if notification is None or notification.status != Notification.Status.PENDING:
+        return "nothing to do"
+    notification.attempts += 1
+    try:
+        notifications.deliver(notification)
+    except _DELIVERY_ERRORS as error:
+        notification.last_error = f"{type(error).__name__}: {error}"[:1000]
+        if self.request.retries >= settings.PROPOSAL_NOTIFY_RETRIES:
+            notification.status = Notification.Status.FAILED
+            notification.save(update_fields=["status", "attempts", "last_error"])
+            log.warning("notification %s failed for good: %s", notification_id, error)
+            return "failed"
+        notification.save(update_fields=["attempts", "last_error"])
+        countdown = min(RETRY_MAX_S, RETRY_BASE_S * 2**self.request.retries)
+        raise self.retry(exc=error, countdown=countdown, max_retries=None) from None
+    notifications.mark_sent(notification)
+    return "sent"

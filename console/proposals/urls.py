@@ -1,0 +1,23 @@
+from django.urls import path
+
+from console.proposals import api, views
+
+urlpatterns = [
+    path("", views.proposal_list, name="proposal-list"),
+    path("inbox/", views.inbox, name="proposal-inbox"),
+    path("new/", views.proposal_create, name="proposal-create"),
+    path("<int:pk>/", views.proposal_detail, name="proposal-detail"),
+    path("<int:pk>/edit/", views.proposal_edit, name="proposal-edit"),
+    path("<int:pk>/submit/", views.proposal_submit, name="proposal-submit"),
+    path("<int:pk>/decide/", views.proposal_decide, name="proposal-decide"),
+    path("<int:pk>/load-tests/", views.proposal_load_test, name="proposal-load-test"),
+    path("<int:pk>/apply/", views.proposal_apply, name="proposal-apply"),
+    path("<int:pk>/verify/", views.proposal_verify, name="proposal-verify"),
+    path("<int:pk>/roll-back/", views.proposal_roll_back, name="proposal-roll-back"),
+]
+
+# Mounted under /api/proposals/ (DRF answers 401/403 itself, no login redirect).
+api_urlpatterns = [
+    path("", api.ProposalList.as_view(), name="api-proposals"),
+    path("<int:pk>/", api.ProposalDetail.as_view(), name="api-proposal-detail"),
+]

@@ -1,0 +1,285 @@
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from console.access import get_changeable_or_403, get_visible_or_404, require_permission
+from console.models import AuditEntry
+from console.proposals import placement, services
+from console.proposals.forms import CommentForm, DecisionForm, LoadTestForm, ProposalForm
+from console.proposals.models import Decision, Proposal
+from console.proposals.transitions import Event, IllegalTransition, State, allowed
+from inventory.models import Host
+
+_DETAIL = Proposal.objects.select_related(
+    "served_model", "host", "deployment__served_model", "author", "mig_slice__gpu"
+)
+
+
+def _require_author(user, proposal: Proposal, doing: str) -> None:
+    if proposal.author_id != user.pk:
+        raise PermissionDenied(
+            f"Only its author, {proposal.author.get_username()}, may {doing} this proposal."
+        )
+
+
+@permission_required("proposals.view_proposal", raise_exception=True)
+def proposal_list(request):
+    proposals = Proposal.objects.visible_to(request.user).select_related(
+        "served_model", "host", "author"
+    )
+    filters = {key: request.GET.get(key, "").strip() for key in ("state", "host", "author", "q")}
+    if filters["state"] in {state.value for state in State}:
+        proposals = proposals.filter(state=filters["state"])
+    if filters["host"]:
+        proposals = proposals.filter(host__name=filters["host"])
+    if filters["author"]:
+        proposals = proposals.filter(author__username=filters["author"])
+    if filters["q"]:
+        proposals = proposals.filter(
+            Q(rationale__icontains=filters["q"]) | Q(served_model__name__icontains=filters["q"])
+        )
+    return render(
+        request,
+        "proposals/proposal_list.html",
+        {
+            "page": Paginator(proposals, 50).get_page(request.GET.get("page")),
+            "filters": filters,
+            "states": Proposal.STATES,
+            "hosts": Host.objects.visible_to(request.user).values_list("name", flat=True),
+            "can_add": request.user.has_perm("proposals.add_proposal"),
+        },
+    )
+
+
+def inbox(request):
+    require_permission(request.user, Proposal, "approve")
+    waiting = (
+        Proposal.objects.visible_to(request.user)
+        .awaiting(request.user)
+        .select_related("served_model", "host", "author")
+        .order_by("updated_at")
+    )
+    return render(request, "proposals/inbox.html", {"proposals": waiting})
+
+
+def proposal_create(request):
+    require_permission(request.user, Proposal, "add")
+    initial = {"host": request.GET.get("host")} if request.GET.get("host") else {}
+    form = ProposalForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            proposal = services.do_create_proposal(
+                acting_user=request.user,
+                gpus=form.cleaned_data["gpus"],
+                mps_acknowledged=form.cleaned_data["mps_acknowledged"],
+                submit="submit" in request.POST,
+                **form.proposal_fields(),
+            )
+        except ValidationError as error:
+            form.add_error(None, error)
+        else:
+            messages.success(request, f"Created {proposal}.")
+            return redirect(proposal)
+    return render(request, "proposals/proposal_form.html", {"form": form, "proposal": None})
+
+
+def proposal_edit(request, pk: int):
+    proposal = get_changeable_or_403(request.user, _DETAIL, pk=pk)
+    _require_author(request.user, proposal, "edit")
+    if not allowed(proposal.state, Event.EDIT):
+        messages.error(request, str(IllegalTransition(State(proposal.state), Event.EDIT)))
+        return redirect(proposal)
+    form = ProposalForm(request.POST or None, instance=proposal)
+    if request.method == "POST" and form.is_valid():
+        try:
+            proposal = services.do_edit_proposal(
+                proposal,
+                acting_user=request.user,
+                gpus=form.cleaned_data["gpus"],
+                mps_acknowledged=form.cleaned_data["mps_acknowledged"],
+                **form.proposal_fields(),
+            )
+        except ValidationError as error:
+            form.add_error(None, error)
+        except IllegalTransition as error:
+            form.add_error(None, str(error))
+        else:
+            if proposal.state == State.SUBMITTED:
+                messages.success(
+                    request, f"Saved revision {proposal.revision}; the gates run again."
+                )
+            else:
+                messages.success(request, f"Saved revision {proposal.revision}.")
+            return redirect(proposal)
+    return render(request, "proposals/proposal_form.html", {"form": form, "proposal": proposal})
+
+
+def _audit_trail(proposal: Proposal):
+    return (
+        AuditEntry.objects.filter(
+            Q(content_type__app_label="proposals", object_id=str(proposal.pk))
+            | Q(comment__startswith=f"Proposal #{proposal.pk}:")
+        )
+        .select_related("host", "content_type")
+        .order_by("-at", "-id")
+    )
+
+
+def _detail(request, proposal: Proposal, *, status: int = 200, error: str = "", **forms):
+    user = request.user
+    is_author = proposal.author_id == user.pk
+    state = proposal.state
+    before, after = placement.drawings(proposal)
+    results = services.current_results(proposal)
+    may_decide = user.has_perm("proposals.approve_proposal") and not is_author
+    may_apply = user.has_perm("proposals.apply_proposal")
+    may_change = user.has_perm("proposals.change_proposal") and is_author
+    context = {
+        "proposal": proposal,
+        "results": results,
+        "results_revision": proposal.revision,
+        "older_results": proposal.gate_results.exclude(revision=proposal.revision)[:40],
+        "decisions": proposal.decisions.select_related("decided_by"),
+        "load_tests": proposal.load_tests.select_related("uploaded_by"),
+        "notifications": proposal.notifications.all()[:20],
+        "audit": _audit_trail(proposal),
+        "before": before,
+        "after": after,
+        "targets": proposal.target_gpus(),
+        "can_edit": may_change and allowed(state, Event.EDIT),
+        "can_submit": may_change and allowed(state, Event.SUBMIT),
+        "can_attach": may_change and allowed(state, Event.EDIT),
+        "can_decide": may_decide and allowed(state, Event.APPROVE),
+        "can_reject": may_decide and allowed(state, Event.REJECT),
+        "can_apply": may_apply and allowed(state, Event.APPLY),
+        "can_verify": may_apply and allowed(state, Event.VERIFY),
+        "can_roll_back": may_apply and allowed(state, Event.ROLL_BACK),
+        "is_author": is_author,
+        "error": error,
+        "decision_form": forms.get("decision_form") or DecisionForm(),
+        "load_test_form": forms.get("load_test_form") or LoadTestForm(),
+        "roll_back_form": forms.get("roll_back_form") or CommentForm(prefix="roll_back"),
+        "verify_form": CommentForm(prefix="verify"),
+    }
+    return render(request, "proposals/proposal_detail.html", context, status=status)
+
+
+def proposal_detail(request, pk: int):
+    return _detail(request, get_visible_or_404(request.user, _DETAIL, pk=pk))
+
+
+@require_POST
+def proposal_submit(request, pk: int):
+    proposal = get_changeable_or_403(request.user, _DETAIL, pk=pk)
+    _require_author(request.user, proposal, "submit")
+    try:
+        services.do_submit(proposal, acting_user=request.user)
+    except IllegalTransition as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, "Submitted: the gates are being checked.")
+    return redirect(proposal)
+
+
+_DECISIONS = {
+    Decision.Kind.APPROVE: services.do_approve_proposal,
+    Decision.Kind.REJECT: services.do_reject,
+    Decision.Kind.REQUEST_CHANGES: services.do_request_changes,
+}
+
+
+@require_POST
+def proposal_decide(request, pk: int):
+    proposal = get_changeable_or_403(request.user, _DETAIL, action="approve", pk=pk)
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        return _detail(request, proposal, status=400, decision_form=form)
+    decide = _DECISIONS[form.cleaned_data["decision"]]
+    try:
+        proposal = decide(proposal, acting_user=request.user, comment=form.cleaned_data["comment"])
+    except services.FourEyesError as error:
+        raise PermissionDenied(str(error)) from None
+    except services.CommentRequired as error:
+        form.add_error("comment", str(error))
+        return _detail(request, proposal, status=400, decision_form=form)
+    except (IllegalTransition, services.ProposalError) as error:
+        return _detail(request, proposal, status=409, error=str(error), decision_form=form)
+    messages.success(request, f"{proposal}: {proposal.state_label}.")
+    return redirect("proposal-inbox" if request.POST.get("next") == "inbox" else proposal)
+
+
+@require_POST
+def proposal_load_test(request, pk: int):
+    proposal = get_changeable_or_403(request.user, _DETAIL, pk=pk)
+    _require_author(request.user, proposal, "attach load tests to")
+    form = LoadTestForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return _detail(request, proposal, status=400, load_test_form=form)
+    try:
+        services.do_attach_load_test(
+            proposal,
+            acting_user=request.user,
+            run=form.cleaned_data["run"],
+            files=[f.name for f in form.cleaned_data["files"]],
+        )
+    except IllegalTransition as error:
+        return _detail(request, proposal, status=409, error=str(error), load_test_form=form)
+    messages.success(request, "Load test attached; the gates run again.")
+    return redirect(proposal)
+
+
+@require_POST
+def proposal_apply(request, pk: int):
+    proposal = get_changeable_or_403(request.user, _DETAIL, action="apply", pk=pk)
+    try:
+        services.do_apply(proposal, acting_user=request.user)
+    except (IllegalTransition, services.ProposalError, ValidationError) as error:
+        messages.error(request, f"Not applied: {_text(error)}")
+    else:
+        messages.success(request, f"Applied: {proposal.host}'s placement now shows the change.")
+    return redirect(proposal)
+
+
+@require_POST
+def proposal_verify(request, pk: int):
+    proposal = get_changeable_or_403(request.user, _DETAIL, action="apply", pk=pk)
+    form = CommentForm(request.POST, prefix="verify")
+    form.is_valid()
+    try:
+        services.do_verify(
+            proposal, acting_user=request.user, comment=form.cleaned_data.get("comment", "")
+        )
+    except IllegalTransition as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, "Verified.")
+    return redirect(proposal)
+
+
+@require_POST
+def proposal_roll_back(request, pk: int):
+    proposal = get_changeable_or_403(request.user, _DETAIL, action="apply", pk=pk)
+    form = CommentForm(request.POST, prefix="roll_back")
+    form.is_valid()
+    try:
+        services.do_roll_back(
+            proposal, acting_user=request.user, comment=form.cleaned_data.get("comment", "")
+        )
+    except services.CommentRequired as error:
+        form.add_error("comment", str(error))
+        return _detail(request, proposal, status=400, roll_back_form=form)
+    except (IllegalTransition, ValidationError) as error:
+        messages.error(request, f"Not rolled back: {_text(error)}")
+    else:
+        messages.success(request, "Rolled back: the deployment is as it was before.")
+    return redirect(proposal)
+
+
+def _text(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        return " ".join(error.messages)
+    return str(error)

@@ -1,0 +1,243 @@
+"""The host page's analyses: KV advice per deployment, co-peaks per card, interference,
+MPS blast radius, and the OOM timeline. Each reads history and hands it to the pure
+analytics in inventory.analytics."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from inventory.analytics.copeak import CoPeakReport, analyse_copeak
+from inventory.analytics.interference import InterferenceReport, interference_by_deployment
+from inventory.analytics.kv_advisor import (
+    AdmissionPolicy,
+    KvAdvice,
+    KvDemandSample,
+    advise_kv_reservation,
+)
+from inventory.analytics.stats import percentile
+from inventory.models import Deployment, Event, Host
+
+KV_WINDOW = dt.timedelta(days=7)
+COPEAK_WINDOW = dt.timedelta(days=7)
+COPEAK_STEP_S = 60
+INTERFERENCE_WINDOW = dt.timedelta(days=2)
+# A co-tenant is busy above half its own P95 concurrency: "its share of the daily peak".
+BUSY_SHARE_OF_P95 = 0.5
+
+_POLICIES = {
+    Deployment.Admission.QUEUE: AdmissionPolicy.QUEUE,
+    Deployment.Admission.SHED_LOW_PRIORITY: AdmissionPolicy.SHED_LOW_PRIORITY,
+    Deployment.Admission.SHRINK_LOW_PRIORITY_KV: AdmissionPolicy.SHRINK_LOW_PRIORITY_KV,
+    Deployment.Admission.EVICT_LOW_PRIORITY: AdmissionPolicy.EVICT_LOW_PRIORITY,
+    Deployment.Admission.REFUSE: AdmissionPolicy.REFUSE,
+}
+
+
+def _active(host: Host):
+    return (
+        host.deployments.exclude(status=Deployment.Status.STOPPED)
+        .select_related("served_model")
+        .prefetch_related("gpus")
+    )
+
+
+def _running(deployment_ids: list[int], start: dt.datetime) -> dict[int, list[tuple]]:
+    """Per deployment, (epoch s, running requests at the minute's peak, P99 latency s)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT deployment_id, extract(epoch FROM bucket)::float8, running_max,
+                   latency_p99_max
+            FROM inventory_engine_rollup_1m
+            WHERE deployment_id = ANY(%s) AND bucket > %s ORDER BY 1, 2
+            """,
+            [deployment_ids, start],
+        )
+        series: dict[int, list[tuple]] = {}
+        for deployment_id, at, running, p99 in cursor.fetchall():
+            series.setdefault(deployment_id, []).append((at, running, p99))
+    return series
+
+
+@dataclass(frozen=True)
+class KvRow:
+    deployment: Deployment
+    advice: KvAdvice | None
+    reason: str  # why there is no advice
+
+
+def kv_advice(host: Host, now: dt.datetime | None = None) -> list[KvRow]:
+    now = now or timezone.now()
+    deployments = list(_active(host))
+    history = _running([d.pk for d in deployments], now - KV_WINDOW)
+    rows = []
+    for deployment in deployments:
+        per_token = deployment.served_model.effective_kv_bytes_per_token
+        samples = [
+            KvDemandSample(at, running) for at, running, _ in history.get(deployment.pk, [])
+            if running is not None
+        ]  # fmt: skip
+        if not samples:
+            rows.append(KvRow(deployment, None, "no engine history in the last 7 days"))
+            continue
+        if not deployment.kv_tokens_per_request or not per_token:
+            rows.append(KvRow(deployment, None, "tokens per request or KV bytes per token unknown"))
+            continue
+        rows.append(
+            KvRow(
+                deployment,
+                advise_kv_reservation(
+                    deployment.served_model.name,
+                    samples,
+                    current_reservation_bytes=deployment.kv_reservation_bytes,
+                    bytes_per_token=per_token,
+                    tokens_per_request=deployment.kv_tokens_per_request,
+                    buffer=settings.KV_BUFFER,
+                    admission_policy=_POLICIES.get(deployment.admission_policy),
+                    now=now.timestamp(),
+                ),
+                "",
+            )
+        )
+    return rows
+
+
+def copeaks(host: Host, now: dt.datetime | None = None) -> list[CoPeakReport]:
+    """Per card with two or more tenants: do their memory peaks come at the same moments?"""
+    now = now or timezone.now()
+    # Only cards that ever had two tenants can have co-peaked (stopped deployments included).
+    tenants: dict[int, set[int]] = {}
+    for gpu_id, deployment_id in Deployment.gpus.through.objects.filter(gpu__host=host).values_list(
+        "gpu_id", "deployment_id"
+    ):
+        tenants.setdefault(gpu_id, set()).add(deployment_id)
+    gpus = {
+        gpu.pk: gpu
+        for gpu in host.gpus.filter(pk__in=[g for g, d in tenants.items() if len(d) > 1])
+    }
+    if not gpus:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT gpu_id, deployment_id,
+                   extract(epoch FROM date_bin(make_interval(secs => %s), bucket,
+                                               'epoch'::timestamptz))::float8,
+                   max(used_max)
+            FROM inventory_process_rollup_1m
+            WHERE gpu_id = ANY(%s) AND bucket > %s AND deployment_id IS NOT NULL
+            GROUP BY 1, 2, 3
+            """,
+            [COPEAK_STEP_S, list(gpus), now - COPEAK_WINDOW],
+        )
+        rows = cursor.fetchall()
+    names = dict(Deployment.objects.filter(host=host).values_list("pk", "served_model__name"))
+    demand: dict[int, dict[str, list]] = {}
+    for gpu_id, deployment_id, at, used in rows:
+        if used is not None:
+            label = f"{names.get(deployment_id, deployment_id)} #{deployment_id}"
+            demand.setdefault(gpu_id, {}).setdefault(label, []).append((at, used))
+    reports = []
+    for gpu_id, per_deployment in sorted(demand.items(), key=lambda item: gpus[item[0]].index):
+        tenants = _longest_shared_tenancy(per_deployment)
+        if tenants:
+            reports.append(
+                analyse_copeak(
+                    str(gpus[gpu_id]), tenants, capacity_bytes=gpus[gpu_id].memory_total_bytes
+                )
+            )
+    return reports
+
+
+def _longest_shared_tenancy(per_deployment: dict[str, list]) -> dict[str, list]:
+    """The tenants that shared the card longest, over the moments they shared it.
+
+    A card's tenants change when placements change (a switch to GPU groups leaves one); the
+    co-peak question is only asked of deployments that were on the card at the same moments.
+    """
+    present: dict[float, set[str]] = {}
+    for name, samples in per_deployment.items():
+        for at, _ in samples:
+            present.setdefault(at, set()).add(name)
+    periods: dict[frozenset[str], set[float]] = {}
+    for at, names in present.items():
+        if len(names) >= 2:
+            periods.setdefault(frozenset(names), set()).add(at)
+    if not periods:
+        return {}
+    names, moments = max(periods.items(), key=lambda item: (len(item[1]), len(item[0])))
+    return {
+        name: [sample for sample in per_deployment[name] if sample[0] in moments] for name in names
+    }
+
+
+def interference(host: Host, now: dt.datetime | None = None) -> list[InterferenceReport]:
+    now = now or timezone.now()
+    deployments = list(_active(host))
+    history = _running([d.pk for d in deployments], now - INTERFERENCE_WINDOW)
+    label = {d.pk: f"{d.served_model.name} #{d.pk}" for d in deployments}
+    latencies, load = {}, {}
+    for deployment in deployments:
+        rows = history.get(deployment.pk, [])
+        running = [r for _, r, _ in rows if r is not None]
+        if not running:
+            continue
+        typical = percentile(running, 95) or 1.0
+        load[label[deployment.pk]] = [(at, (r or 0) / typical) for at, r, _ in rows]
+        latencies[label[deployment.pk]] = [(at, p99) for at, _, p99 in rows if p99 is not None]
+    placement: dict[str, list[str]] = {}
+    for deployment in deployments:
+        if deployment.mig_slice_id:  # a MIG instance shares no SMs with anyone
+            continue
+        for gpu in deployment.gpus.all():
+            placement.setdefault(str(gpu), []).append(label[deployment.pk])
+    return list(
+        interference_by_deployment(
+            latencies, load, placement, busy_threshold=BUSY_SHARE_OF_P95, max_age_s=120.0
+        )
+    )
+
+
+@dataclass(frozen=True)
+class MpsGroup:
+    card: str
+    models: list[str]  # every client dies with the server: the blast radius
+    thread_percentages: dict[str, int | None]
+    last_crash: Event | None
+
+
+def mps_groups(host: Host) -> list[MpsGroup]:
+    groups: dict[str, list[Deployment]] = {}
+    cards = {}
+    for deployment in _active(host).filter(isolation_mode=Deployment.Isolation.MPS):
+        for gpu in deployment.gpus.all():
+            groups.setdefault(str(gpu), []).append(deployment)
+            cards[str(gpu)] = gpu
+    crashes = {
+        event.gpu_id: event
+        for event in Event.objects.filter(host=host, kind=Event.Kind.MPS_SERVER_DOWN).order_by("at")
+    }
+    return [
+        MpsGroup(
+            card,
+            [d.served_model.name for d in members],
+            {d.served_model.name: d.mps_active_thread_percentage for d in members},
+            crashes.get(cards[card].pk),
+        )
+        for card, members in sorted(groups.items())
+    ]
+
+
+def oom_timeline(host: Host, days: int = 30) -> list[Event]:
+    return list(
+        Event.objects.filter(
+            host=host, kind=Event.Kind.OOM, at__gte=timezone.now() - dt.timedelta(days=days)
+        )
+        .select_related("gpu", "deployment__served_model")
+        .order_by("-at")[:200]
+    )

@@ -1,0 +1,90 @@
+"""What a card's tenants demand, measured: the figures the memory gate and the host page need.
+
+Demand is what the caching allocators had *allocated* (NVML's per-process figure where no
+allocator statistics exist); what they held reserved on top of it is counted separately as
+the allocator-held peak. Their sum is what NVML showed as used, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.db import connection
+from django.utils import timezone
+
+from inventory.analytics.stats import percentile
+from inventory.models import Gpu
+from inventory.reports.thresholds import fragmentation_thresholds
+
+WINDOW = dt.timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class CardCapacity:
+    gpu_id: int
+    card: str
+    total_bytes: int
+    driver_reserved_bytes: int
+    samples: int  # sample times in the window
+    demand_p95: dict[int, int]  # deployment id -> P95 of its allocated bytes on this card
+    demand_peak: dict[int, int]
+    joint_peak_bytes: int  # the highest sum of all tenants' allocated bytes at one moment
+    allocator_held_peak_bytes: int  # reserved but unallocated, summed over processes, at peak
+    fragmentation_index_peak: float | None
+    fragmentation_status: str  # green / amber / red
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.total_bytes - self.driver_reserved_bytes
+
+
+def card_capacity(gpu: Gpu, *, window: dt.timedelta = WINDOW, now=None) -> CardCapacity:
+    now = now or timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT ts, deployment_id,
+                   sum(coalesce(alloc_allocated_last, used_max)) AS allocated,
+                   sum(greatest(coalesce(alloc_reserved_last - alloc_allocated_last, 0), 0))
+                       AS held,
+                   max(frag_index_max) AS frag
+            FROM inventory_process_sample
+            WHERE gpu_id = %s AND ts > %s AND ts <= %s
+            GROUP BY ts, deployment_id
+            """,
+            [gpu.pk, now - window, now],
+        )
+        rows = cursor.fetchall()
+        cursor.execute(
+            "SELECT reserved_last FROM inventory_card_sample WHERE gpu_id = %s AND ts <= %s "
+            "ORDER BY ts DESC LIMIT 1",
+            [gpu.pk, now],
+        )
+        reserved = cursor.fetchone()
+    per_deployment: dict[int, list[int]] = {}
+    joint: dict[dt.datetime, int] = {}
+    held: dict[dt.datetime, int] = {}
+    frag_peak = None
+    for ts, deployment_id, allocated, held_bytes, frag in rows:
+        if deployment_id is not None and allocated is not None:
+            per_deployment.setdefault(deployment_id, []).append(int(allocated))
+        joint[ts] = joint.get(ts, 0) + int(allocated or 0)
+        held[ts] = held.get(ts, 0) + int(held_bytes or 0)
+        if frag is not None:
+            frag_peak = frag if frag_peak is None else max(frag_peak, frag)
+    return CardCapacity(
+        gpu_id=gpu.pk,
+        card=str(gpu),
+        total_bytes=gpu.memory_total_bytes,
+        driver_reserved_bytes=int(reserved[0]) if reserved and reserved[0] else 0,
+        samples=len(joint),
+        demand_p95={d: int(percentile(v, 95)) for d, v in per_deployment.items()},
+        demand_peak={d: max(v) for d, v in per_deployment.items()},
+        joint_peak_bytes=max(joint.values(), default=0),
+        allocator_held_peak_bytes=max(held.values(), default=0),
+        fragmentation_index_peak=frag_peak,
+        fragmentation_status=(
+            "green" if frag_peak is None else fragmentation_thresholds().classify(frag_peak).value
+        ),
+    )

@@ -1,0 +1,32 @@
+"""Ledgers as JSON: the API's answer and the host page's chart data."""
+
+from __future__ import annotations
+
+from inventory.reports.ledger import CardView
+
+
+def ledger_json(views: list[CardView]) -> list[dict]:
+    return [
+        {
+            "card": str(view.gpu),
+            "index": view.gpu.index,
+            "uuid": view.gpu.uuid,
+            "sampled_at": view.at.isoformat() if view.at else None,
+            "total_bytes": view.ledger.total_bytes,
+            "status": view.status.status.value,
+            "status_reason": view.status.reason,
+            "lines": [
+                {
+                    "kind": line.kind.value,
+                    "bytes": line.bytes,
+                    "basis": line.basis.value,
+                    "source": line.source,
+                    "deployment": line.deployment,
+                    "pid": line.pid,
+                }
+                for line in view.ledger.lines
+            ],
+            "notes": list(view.ledger.notes),
+        }
+        for view in views
+    ]

@@ -1,0 +1,48 @@
+// The fleet board refreshes its rows every 15 s, and pauses while the tab is hidden.
+"use strict";
+
+(function () {
+  const PERIOD_MS = 15000;
+  const rows = document.getElementById("fleet-rows");
+  const state = document.getElementById("refresh-state");
+  let timer = null;
+
+  function url() {
+    const params = new URLSearchParams(window.location.search);
+    params.set("partial", "1");
+    return `${window.location.pathname}?${params}`;
+  }
+
+  function refresh() {
+    fetch(url(), { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+      .then((response) => {
+        if (response.redirected || !response.ok) throw new Error(`HTTP ${response.status}`);
+        return response.text();
+      })
+      .then((html) => {
+        rows.innerHTML = html;
+        state.textContent = `Updated ${new Date().toLocaleTimeString()}; refreshes every 15 s.`;
+      })
+      .catch((error) => { state.textContent = `Refresh failed (${error.message}); retrying.`; });
+  }
+
+  function start() {
+    if (timer === null) timer = window.setInterval(refresh, PERIOD_MS);
+  }
+
+  function stop() {
+    window.clearInterval(timer);
+    timer = null;
+    state.textContent = "Paused while the tab is hidden.";
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) {
+      stop();
+    } else {
+      refresh();
+      start();
+    }
+  });
+  start();
+})();

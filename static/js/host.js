@@ -1,0 +1,112 @@
+// The host page: ledger bars, history heatmaps and lines per window, analyses loaded late.
+"use strict";
+
+(function () {
+  const charts = window.consoleCharts;
+  const GIB = 1024 ** 3;
+  const script = document.getElementById("host-script");
+  const chartsUrl = script.dataset.chartsUrl;
+
+  const KIND_COLOURS = {
+    driver_reserved: "#57606a", model_weights: "#0072B2", kv_cache_used: "#E69F00",
+    kv_cache_reserved_unused: "#F0E442", kv_cache_use_unknown: "#DDCC77",
+    workspace_activations: "#56B4E9", cuda_graphs: "#332288", communication_buffers: "#44AA99",
+    allocator_reserve: "#CC79A7", fragmentation: "#D55E00", unattributed: "#999999",
+    free: "#dafbe1",
+  };
+
+  function drawLedger() {
+    const cards = charts.readJson("ledger-data") || [];
+    const element = document.getElementById("ledger-chart");
+    if (!cards.length) return charts.empty(element, "No cards.");
+    // One trace per kind and basis, so estimated figures can be hatched.
+    const traces = {};
+    cards.forEach((card) => {
+      card.lines.forEach((line) => {
+        const key = line.kind + "|" + line.basis;
+        const trace = traces[key] || (traces[key] = {
+          type: "bar", name: line.kind.replace(/_/g, " ") + (line.basis === "estimated" ? " (est.)" : ""),
+          x: [], y: [], text: [], textposition: "none", hovertemplate: "%{x}<br>%{text}<extra></extra>",
+          marker: { color: KIND_COLOURS[line.kind] || "#888",
+                    pattern: { shape: line.basis === "estimated" ? "/" : "" } },
+        });
+        trace.x.push(card.card);
+        trace.y.push(line.bytes / GIB);
+        trace.text.push(`${line.kind.replace(/_/g, " ")}${line.deployment ? " · " + line.deployment : ""}: ` +
+                        `${(line.bytes / GIB).toFixed(2)} GiB, ${line.basis} (${line.source})`);
+      });
+    });
+    charts.draw(element, Object.values(traces), {
+      barmode: "stack", height: 360, yaxis: { title: "GiB" },
+      legend: { orientation: "h", y: -0.2 }, margin: { l: 60, r: 20, t: 10, b: 100 },
+    });
+  }
+
+  function heatmap(element, data, values, title, zmax) {
+    if (!data.times.length) return charts.empty(element, "No samples in this window yet.");
+    charts.draw(element, [{
+      type: "heatmap", x: data.times, y: data.cards, z: values, zmin: 0, zmax: zmax,
+      colorscale: "YlOrRd", colorbar: { title: title, thickness: 12 }, hoverongaps: false,
+    }], { height: 60 + 28 * data.cards.length, yaxis: { autorange: "reversed" } });
+  }
+
+  function drawHistory(window) {
+    fetch(`${chartsUrl}?window=${encodeURIComponent(window)}`, { credentials: "same-origin" })
+      .then((response) => {
+        if (!response.ok) throw new Error(`charts: HTTP ${response.status}`);
+        return response.json();
+      })
+      .then((data) => {
+        heatmap(document.getElementById("heatmap-used"), data, data.used_pct, "%", 100);
+        heatmap(document.getElementById("heatmap-frag"), data, data.fragmentation, "index", 1);
+        const lines = document.getElementById("deployment-lines");
+        if (!data.deployments.length) return charts.empty(lines, "No deployment memory in this window yet.");
+        charts.draw(lines, data.deployments.map((line) => ({
+          type: "scatter", mode: "lines", name: line.label, x: line.times, y: line.used_gib,
+        })), { height: 320, yaxis: { title: "GiB" }, legend: { orientation: "h", y: -0.25 },
+               margin: { l: 60, r: 20, t: 10, b: 90 } });
+      })
+      .catch((error) => {
+        charts.empty(document.getElementById("heatmap-used"), error.message);
+      });
+  }
+
+  function drawOoms() {
+    const points = charts.readJson("oom-data");
+    const element = document.getElementById("oom-chart");
+    if (!points || !element) return;
+    const byCause = {};
+    points.forEach((p) => {
+      const trace = byCause[p.cause] || (byCause[p.cause] = {
+        type: "scatter", mode: "markers", name: p.cause.replace(/_/g, " "), x: [], y: [], text: [],
+        hovertemplate: "%{x}<br>card %{y}<br>%{text}<extra></extra>", marker: { size: 9 },
+      });
+      trace.x.push(p.at); trace.y.push(p.card); trace.text.push(p.text);
+    });
+    charts.draw(element, Object.values(byCause), { height: 200, yaxis: { title: "card", dtick: 1 } });
+  }
+
+  function loadAnalysis() {
+    const section = document.getElementById("analysis");
+    fetch(section.dataset.url, { credentials: "same-origin" })
+      .then((response) => {
+        if (!response.ok) throw new Error(`HTTP ${response.status}`);
+        return response.text();
+      })
+      .then((html) => { section.innerHTML = html; })
+      .catch((error) => { section.querySelector("p").textContent = `Could not load: ${error.message}`; });
+  }
+
+  document.querySelectorAll(".window-picker button").forEach((button) => {
+    button.addEventListener("click", () => {
+      document.querySelectorAll(".window-picker button").forEach((b) => b.classList.remove("active"));
+      button.classList.add("active");
+      drawHistory(button.dataset.window);
+    });
+  });
+
+  drawLedger();
+  drawOoms();
+  drawHistory("24h");
+  loadAnalysis();
+})();

@@ -1,0 +1,263 @@
+"""Page server times with a big fleet: 1,000 hosts x 8 cards x 30 days of history.
+
+    python tests/bench/bench_pages.py [--hosts 1000] [--requests 15] [--json OUT]
+
+Needs the database of DATABASE_URL migrated (make bench uses a separate bench database).
+
+History is written straight into the rollup tables with generate_series, in time order
+as ingest leaves them: hourly card rollups for 30 days and minute rollups for the last 6 hours
+for every card, raw samples for the last 30 minutes, and, for the hosts whose pages are timed,
+process and engine rollups for the whole window. Then the fleet board, the host page and its JSON
+are requested as a logged-in manager through Django's test client, and the median server time is
+reported (the client runs the whole request: middleware, view, queries, template).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+
+import django
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.contrib.auth.models import Group  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from inventory.models import Deployment, Gpu, Host, ServedModel  # noqa: E402
+from inventory.timeseries import partitions  # noqa: E402
+
+GIB = 1024**3
+CARDS = 8
+GROUPS = ((0, 1, 2), (3, 4, 5), (6, 7))  # three deployments a host, on card groups
+TIMED_HOSTS = 20
+
+
+def build_fleet(hosts: int) -> list[Host]:
+    models = [
+        ServedModel.objects.get_or_create(
+            name=f"bench-model-{i}",
+            defaults={"weights_bytes": 40 * GIB, "num_layers": 80, "num_kv_heads": 8,
+                      "head_dim": 128, "kv_dtype": "bf16", "p99_latency_slo_ms": 800},
+        )[0]
+        for i in range(len(GROUPS))
+    ]  # fmt: skip
+    host_rows = Host.objects.bulk_create(
+        [Host(name=f"bench-{i:04d}", collector=Host.Collector.NONE) for i in range(hosts)]
+    )
+    gpus = Gpu.objects.bulk_create(
+        [
+            Gpu(
+                host=host,
+                index=index,
+                uuid=f"GPU-bench-{host.name}-{index}",
+                product_name="NVIDIA H100 80GB HBM3",
+                memory_total_bytes=81559 * 1024**2,
+            )
+            for host in host_rows
+            for index in range(CARDS)
+        ]
+    )
+    by_host = {}
+    for gpu in gpus:
+        by_host.setdefault(gpu.host_id, []).append(gpu)
+    deployments = Deployment.objects.bulk_create(
+        [
+            Deployment(
+                host=host,
+                served_model=models[n],
+                isolation_mode="gpu_group",
+                kv_reservation_bytes=20 * GIB,
+                kv_reservation_basis="p95",
+                kv_tokens_per_request=2000,
+                admission_policy="queue",
+            )
+            for host in host_rows
+            for n in range(len(GROUPS))
+        ]
+    )
+    through = Deployment.gpus.through
+    through.objects.bulk_create(
+        [
+            through(deployment_id=d.pk, gpu_id=by_host[d.host_id][index].pk)
+            for n, d in enumerate(deployments)
+            for index in GROUPS[n % len(GROUPS)]
+        ]
+    )
+    return host_rows
+
+
+def sql(statement: str, params: list | None = None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params or [])
+
+
+def write_history(hosts: list[Host]) -> dict[str, float]:
+    now = timezone.now()
+    partitions.ensure_partitions(now - timezone.timedelta(days=31), now)
+    ids = [h.pk for h in hosts]
+    timed = ids[:TIMED_HOSTS]
+    # A daily curve with per-card noise: used memory between ~45 and ~75 GiB.
+    used = "(60 + 12 * sin(extract(epoch FROM b) / 13751 + g.id) + 3 * random()) * 1073741824"
+    timings = {}
+    steps = [
+        ("card rollup 1h, 30 days, every card", f"""
+            INSERT INTO inventory_card_rollup_1h
+            SELECT g.id, b, 360, false, g.memory_total_bytes, ({used})::bigint,
+                   ({used}) * 360, 360, 502267904, g.memory_total_bytes - ({used})::bigint,
+                   90, 90 * 360, 360, random() * 0.6
+            FROM inventory_gpu g CROSS JOIN generate_series(
+                date_trunc('hour', now()) - interval '30 days', date_trunc('hour', now()),
+                interval '1 hour') b
+            WHERE g.host_id = ANY(%s) ORDER BY b, g.id""", [ids]),
+        ("card rollup 1m, 6 hours, every card", f"""
+            INSERT INTO inventory_card_rollup_1m
+            SELECT g.id, b, 6, false, g.memory_total_bytes, ({used})::bigint, ({used}) * 6, 6,
+                   502267904, g.memory_total_bytes - ({used})::bigint, 90, 540, 6,
+                   random() * 0.6
+            FROM inventory_gpu g CROSS JOIN generate_series(
+                date_trunc('minute', now()) - interval '6 hours', date_trunc('minute', now()),
+                interval '1 minute') b
+            WHERE g.host_id = ANY(%s) ORDER BY b, g.id""", [ids]),
+        ("card rollup 1m, 24 hours, timed hosts", f"""
+            INSERT INTO inventory_card_rollup_1m
+            SELECT g.id, b, 6, false, g.memory_total_bytes, ({used})::bigint, ({used}) * 6, 6,
+                   502267904, g.memory_total_bytes - ({used})::bigint, 90, 540, 6,
+                   random() * 0.6
+            FROM inventory_gpu g CROSS JOIN generate_series(
+                date_trunc('minute', now()) - interval '24 hours',
+                date_trunc('minute', now()) - interval '6 hours 1 minute', interval '1 minute') b
+            WHERE g.host_id = ANY(%s) ORDER BY b, g.id ON CONFLICT DO NOTHING""", [timed]),
+        ("raw samples, 30 minutes, every card", f"""
+            INSERT INTO inventory_card_sample
+            SELECT g.id, b, gen_random_uuid(), 60, 60, false, g.memory_total_bytes,
+                   ({used})::bigint, ({used})::bigint, 502267904,
+                   g.memory_total_bytes - 502267904 - ({used})::bigint,
+                   g.memory_total_bytes - 502267904 - ({used})::bigint, 95, 90, 60, 0.2
+            FROM inventory_gpu g CROSS JOIN generate_series(
+                now() - interval '30 minutes', now(), interval '1 minute') b
+            WHERE g.host_id = ANY(%s) ORDER BY b, g.id""", [ids]),
+        ("raw process samples, 30 minutes, every card", f"""
+            INSERT INTO inventory_process_sample
+            SELECT g.id, b, gen_random_uuid(), 4000 + g.index, 'compute', 'python3',
+                   dg.deployment_id, NULL, ({used})::bigint, ({used})::bigint, 60, ({used})::bigint,
+                   ({used})::bigint - 2147483648, 1073741824, 536870912, 0.75
+            FROM inventory_gpu g
+            JOIN inventory_deployment_gpus dg ON dg.gpu_id = g.id
+            CROSS JOIN generate_series(now() - interval '30 minutes', now(), interval '1 minute') b
+            WHERE g.host_id = ANY(%s) ORDER BY b, g.id""", [ids]),
+        ("process rollups 1h (30 days) and 1m (7 days), timed hosts", f"""
+            INSERT INTO inventory_process_rollup_1h
+            SELECT g.id, 4000 + g.index, b, dg.deployment_id, 'python3', 360, ({used})::bigint,
+                   ({used}) * 360, 360, random() * 0.6
+            FROM inventory_gpu g JOIN inventory_deployment_gpus dg ON dg.gpu_id = g.id
+            CROSS JOIN generate_series(date_trunc('hour', now()) - interval '30 days',
+                                       date_trunc('hour', now()), interval '1 hour') b
+            WHERE g.host_id = ANY(%s);
+            INSERT INTO inventory_process_rollup_1m
+            SELECT g.id, 4000 + g.index, b, dg.deployment_id, 'python3', 6, ({used})::bigint,
+                   ({used}) * 6, 6, random() * 0.6
+            FROM inventory_gpu g JOIN inventory_deployment_gpus dg ON dg.gpu_id = g.id
+            CROSS JOIN generate_series(date_trunc('minute', now()) - interval '7 days',
+                                       date_trunc('minute', now()), interval '1 minute') b
+            WHERE g.host_id = ANY(%s)""", [timed, timed]),
+        ("engine rollups: 2 hours every deployment, 7 days (1m) and 30 days (1h) timed", """
+            INSERT INTO inventory_engine_rollup_1h
+            SELECT d.id, b, 360, 60 + 40 * random(), 18000, 360, 5, 0.6, 36000,
+                   0.4 + 0.2 * random(), 0.5 + 0.4 * random()
+            FROM inventory_deployment d CROSS JOIN generate_series(
+                date_trunc('hour', now()) - CASE WHEN d.host_id = ANY(%s)
+                    THEN interval '30 days' ELSE interval '2 hours' END,
+                date_trunc('hour', now()), interval '1 hour') b
+            WHERE d.host_id = ANY(%s);
+            INSERT INTO inventory_engine_rollup_1m
+            SELECT d.id, b, 6, 60 + 40 * random(), 300, 6, 5, 0.6, 600,
+                   0.4 + 0.2 * random(), 0.5 + 0.4 * random()
+            FROM inventory_deployment d CROSS JOIN generate_series(
+                date_trunc('minute', now()) - interval '7 days', date_trunc('minute', now()),
+                interval '1 minute') b
+            WHERE d.host_id = ANY(%s)""", [timed, ids, timed]),
+        ("OOM events and collector status", """
+            INSERT INTO inventory_event (host_id, kind, at, detail, snapshot, cause,
+                cause_explanation, batch_id, position)
+            SELECT (%s::bigint[])[1 + floor(random() * %s)::int], 'oom',
+                   now() - random() * interval '30 days', '{}', '{}', 'true_peak',
+                   'needed 2.0 GiB; card free 0.4 GiB: true peak', gen_random_uuid(), 0
+            FROM generate_series(1, 3000);
+            INSERT INTO inventory_collectorstatus (host_id, last_seq, last_sample_at,
+                last_batch_at, batches, missing_batches, faults_last_batch, faults_total,
+                outbox_depth, outbox_dropped, events_dropped)
+            SELECT id, 100, now(), now(), 100, 0, 0, 0, 0, 0, 0 FROM inventory_host
+            WHERE id = ANY(%s)""", [ids, len(ids), ids]),
+    ]  # fmt: skip
+    for label, statement, params in steps:
+        started = time.perf_counter()
+        sql(statement, params)
+        timings[label] = round(time.perf_counter() - started, 1)
+        print(f"  {label}: {timings[label]} s", flush=True)
+    sql("ANALYZE")
+    return timings
+
+
+def median_ms(client: Client, urls: list[str], repeats: int) -> tuple[float, int]:
+    client.get(urls[0])  # warm the connection and the template cache
+    times, size = [], 0
+    for attempt in range(repeats):
+        url = urls[attempt % len(urls)]
+        started = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - started) * 1000)
+        if response.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status_code}")
+        size = max(size, len(response.content))
+    return statistics.median(times), size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=15)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    settings.ALLOWED_HOSTS = ["testserver"]
+    print(f"building {args.hosts} hosts x {CARDS} cards, 30 days of history", flush=True)
+    started = time.perf_counter()
+    hosts = build_fleet(args.hosts)
+    generation = write_history(hosts)
+    print(f"  loaded in {time.perf_counter() - started:.0f} s", flush=True)
+    user, _ = get_user_model().objects.get_or_create(username="bench-manager")
+    user.groups.add(Group.objects.get(name="manager"))
+    client = Client()
+    client.force_login(user)
+    timed = [h.name for h in hosts[:TIMED_HOSTS]]
+    figures = {"hosts": args.hosts, "cards": args.hosts * CARDS, "generation_s": generation}
+    pages = {
+        "fleet board /": ["/"],
+        "host page /hosts/<name>/": [f"/hosts/{name}/" for name in timed],
+        "host charts 24h (JSON)": [f"/hosts/{name}/charts/?window=24h" for name in timed],
+        "host charts 30d (JSON)": [f"/hosts/{name}/charts/?window=30d" for name in timed],
+        "host analyses (fragment)": [f"/hosts/{name}/analysis/" for name in timed],
+        "ledger API": [f"/api/hosts/{name}/ledger/" for name in timed],
+    }
+    for label, urls in pages.items():
+        median, size = median_ms(client, urls, args.requests)
+        figures[label] = {"median_ms": round(median, 1), "bytes": size}
+        print(f"  {label:28} median {median:7.1f} ms  {size:>9,} bytes", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The host page and its JSON: ledger, history, analyses, MPS blast radius, OOM timeline."""
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from inventory.models import Deployment, Event
+from tests.batches import GIB, write_history
+from tests.factories import DeploymentFactory, GpuFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def mps_host():
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    tenants = [
+        DeploymentFactory(
+            host=gpu.host,
+            gpus=[gpu],
+            isolation_mode=Deployment.Isolation.MPS,
+            mps_active_thread_percentage=pct,
+            served_model__name=name,
+        )
+        for name, pct in (("small-chat", 30), ("embedder", 70))
+    ]
+    write_history(gpu.host, [(gpu, d) for d in tenants],
+                  start=(timezone.now() - dt.timedelta(minutes=90)).timestamp(), minutes=90,
+                  demand=lambda m, i: (20 + i) * GIB, running=lambda m, i: 5.0,
+                  p99=lambda m, i: 0.2)  # fmt: skip
+    Event.objects.create(host=gpu.host, gpu=gpu, kind=Event.Kind.MPS_SERVER_DOWN,
+                         at=timezone.now() - dt.timedelta(hours=1),
+                         batch_id="00000000-0000-4000-8000-00000000000a", position=0)  # fmt: skip
+    Event.objects.create(host=gpu.host, gpu=gpu, kind=Event.Kind.OOM, cause="true_peak",
+                         cause_explanation="needed 2.0 GiB; card free 0.4 GiB: true peak",
+                         at=timezone.now() - dt.timedelta(hours=2),
+                         batch_id="00000000-0000-4000-8000-00000000000b", position=0)  # fmt: skip
+    return gpu.host
+
+
+def test_the_host_page_shows_ledger_data_mps_groups_and_ooms(client_as, mps_host):
+    response = client_as("oncall").get(f"/hosts/{mps_host.name}/")
+    assert response.status_code == 200
+    ledger = response.context["ledger_data"]
+    (card,) = ledger
+    assert sum(line["bytes"] for line in card["lines"]) == card["total_bytes"]
+    assert {line["deployment"] for line in card["lines"]} >= {"small-chat", "embedder"}
+    (group,) = response.context["mps_groups"]
+    assert sorted(group.models) == ["embedder", "small-chat"]
+    assert group.thread_percentages == {"small-chat": 30, "embedder": 70}
+    assert group.last_crash is not None
+    page = response.content.decode()
+    assert "die together" in page
+    assert "true_peak" in page and "needed 2.0 GiB" in page
+    assert 'id="ledger-data"' in page
+
+
+def test_history_json_for_each_window(client_as, mps_host):
+    client = client_as("manager")
+    for window in ("1h", "24h", "7d", "30d"):
+        data = client.get(f"/hosts/{mps_host.name}/charts/", {"window": window}).json()
+        assert data["window"] == window
+        assert data["cards"] == ["card 0"]
+        assert any(v is not None for v in data["used_pct"][0]), window
+        assert {line["label"] for line in data["deployments"]} == {
+            "small-chat on card 0",
+            "embedder on card 0",
+        }
+    bad = client.get(f"/hosts/{mps_host.name}/charts/", {"window": "2y"})
+    assert bad.status_code == 400
+    assert "one of 1h, 24h, 7d, 30d" in bad.json()["window"]
+
+
+def test_a_30_day_heatmap_stays_small(client_as, mps_host):
+    response = client_as("manager").get(f"/hosts/{mps_host.name}/charts/", {"window": "30d"})
+    assert len(response.content) < 500_000
+    assert response.json()["step_s"] == 6 * 3600
+
+
+def test_the_analysis_fragment_has_kv_advice_and_copeaks(client_as, mps_host):
+    response = client_as("approver").get(f"/hosts/{mps_host.name}/analysis/")
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert 'id="kv-advice"' in page and 'id="copeaks"' in page and 'id="interference"' in page
+    assert len(response.context["copeaks"]) == 1
+
+
+def test_the_ledger_api_at_a_moment(client_as, mps_host):
+    client = client_as("manager")
+    now = client.get(f"/api/hosts/{mps_host.name}/ledger/").json()
+    (card,) = now
+    assert card["status"] in {"green", "amber", "red"}
+    assert sum(line["bytes"] for line in card["lines"]) == card["total_bytes"]
+    assert {line["basis"] for line in card["lines"]} == {"measured", "estimated"}
+    past = client.get(
+        f"/api/hosts/{mps_host.name}/ledger/",
+        {"at": (timezone.now() - dt.timedelta(days=3)).isoformat()},
+    ).json()
+    assert past[0]["sampled_at"] is None  # nothing collected then: estimates only
+    future = client.get(
+        f"/api/hosts/{mps_host.name}/ledger/",
+        {"at": (timezone.now() + dt.timedelta(days=1)).isoformat()},
+    )
+    assert future.status_code == 400
+    assert "future" in str(future.json()["at"])

@@ -1,0 +1,140 @@
+"""The host page's analyses, on histories written through the real ingest."""
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from inventory.analytics.fragmentation import Status
+from inventory.analytics.kv_advisor import KvFlag
+from inventory.models import Deployment
+from inventory.reports import analysis
+from inventory.reports.capacity import card_capacity
+from inventory.reports.fleet import fleet_rows
+from inventory.reports.ledger import card_views
+from inventory.reports.series import host_charts
+from tests.batches import GIB, write_history
+from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def shared_card():
+    """Two deployments time-sharing one 80 GiB card for six hours."""
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    chat = DeploymentFactory(
+        host=gpu.host,
+        gpus=[gpu],
+        isolation_mode=Deployment.Isolation.TIME_SLICING,
+        served_model=ServedModelFactory(name="chat", p99_latency_slo_ms=800),
+        kv_reservation_bytes=4 * GIB,
+        kv_reservation_basis=Deployment.KvBasis.MEAN,
+        kv_tokens_per_request=2048,
+        admission_policy=Deployment.Admission.NONE,
+    )
+    code = DeploymentFactory(
+        host=gpu.host,
+        gpus=[gpu],
+        isolation_mode=Deployment.Isolation.TIME_SLICING,
+        served_model=ServedModelFactory(name="code", p99_latency_slo_ms=800),
+        kv_tokens_per_request=2048,
+    )
+    start = (timezone.now() - dt.timedelta(hours=6)).timestamp()
+
+    # Both peak together every hour from minute 40 to 45: 30 + 30 GiB usually, 37 + 37 then.
+    def demand(minute, index):
+        return (37 if 40 <= minute % 60 < 45 else 30) * GIB
+
+    def running(minute, index):
+        return 40.0 if 40 <= minute % 60 < 45 else 10.0
+
+    def p99(minute, index):
+        return 1.6 if 40 <= minute % 60 < 45 else 0.5  # the tail doubles while both are busy
+
+    write_history(gpu.host, [(gpu, chat), (gpu, code)], start=start, minutes=360,
+                  demand=demand, running=running, p99=p99)  # fmt: skip
+    return gpu, chat, code
+
+
+def test_copeak_sees_peaks_that_collide(shared_card):
+    gpu, _chat, _ = shared_card
+    (report,) = analysis.copeaks(gpu.host)
+    assert report.card_id == str(gpu)
+    # At the co-peak each holds 37 GiB allocated plus its 2 GiB pool: 78 GiB together.
+    assert report.joint_peak_bytes == pytest.approx(78 * GIB)
+    assert report.copeak_fraction == pytest.approx(30 / report.samples)
+
+
+def test_kv_advice_flags_a_mean_reservation_without_policy(shared_card):
+    gpu, chat, _ = shared_card
+    rows = {row.deployment.pk: row for row in analysis.kv_advice(gpu.host)}
+    advice = rows[chat.pk].advice
+    assert KvFlag.RESERVED_AT_MEAN in advice.flags
+    assert KvFlag.NO_ADMISSION_POLICY in advice.flags
+    assert advice.p95_concurrency == pytest.approx(40.0)
+    # 40 requests x 2048 tokens x 128 KiB/token x 1.2
+    assert advice.recommended_bytes == 40 * 2048 * 131072 * 12 // 10
+
+
+def test_interference_shows_the_tail_rising_with_the_neighbour(shared_card):
+    gpu, chat, _ = shared_card
+    reports = {report.deployment: report for report in analysis.interference(gpu.host)}
+    report = reports[f"chat #{chat.pk}"]
+    assert report.verdict == "tail_rises"
+
+
+def test_capacity_splits_allocated_demand_from_allocator_held_memory(shared_card):
+    gpu, chat, _ = shared_card
+    capacity = card_capacity(gpu)
+    assert capacity.demand_peak[chat.pk] == 37 * GIB
+    assert capacity.demand_p95[chat.pk] == 37 * GIB  # the peaks are 30 of 360 minutes: > 5%
+    assert capacity.allocator_held_peak_bytes == 4 * GIB  # 2 GiB in each pool
+    assert capacity.joint_peak_bytes == 74 * GIB
+    # 1 - 1 GiB largest block / 2 GiB free in the pool
+    assert capacity.fragmentation_index_peak == pytest.approx(0.5)
+    assert capacity.fragmentation_status == "red"
+
+
+def test_the_ledger_sums_to_the_card_and_reads_red_by_fragmentation(shared_card):
+    gpu, _chat, _ = shared_card
+    (view,) = card_views(gpu.host)
+    assert sum(line.bytes for line in view.ledger.lines) == view.ledger.total_bytes
+    kinds = {line.kind.value for line in view.ledger.lines}
+    assert {"model_weights", "fragmentation", "free"} <= kinds
+    assert view.status.status is Status.RED
+    assert "fragmentation red" in view.status.reason
+
+
+def test_the_ledger_at_a_past_moment_uses_the_samples_of_that_moment(shared_card):
+    gpu, _chat, _ = shared_card
+    _, free_at_peak = _free_at(gpu, minutes_ago=360 - 42)
+    _, free_when_calm = _free_at(gpu, minutes_ago=360 - 20)
+    assert free_at_peak < free_when_calm  # less free at the co-peak
+
+
+def _free_at(gpu, minutes_ago):
+    (view,) = card_views(gpu.host, timezone.now() - dt.timedelta(minutes=minutes_ago))
+    free = sum(line.bytes for line in view.ledger.lines if line.kind.value == "free")
+    return view.at, free
+
+
+def test_heatmaps_put_each_card_on_a_row(shared_card):
+    gpu, _chat, _ = shared_card
+    data = host_charts(gpu.host, "24h")
+    assert data["cards"] == ["card 0"]
+    assert len(data["used_pct"][0]) == len(data["times"]) > 0
+    assert max(v for v in data["used_pct"][0] if v is not None) == pytest.approx(
+        78 / 80 * 100, 0.01
+    )
+    labels = {line["label"] for line in data["deployments"]}
+    assert labels == {"chat on card 0", "code on card 0"}
+
+
+def test_the_fleet_row_reports_headroom_of_the_best_card_and_problems(shared_card):
+    gpu, _chat, _ = shared_card
+    (row,) = fleet_rows([gpu.host])
+    assert row.largest_headroom_bytes == 80 * GIB - 479 * 1024**2 - 78 * GIB
+    assert row.fragmentation_status == "red"
+    assert row.p99_status == "red"  # 1.6 s against an 800 ms SLO
+    assert row.problems

@@ -1,0 +1,217 @@
+"""Gate 4: a combined load test, imported from vLLM's benchmark JSON or a CSV."""
+
+import dataclasses
+import json
+
+import pytest
+from django.utils import timezone
+
+from console.proposals import services
+from console.proposals.gates import GateStatus
+from console.proposals.gates.gather import check_load_test
+from console.proposals.gates.loadtest import Colocated, LoadTestRequest, evaluate_load_test
+from console.proposals.loadtests import (
+    LoadTestFormatError,
+    LoadTestRun,
+    combine,
+    parse_card_peaks,
+    parse_csv,
+    parse_vllm_result,
+)
+from inventory.models import Deployment
+from tests.factories import GIB, ServedModelFactory
+from tests.proposals.support import LOADTESTS, create_proposal, seed_host
+
+CARD = "a100-node:1"
+PEAKS = f"card,peak_gib\n{CARD},74.5\n"
+RATES = {"qwen2-14b-q4": 4.0, "qwen2-7b-q4": 6.0, "bge-large-fp16": 12.0, "phi-3-mini": 3.0}
+
+
+def vllm_files(*models: str) -> list[tuple[str, bytes]]:
+    files = sorted(LOADTESTS.glob("openai-*.json"))
+    return [
+        (f.name, f.read_bytes()) for f in files if not models or any(m in f.name for m in models)
+    ]
+
+
+def colocated(slo=800, rates=RATES) -> tuple[Colocated, ...]:
+    return tuple(Colocated(name, slo, (CARD,), rates.get(name)) for name in RATES)
+
+
+def gate(run: LoadTestRun | None, **kwargs) -> object:
+    bounds = {CARD: 76 * GIB}
+    return evaluate_load_test(LoadTestRequest(kwargs.get("models", colocated()), bounds, run))
+
+
+def test_the_vllm_result_is_read_by_its_real_field_names():
+    name, content = vllm_files("phi-3-mini")[0]
+    run = parse_vllm_result(name, content)
+    assert run.model == "phi-3-mini"
+    assert run.p99_latency_ms == pytest.approx(723.05)
+    assert run.p99_ttft_ms == pytest.approx(224.1455)
+    assert run.request_rate == 3.0
+    assert (run.completed, run.failed) == (1798, 2)
+    assert run.ended_at == "2025-06-11T14:30:08"
+    assert run.started_at == "2025-06-11T14:20:05"
+    assert run.duration_s == pytest.approx(602.47)
+
+
+def test_a_rate_of_inf_and_a_result_without_e2el_are_read_as_unknown():
+    name, content = vllm_files("phi-3-mini")[0]
+    data = json.loads(content)
+    data["request_rate"] = "inf"
+    del data["p99_e2el_ms"]
+    run = parse_vllm_result(name, json.dumps(data))
+    assert run.request_rate is None
+    assert run.rate == pytest.approx(data["request_throughput"])
+    assert run.p99_latency_ms is None
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"not json", "not JSON"),
+        (b'{"completed": 3}', "no 'model_id'"),
+        (b'{"model_id": "m"}', "no 'completed'"),
+        (b'{"model_id": "m", "completed": "many"}', "'completed' is 'many', not a number"),
+        (b'{"model_id": "m", "completed": 3, "date": "yesterday"}', "not YYYYmmdd-HHMMSS"),
+    ],
+)
+def test_files_that_are_not_vllm_results_are_refused_by_name(content, message):
+    with pytest.raises(LoadTestFormatError, match=message) as error:
+        parse_vllm_result("x.json", content)
+    assert str(error.value).startswith("x.json")
+
+
+def test_the_csv_gives_each_model_its_p99_and_each_card_its_peak():
+    path = LOADTESTS / "combined-a100-node-1.csv"
+    run = parse_csv(path.name, path.read_bytes())
+    assert {m.model: m.p99_latency_ms for m in run.models}["phi-3-mini"] == 723.1
+    assert {m.model: m.request_rate for m in run.models}["bge-large-fp16"] == 12.0
+    assert run.card_peaks == {CARD: round(74.5 * GIB)}
+    with pytest.raises(LoadTestFormatError, match="header lacks card_peak_gib"):
+        parse_csv("bad.csv", "model,card,p99_latency_ms\nm,c,1\n")
+    with pytest.raises(LoadTestFormatError, match=r"bad\.csv line 2: p99_latency_ms 'fast'"):
+        parse_csv("bad.csv", "model,card,p99_latency_ms,card_peak_gib\nm,c,fast,1\n")
+
+
+def test_card_peaks_and_combination_rules():
+    assert parse_card_peaks("# measured by dcgm\na100-node:0, 71\n") == {"a100-node:0": 71 * GIB}
+    with pytest.raises(LoadTestFormatError, match="card peaks line 1"):
+        parse_card_peaks("71.5")
+    twice = vllm_files("phi-3-mini") * 2
+    with pytest.raises(LoadTestFormatError, match="are both results for phi-3-mini"):
+        combine(twice)
+    csv = LOADTESTS / "combined-a100-node-1.csv"
+    with pytest.raises(LoadTestFormatError, match="upload it alone"):
+        combine([(csv.name, csv.read_bytes()), *vllm_files("phi-3-mini")])
+
+
+def test_the_combined_test_passes_and_says_which_card_came_closest():
+    outcome = gate(combine(vllm_files(), PEAKS))
+    assert outcome.status is GateStatus.PASS, outcome.reasons
+    assert [row["real_share"] for row in outcome.numbers["ratio"]] == pytest.approx(
+        [4 / 25, 6 / 25, 12 / 25, 3 / 25]
+    )
+    first = outcome.numbers["first_bound"]
+    assert first["card"] == CARD
+    assert first["ratio"] == pytest.approx(74.5 / 76)
+    assert "a100-node:1 came closest to its bound: memory: peak 74.5 GiB of 76.0 GiB (98%)" in (
+        outcome.summary
+    )
+
+
+def test_the_csv_import_gives_the_same_verdict():
+    path = LOADTESTS / "combined-a100-node-1.csv"
+    assert gate(combine([(path.name, path.read_bytes())])).status is GateStatus.PASS
+
+
+def test_a_single_model_result_is_rejected_with_that_reason():
+    outcome = gate(combine(vllm_files("phi-3-mini"), PEAKS))
+    assert outcome.status is GateStatus.FAIL
+    assert outcome.summary.startswith(
+        "Single-model result: only phi-3-mini was tested, and a single-model test counts for "
+        "nothing; drive all 4 co-located models"
+    )
+
+
+def test_a_latency_over_its_slo_fails_and_that_card_reaches_its_bound_first():
+    outcome = gate(combine(vllm_files(), PEAKS), models=colocated(slo=700))
+    assert outcome.status is GateStatus.FAIL
+    assert "phi-3-mini: P99 723 ms is over its 700 ms SLO." in outcome.reasons
+    assert outcome.numbers["first_bound"]["detail"].startswith("latency: phi-3-mini P99 723 ms")
+    assert "a100-node:1 reached its bound first" in outcome.summary
+
+
+def test_memory_over_the_bound_fails():
+    outcome = gate(combine(vllm_files(), f"{CARD},77"))
+    assert outcome.status is GateStatus.FAIL
+    assert any(
+        "memory peaked at 77.0 GiB, over its bound of 76.0 GiB" in r for r in outcome.reasons
+    )
+
+
+def test_runs_that_did_not_overlap_were_not_a_combined_test():
+    run = combine(vllm_files(), PEAKS)
+    late = [
+        dataclasses.replace(m, started_at="2025-06-11T15:00:00", ended_at="2025-06-11T15:10:00")
+        if m.model == "phi-3-mini"
+        else m
+        for m in run.models
+    ]
+    outcome = gate(dataclasses.replace(run, models=tuple(late)))
+    assert outcome.status is GateStatus.FAIL
+    assert "not run at once" in outcome.summary
+
+
+def test_a_test_off_the_real_traffic_ratio_fails():
+    outcome = gate(combine(vllm_files(), PEAKS), models=colocated(rates=RATES | {"phi-3-mini": 9}))
+    assert outcome.status is GateStatus.FAIL
+    assert any("phi-3-mini got 12% of the test's requests but 29%" in r for r in outcome.reasons)
+
+
+def test_missing_models_and_card_peaks_fail():
+    outcome = gate(combine(vllm_files("qwen2-7b", "phi-3-mini")))
+    assert outcome.status is GateStatus.FAIL
+    assert "Not in the combined test: qwen2-14b-q4, bge-large-fp16." in outcome.reasons
+    assert f"No memory peak recorded for {CARD}." in outcome.reasons
+    assert gate(None).summary.startswith("No combined load test attached")
+
+
+@pytest.mark.django_db
+def test_an_attached_single_model_result_fails_gate_4_of_the_seed_proposal(personas):
+    host = seed_host()
+    card = host.gpus.get(index=1)
+    proposal = create_proposal(
+        personas["oncall"],
+        host=host,
+        gpus=[card],
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=8 * GIB),
+        kv_reservation_bytes=4 * GIB,
+        isolation_mode=Deployment.Isolation.TIME_SLICING,
+        expected_request_rate=3.0,
+    )
+    services.do_attach_load_test(
+        proposal,
+        acting_user=personas["oncall"],
+        run=combine(vllm_files("phi-3-mini"), PEAKS),
+        files=["phi.json"],
+    )
+    outcome = check_load_test(proposal, [card], timezone.now())
+    assert outcome.status is GateStatus.FAIL
+    assert outcome.summary.startswith("Single-model result: only phi-3-mini was tested")
+    assert outcome.numbers["colocated"] == [
+        "phi-3-mini",
+        "bge-large-fp16",
+        "qwen2-14b-q4",
+        "qwen2-7b-q4",
+    ]
+    services.do_attach_load_test(
+        proposal,
+        acting_user=personas["oncall"],
+        run=combine(vllm_files(), PEAKS),
+        files=[name for name, _ in vllm_files()],
+    )
+    outcome = check_load_test(proposal, [card], timezone.now())
+    assert outcome.status is GateStatus.PASS, outcome.reasons
+    assert "attached by oncall" in outcome.numbers["run"]
