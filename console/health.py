@@ -6,8 +6,7 @@ from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
-
-from console.celery import app as celery_app
+from kombu import Connection
 
 
 @login_not_required
@@ -27,7 +26,11 @@ def _check_database() -> str | None:
 
 def _check_broker() -> str | None:
     try:
-        with celery_app.connection_for_write() as conn:
+        with Connection(
+            settings.CELERY_BROKER_URL,
+            transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS,
+            connect_timeout=settings.READYZ_BROKER_TIMEOUT_S,
+        ) as conn:
             conn.ensure_connection(max_retries=1, timeout=settings.READYZ_BROKER_TIMEOUT_S)
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}".strip()

@@ -58,7 +58,7 @@ def _source_factory():
 
 agent = Agent(
     _source_factory(),
-    batch_publisher(app),
+    batch_publisher(app.connection_for_write),
     outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1),
 )
 

@@ -9,8 +9,8 @@ import subprocess
 import time
 
 import pytest
-from celery import Celery
 from django.db import OperationalError, ProgrammingError
+from kombu import Connection
 
 from inventory import ingest_worker
 from inventory.agent.runtime import HostRuntime
@@ -62,9 +62,8 @@ class PrivateRedis:
 def test_a_broker_outage_is_backfilled_in_order_through_a_real_broker():
     redis = PrivateRedis()
     redis.start()
-    app = Celery("outage", broker=f"redis://127.0.0.1:{redis.port}/0")
-    app.conf.broker_connection_timeout = 1
-    publish = batch_publisher(app)
+    url = f"redis://127.0.0.1:{redis.port}/0"
+    publish = batch_publisher(lambda: Connection(url, connect_timeout=1))
 
     clock = Clock(MIDNIGHT + 9 * 3600)
     simulator = FleetSimulator(seed=1, clock=clock)
@@ -78,7 +77,7 @@ def test_a_broker_outage_is_backfilled_in_order_through_a_real_broker():
         redis.start()  # a fresh, empty server on the same port
         _run(runtime, clock, 10)  # batch 5: the backlog goes first
         assert len(runtime.outbox) == 0
-        with app.connection_for_read() as conn:
+        with Connection(url) as conn:
             queue = conn.SimpleQueue(INGEST_QUEUE)
             seqs = []
             while True:
