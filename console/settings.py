@@ -217,6 +217,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "inventory.maintain_partitions",
         "schedule": 3600.0,
     },
+    "resume-stalled-proposals": {"task": "proposals.resume_stalled", "schedule": 300.0},
 }
 
 # Demo fleet: the logins `make run` creates and prints.

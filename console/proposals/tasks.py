@@ -4,15 +4,18 @@ They take primary keys, are idempotent (a stale or repeated message does nothing
 time limits.
 """
 
+import datetime as dt
 import logging
 import smtplib
 
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
 from console.proposals import notifications
 from console.proposals.models import Notification, Proposal
 from console.proposals.services import do_record_gate_results, do_start_checks
+from console.proposals.transitions import State
 
 log = logging.getLogger(__name__)
 
@@ -73,3 +76,26 @@ def deliver_notification(self, notification_id: int) -> str:
         raise self.retry(exc=error, countdown=countdown, max_retries=None) from None
     notifications.mark_sent(notification)
     return "sent"
+
+
+# Longer than a normal check or delivery takes: what is older was lost on its way.
+STALLED_AFTER = dt.timedelta(minutes=5)
+
+
+@shared_task(name="proposals.resume_stalled", time_limit=60, soft_time_limit=50, ignore_result=True)
+def resume_stalled() -> dict:
+    """Queue again what a broker outage dropped: checks of proposals left submitted (or
+    checking, after a lost worker) and notifications never attempted. Idempotent: a check of
+    an old revision and a notification already sent do nothing."""
+    cutoff = timezone.now() - STALLED_AFTER
+    stalled = Proposal.objects.filter(
+        state__in=[State.SUBMITTED, State.CHECKING], updated_at__lt=cutoff
+    )
+    for proposal_id, revision in stalled.values_list("pk", "revision"):
+        queue_gate_checks(proposal_id, revision)
+    pending = Notification.objects.filter(
+        status=Notification.Status.PENDING, attempts=0, created_at__lt=cutoff
+    ).values_list("pk", flat=True)
+    for notification_id in pending:
+        deliver_notification.delay(notification_id)
+    return {"checks": stalled.count(), "notifications": len(pending)}

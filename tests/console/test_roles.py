@@ -38,3 +38,8 @@ def test_approvers_can_do_what_oncall_can():
 def test_roles_of_describes_a_user(personas):
     assert roles_of(personas["approver"]) == ["approver"]
     assert roles_of(personas["outsider"]) == []
+
+
+def test_a_superuser_is_described_as_admin(django_user_model):
+    root = django_user_model.objects.create_superuser("root", "root@example.org", "x")
+    assert roles_of(root) == ["admin"]
