@@ -88,7 +88,8 @@ class Problem:
     @cached_property
     def bin_capacity(self) -> int | None:
         """The common free memory per card when the problem is plain one-dimensional bin
-        packing: single-card shareable models on identical empty non-MIG cards. None otherwise."""
+        packing: single-card shareable models that fit on identical empty non-MIG cards. None
+        otherwise."""
         models_are_items = self.models and all(
             model.gpus == 1
             and model.memory_mib > 0
@@ -100,7 +101,12 @@ class Problem:
             return None
         free = {card.free_mib for card in self.cards}
         cards_are_bins = len(free) == 1 and not any(c.mig or c.has_tenants for c in self.cards)
-        return free.pop() if cards_are_bins else None
+        if not cards_are_bins:
+            return None
+        capacity = free.pop()
+        # A model no card can hold is not an item of the packing: the general model says why
+        # it stays unplaced.
+        return capacity if all(m.memory_mib <= capacity for m in self.models) else None
 
     @cached_property
     def priority_levels(self) -> tuple[int, ...]:

@@ -48,6 +48,21 @@ def test_the_more_important_model_wins_the_last_card(method, important_first):
     assert "needs 70000 MiB on one card; largest free is" in left_out["reason"]
 
 
+@pytest.mark.parametrize("method", ["greedy", "exact", "auto"])
+def test_a_model_larger_than_every_card_is_left_out_with_the_reason(method):
+    # Identical empty cards and one-card models: plain bin packing but for the model that fits
+    # nowhere, which must not break the packing bounds.
+    gpus = [{**card, "used_mib": 2048} for card in cards(2)]
+    models = [{"name": "huge", "memory_mib": 81920}, {"name": "small", "memory_mib": 1000}]
+    req = request(gpus, models, method=method)
+    answer = solve(req)
+    check_answer(req, answer)
+    assert [a["model"] for a in answer["assignments"]] == ["small"]
+    (left_out,) = answer["unplaced"]
+    assert left_out["model"] == "huge"
+    assert "needs 81920 MiB on one card; largest free is 79872 MiB" in left_out["reason"]
+
+
 def test_mps_percentages_follow_memory_over_priority():
     models = [
         {"name": "big", "memory_mib": 30000, "isolation": "mps", "priority": 1},
