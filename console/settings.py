@@ -218,6 +218,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 3600.0,
     },
     "resume-stalled-proposals": {"task": "proposals.resume_stalled", "schedule": 300.0},
+    "refresh-rollups": {
+        "task": "inventory.refresh_rollups",
+        "schedule": env_float("ROLLUP_REFRESH_INTERVAL_S", 20.0, minimum=1.0),
+        # A refresh queued while the worker was busy is useless once the next is due.
+        "options": {"expires": 60},
+    },
 }
 
 # Demo fleet: the logins `make run` creates and prints.

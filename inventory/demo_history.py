@@ -24,6 +24,7 @@ from inventory.collection import collection_plan
 from inventory.demo import create_deployment
 from inventory.models import Deployment, Host, IngestedBatch
 from inventory.telemetry.simulator.scenarios import before_host, demo_fleet_specs
+from inventory.timeseries import rollups
 from inventory.timeseries.ingest import ingest_batches
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,9 @@ def _simulate(host, spec, start: float, end: float, seed: int, plan: dict | None
         runtime.tick()
         if len(batches) >= GROUP:
             total += _write(batches)
-    return total + _write(batches)
+    total += _write(batches)
+    rollups.refresh_all()
+    return total
 
 
 def _sim_plan(host: Host) -> dict:

@@ -40,6 +40,14 @@ def send_collection_plan(host_id: int) -> None:
     )
 
 
+@shared_task(name="inventory.refresh_rollups", time_limit=240, soft_time_limit=230)
+def refresh_rollups() -> int:
+    """Fold the minutes ingest marked dirty into the rollups (idempotent; safe in parallel)."""
+    from inventory.timeseries import rollups
+
+    return rollups.refresh()
+
+
 @shared_task(
     name="inventory.maintain_partitions",
     time_limit=300,
@@ -48,8 +56,11 @@ def send_collection_plan(host_id: int) -> None:
     max_retries=3,
 )
 def maintain_partitions() -> list[str]:
+    from inventory.timeseries import rollups
+
     now = timezone.now()
     partitions.ensure_partitions(now, now + timezone.timedelta(days=2))
+    rollups.refresh_all()  # fold in whatever is dirty before its raw samples can go
     dropped = partitions.drop_expired(now)
     if dropped:
         log.info("dropped expired telemetry partitions: %s", ", ".join(dropped))

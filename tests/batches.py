@@ -102,6 +102,7 @@ def write_history(host, tenants, *, start, minutes, demand, running=None, p99=No
     """Ingest one batch a minute for `minutes`: each (gpu, deployment) tenant holds
     demand(minute, tenant_index) bytes; its engine runs running(minute, tenant_index)
     requests at p99(minute, tenant_index) seconds."""
+    from inventory.timeseries import rollups
     from inventory.timeseries.ingest import ingest_batches
 
     sampler = str(uuid.uuid4())
@@ -129,3 +130,4 @@ def write_history(host, tenants, *, start, minutes, demand, running=None, p99=No
                              sampler_id=sampler))  # fmt: skip
     for offset in range(0, len(batches), 200):
         ingest_batches(batches[offset : offset + 200])
+    rollups.refresh_all()

@@ -2,10 +2,9 @@
 
 Batch ids go into IngestedBatch first, in the same transaction as the rows; a batch seen
 before inserts nothing. Many batches (from many hosts) share one transaction, so the fixed
-cost of a write is paid once per group, not per host interval. Rows are COPYed into temporary
-staging tables, then moved into the partitioned sample tables and folded into the 1-minute and
-1-hour rollups with set-based SQL: a group costs a handful of statements however many rows it
-carries.
+cost of a write is paid once per group, not per host interval. Rows are COPYed straight into
+the partitioned sample tables (inventory.timeseries.samples); the rollups follow from the
+minutes marked dirty (inventory.timeseries.rollups).
 """
 
 import datetime as dt
@@ -27,7 +26,7 @@ from inventory.models import (
     MigSlice,
 )
 from inventory.reports.oom import triage_snapshot
-from inventory.timeseries import partitions, rollups
+from inventory.timeseries import partitions, samples
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +166,13 @@ def _write(payloads: list[dict], hosts: dict[str, Host]) -> dict[str, IngestResu
         host = hosts[payload["host"]]
         events.extend(_events(payload, host, maps_of[host.pk]))
         faults.extend(_faults(payload, host, maps_of[host.pk]))
-    rollups.write(tables.cards, tables.processes, tables.engines, tables.migs)
+    samples.write(
+        tables.cards,
+        tables.processes,
+        tables.engines,
+        tables.migs,
+        {_ts(p["interval_end"]) for p in payloads},
+    )
     Event.objects.bulk_create(events, ignore_conflicts=True)
     CollectorFault.objects.bulk_create(faults)
     _update_statuses(payloads, hosts)

@@ -1,5 +1,10 @@
 """make bench: run every benchmark on a bench database and write docs/benchmarks.md.
 
+    python -m tests.bench.run_all [--only ingest,pages]   (make bench runs them all)
+
+The figures are kept in docs/benchmarks.json too, so re-running one benchmark rewrites its
+section and leaves the others as they were measured.
+
 The bench database sits on the same server as the console's (DATABASE_URL, or the embedded
 one) under the name <database>_bench, created afresh each run, so figures never mix with the
 console's data and every run starts from the same empty tables.
@@ -7,6 +12,7 @@ console's data and every run starts from the same empty tables.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import os
@@ -21,6 +27,13 @@ import psycopg
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 DOC = BASE_DIR / "docs" / "benchmarks.md"
+FIGURES = BASE_DIR / "docs" / "benchmarks.json"
+BENCHES = {
+    "ingest": ["tests/bench/bench_ingest.py"],
+    "collector": ["tests/bench/bench_collector.py"],
+    "pages": ["tests/bench/bench_pages.py"],
+    "placement": ["tests/bench/bench_placement.py", "--limit", "10"],
+}
 
 
 def bench_database(url: str) -> str:
@@ -56,15 +69,24 @@ def machine() -> str:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(BENCHES), help="e.g. ingest,pages")
+    names = [name.strip() for name in parser.parse_args().only.split(",") if name.strip()]
+    unknown = set(names) - set(BENCHES)
+    if unknown:
+        parser.error(
+            f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {', '.join(BENCHES)}"
+        )
     env = {**os.environ, "DATABASE_URL": bench_database(os.environ["DATABASE_URL"])}
     run(["manage.py", "migrate", "-v", "0"], env)
     out = Path(tempfile.mkdtemp(prefix="bench-"))
-    run(["tests/bench/bench_ingest.py", "--json", str(out / "ingest.json")], env)
-    run(["tests/bench/bench_collector.py", "--json", str(out / "collector.json")], env)
-    run(["tests/bench/bench_pages.py", "--json", str(out / "pages.json")], env)
-    run(["tests/bench/bench_placement.py", "--limit", "10", "--json",
-         str(out / "placement.json")], env)  # fmt: skip
-    figures = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
+    figures = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
+    for name in names:
+        run([*BENCHES[name], "--json", str(out / f"{name}.json")], env)
+        figures[name] = json.loads((out / f"{name}.json").read_text())
+        figures[name]["measured_on"] = dt.date.today().isoformat()
+        figures[name]["machine"] = machine()
+    FIGURES.write_text(json.dumps(figures, indent=2) + "\n")
     DOC.write_text(render(figures))
     print(f"wrote {DOC.relative_to(BASE_DIR)}")
     return 0
@@ -73,7 +95,7 @@ def main() -> int:
 def render(figures: dict) -> str:
     from tests.bench.report import benchmarks_markdown
 
-    return benchmarks_markdown(figures, machine(), dt.date.today().isoformat())
+    return benchmarks_markdown(figures)
 
 
 if __name__ == "__main__":

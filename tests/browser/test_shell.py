@@ -26,11 +26,13 @@ PAGES = [
     f"/runbooks/{MPS_NOTE_SLUG}/history/",
     "/audit/",
     "/oom/",
+    "/proposals/",
 ]
 # The plotly charts each page must draw with data (element ids).
 CHARTS = {
     "/hosts/{host}/": ["ledger-chart", "heatmap-used", "heatmap-frag", "deployment-lines",
                        "oom-chart"],
+    "/oom/": ["chart-by-cause", "chart-by-host"],
 }  # fmt: skip
 
 

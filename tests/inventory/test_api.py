@@ -7,6 +7,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from inventory.timeseries import rollups
 from inventory.timeseries.ingest import ingest_batch
 from tests.batches import GIB, batch, card_row, process_row
 from tests.factories import DeploymentFactory, GpuFactory
@@ -45,6 +46,7 @@ def telemetry():
                 ],
             )
         )
+    rollups.refresh_all()
     return {"host": gpu0.host, "gpu0": gpu0, "deployment": deployment, "now": now}
 
 

@@ -1,9 +1,10 @@
 """Batches from host agents land once, with their interval peaks, in samples and rollups."""
 
 import datetime as dt
+import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 
 from console.models import AuditEntry
 from inventory.models import (
@@ -15,7 +16,7 @@ from inventory.models import (
     IngestedBatch,
     ProcessSample,
 )
-from inventory.timeseries import partitions
+from inventory.timeseries import partitions, rollups
 from inventory.timeseries.ingest import BatchRejected, ingest_batch
 from tests.batches import GIB, batch, card_row, process_row
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
@@ -26,6 +27,7 @@ T0 = dt.datetime(2026, 11, 30, 12, 0, 5, tzinfo=dt.UTC).timestamp()
 
 
 def _rollup(table, **where):
+    rollups.refresh_all()
     clauses = " AND ".join(f"{key} = %s" for key in where)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT * FROM {table} WHERE {clauses}", list(where.values()))
@@ -112,6 +114,20 @@ def test_rollups_keep_the_peak_and_add_up_the_rest(card):
     assert minute["used_count"] == 3
     hour = _rollup("inventory_card_rollup_1h", gpu_id=card.pk)[0]
     assert hour["used_max"] == 75 * GIB
+
+
+def test_a_late_batch_is_folded_into_a_minute_already_rolled_up(card):
+    sampler = "7d3f2c1e-0000-4000-8000-000000000003"
+    ingest_batch(batch(card.host, start=T0 + 10, end=T0 + 20, seq=2, sampler_id=sampler,
+                       cards=[card_row(card, used_max=20 * GIB, used_last=20 * GIB)]))  # fmt: skip
+    assert _rollup("inventory_card_rollup_1m", gpu_id=card.pk)[0]["used_max"] == 20 * GIB
+    # The batch before it arrives late, after a broker outage, with the minute's real peak.
+    ingest_batch(batch(card.host, start=T0, end=T0 + 10, seq=1, sampler_id=sampler,
+                       cards=[card_row(card, used_max=70 * GIB, used_last=30 * GIB)]))  # fmt: skip
+    minute = _rollup("inventory_card_rollup_1m", gpu_id=card.pk)[0]
+    assert (minute["used_max"], minute["samples"], minute["used_sum"]) == (70 * GIB, 2, 50 * GIB)
+    assert _rollup("inventory_card_rollup_1h", gpu_id=card.pk)[0]["used_max"] == 70 * GIB
+    assert rollups.refresh_all() == 0  # nothing left dirty; refreshing again changes nothing
 
 
 def test_sequence_gaps_count_as_missing_batches(card):
@@ -277,9 +293,54 @@ def test_old_partitions_are_dropped_whole(card):
     ingest_batch(
         batch(card.host, start=T0 - 10, end=T0, cards=[card_row(card, used_max=GIB, used_last=GIB)])
     )
+    rollups.refresh_all()  # as maintain_partitions does before it drops anything
     dropped = partitions.drop_expired(dt.datetime.fromtimestamp(T0, tz=dt.UTC))
     assert "inventory_card_sample_p20260701" in dropped
     assert "inventory_card_rollup_1m_p20260701" in dropped
     assert "inventory_card_rollup_1h_p202607" not in dropped  # kept two years
     assert CardSample.objects.count() == 1
     assert _rollup("inventory_card_rollup_1h", gpu_id=card.pk, bucket=old)
+
+
+def test_a_minute_whose_samples_aged_out_keeps_its_rollups(card):
+    old = dt.datetime.now(tz=dt.UTC) - dt.timedelta(days=30)
+    ingest_batch(batch(card.host, start=old.timestamp() - 10, end=old.timestamp(),
+                       cards=[card_row(card, used_max=GIB, used_last=GIB)]))  # fmt: skip
+    assert _rollup("inventory_card_rollup_1m", gpu_id=card.pk)[0]["used_max"] == GIB
+    # Its raw samples are gone; a stray dirty mark must not wipe what was rolled up.
+    CardSample.objects.all().delete()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO inventory_rollup_dirty VALUES (%s)", [old.replace(second=0, microsecond=0)]
+        )
+    assert rollups.refresh_all() == 1
+    assert _rollup("inventory_card_rollup_1m", gpu_id=card.pk)[0]["used_max"] == GIB
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_refreshes_take_turns(card):
+    sampler = "7d3f2c1e-0000-4000-8000-000000000004"
+    for seq in (1, 7):  # two minutes of the same hour: both refreshes rebuild that hour
+        start = T0 + 10 * (seq - 1)
+        cards = [card_row(card, used_max=seq * GIB, used_last=GIB)]
+        ingest_batch(batch(card.host, start=start, end=start + 10, seq=seq, sampler_id=sampler,
+                           cards=cards))  # fmt: skip
+    refreshed = []
+
+    def refresh_in_another_session():
+        try:
+            refreshed.append(rollups.refresh())
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [rollups.REFRESH_LOCK])
+        other = threading.Thread(target=refresh_in_another_session)
+        other.start()
+        other.join(timeout=1)
+        assert other.is_alive() and not refreshed  # it waits for the refresh holding the lock
+    other.join(timeout=10)
+    assert refreshed == [2]
+    hour = _rollup("inventory_card_rollup_1h", gpu_id=card.pk)
+    assert [(row["samples"], row["used_max"]) for row in hour] == [(2, 7 * GIB)]

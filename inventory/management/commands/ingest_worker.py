@@ -11,7 +11,7 @@ class Command(BaseCommand):
     help = "Write the batches that host agents publish to the ingest queue."
 
     def add_arguments(self, parser):
-        parser.add_argument("--max-group", type=int, default=200)
+        parser.add_argument("--max-group", type=int, default=500)
         parser.add_argument("--max-wait", type=float, default=0.5, help="seconds")
 
     def handle(self, *args, max_group, max_wait, **options):
