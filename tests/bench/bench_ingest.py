@@ -159,16 +159,31 @@ def broker_path(wire: list[str], group: int) -> float | None:
         for text in wire:
             producer.publish(json.loads(text), exchange=INGEST_QUEUE.exchange,
                              routing_key=INGEST_QUEUE.routing_key, delivery_mode=2)  # fmt: skip
-        worker = IngestWorker(conn, max_group=group, max_wait_s=0.05)
+        worker = _UntilWritten(conn, len(wire), max_group=group, max_wait_s=0.05)
         started = time.perf_counter()
         for _ in worker.consume(safety_interval=0.05):
-            if worker.written >= len(wire):
-                break
-            if time.perf_counter() - started > 600:
-                raise RuntimeError("broker path did not finish in 10 minutes")
-        if worker.pending:
-            worker.flush()
+            pass
         return time.perf_counter() - started
+
+
+class _UntilWritten(IngestWorker):
+    """The real worker, stopping once it has written `target` batches.
+
+    The check sits in on_iteration, which runs on every turn of the loop: the last group is
+    written there after max_wait_s, when no further message arrives to wake a consumer loop.
+    """
+
+    def __init__(self, connection, target: int, **options):
+        super().__init__(connection, **options)
+        self.target = target
+        self.deadline = time.monotonic() + 600
+
+    def on_iteration(self) -> None:
+        super().on_iteration()
+        if self.written >= self.target:
+            self.should_stop = True
+        elif time.monotonic() > self.deadline:
+            raise RuntimeError("broker path did not finish in 10 minutes")
 
 
 def orm_path(wire: list[str], fleet) -> float:
