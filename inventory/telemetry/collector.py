@@ -344,36 +344,30 @@ class NvmlCollector:
     def _read_processes(
         self, ctx: _PollContext, static: _CardStatic, reading: CardReading, seen: set[int]
     ) -> None:
-        processes = reading.processes
-        by_instance = static.mig_by_instance
+        # The driver lists an MPS client in both lists, with the same memory: one reading per
+        # PID, tagged "mps" when the MPS list has it, or the card's processes count it twice.
+        listed: dict[int, tuple[str, Any]] = {}
         for kind, call in (
             ("compute", "nvmlDeviceGetComputeRunningProcesses"),
             ("mps", "nvmlDeviceGetMPSComputeRunningProcesses"),
         ):
             if call in static.unsupported:
                 continue
-            infos = self._attempt(ctx, static, call, static.handle)
-            for info in infos or ():
-                pid = info.pid
-                seen.add(pid)
-                name, name_error = self._process_name(pid, ctx)
-                used = info.usedGpuMemory
-                if used is not None and used >= _NOT_AVAILABLE_ULONGLONG:
-                    used = None
-                gi = _instance_id(info.gpuInstanceId)
-                ci = _instance_id(info.computeInstanceId)
-                processes.append(
-                    ProcessReading(
-                        pid,
-                        kind,
-                        name,
-                        name_error,
-                        used,
-                        gi,
-                        ci,
-                        by_instance.get((gi, ci)) if gi is not None else None,
-                    )
-                )
+            for info in self._attempt(ctx, static, call, static.handle) or ():
+                listed[info.pid] = (kind, info)
+        by_instance = static.mig_by_instance
+        for pid, (kind, info) in listed.items():
+            seen.add(pid)
+            name, name_error = self._process_name(pid, ctx)
+            used = info.usedGpuMemory
+            if used is not None and used >= _NOT_AVAILABLE_ULONGLONG:
+                used = None
+            gi = _instance_id(info.gpuInstanceId)
+            ci = _instance_id(info.computeInstanceId)
+            mig_uuid = by_instance.get((gi, ci)) if gi is not None else None
+            reading.processes.append(
+                ProcessReading(pid, kind, name, name_error, used, gi, ci, mig_uuid)
+            )
 
     def _process_name(self, pid: int, ctx: _PollContext) -> tuple[str | None, str | None]:
         cached = self._names.get(pid)

@@ -231,7 +231,7 @@ class FakeProcess:
     pid: int
     name: str
     used_bytes: int
-    kind: str = "compute"  # "compute" (nvmlDeviceGetComputeRunningProcesses) or "mps"
+    kind: str = "compute"  # "compute", or "mps" for an MPS client (listed by both calls)
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     memory_visible: bool = True  # False: usedGpuMemory comes back None
@@ -527,7 +527,9 @@ class FakeNvml:
         return card.mig_devices[handle.mig_index]
 
     def _process_infos(self, card: FakeCard, handle: FakeDeviceHandle, kind: str):
-        selected = [p for p in card.processes if p.kind == kind]
+        # As the driver does (seen on an H200, driver 580.159.04): the compute list holds every
+        # compute process, MPS clients included; the MPS list holds the clients alone.
+        selected = [p for p in card.processes if kind == "compute" or p.kind == kind]
         if handle.mig_index is not None:
             mig = self._mig(card, handle)
             selected = [

@@ -288,7 +288,7 @@ def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_R
     interval_s = max(0.0, payload["interval_end"] - payload["interval_start"])
     card_frag: dict[int, float] = {}
     process_rows = []
-    for row in payload.get("processes", []):
+    for row in _one_row_per_process(payload):
         gpu_id = maps.gpu_id(row)
         if gpu_id is None:
             continue
@@ -385,6 +385,21 @@ def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_R
     return len(card_rows) + len(process_rows) + len(engine_rows) + len(mig_rows)
 
 
+def _one_row_per_process(payload: dict) -> list[dict]:
+    """The batch's process rows, one per card and PID.
+
+    NVML lists an MPS client in both its compute and its MPS list, with the same memory;
+    agents before the collector merged the two sent both rows. Counted twice, the client's
+    memory would double on the card: keep the MPS row.
+    """
+    rows: dict[tuple, dict] = {}
+    for row in payload.get("processes", []):
+        key = (row.get("card_uuid") or row.get("card_index"), row["pid"])
+        if key not in rows or row.get("kind") == "mps":
+            rows[key] = row
+    return list(rows.values())
+
+
 def _process_snapshot(payload: dict, card_index, card_uuid) -> list[dict]:
     return [
         {
@@ -394,7 +409,7 @@ def _process_snapshot(payload: dict, card_index, card_uuid) -> list[dict]:
             "used_bytes": row.get("used_bytes_max"),
             "allocator": row.get("allocator"),
         }
-        for row in payload.get("processes", [])
+        for row in _one_row_per_process(payload)
         if row.get("card_uuid") == card_uuid or row.get("card_index") == card_index
     ]
 

@@ -1,7 +1,9 @@
 """Batches from host agents land once, with their interval peaks, in samples and rollups."""
 
 import datetime as dt
+import json
 import threading
+from pathlib import Path
 
 import pytest
 from django.db import connection, connections, transaction
@@ -24,6 +26,8 @@ from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 pytestmark = pytest.mark.django_db
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, 5, tzinfo=dt.UTC).timestamp()
+MIB = 1024**2
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def _rollup(table, **where):
@@ -344,3 +348,42 @@ def test_refreshes_take_turns(card):
     assert refreshed == [2]
     hour = _rollup("inventory_card_rollup_1h", gpu_id=card.pk)
     assert [(row["samples"], row["used_max"]) for row in hour] == [(2, 7 * GIB)]
+
+
+def test_an_mps_client_listed_twice_lands_once_as_mps(card):
+    """NVML lists an MPS client in its compute and its MPS list (docs/gpu-check.md)."""
+    as_compute = process_row(card, 468, used_max=GIB, used_last=GIB)
+    as_client = {**as_compute, "kind": "mps"}
+    other = process_row(card, 470, used_max=66 * MIB, used_last=66 * MIB)
+    payload = batch(card.host, start=T0 - 10, end=T0, processes=[as_compute, other, as_client])
+    assert ingest_batch(payload).rows == 2
+    rows = ProcessSample.objects.filter(gpu=card).order_by("pid")
+    assert [(row.pid, row.kind, row.used_max) for row in rows] == [
+        (468, "mps", GIB),
+        (470, "compute", 66 * MIB),
+    ]
+
+
+def test_batches_a_host_agent_published_on_a_real_h200_land_with_their_peak():
+    """The batches of the H200 run in docs/gpu-check.md, moved in time to T0."""
+    payloads = json.loads((FIXTURES / "nvml-h200" / "agent-batches.json").read_text())
+    shift = T0 - payloads[-1]["interval_end"]
+    for payload in payloads:
+        payload["interval_start"] += shift
+        payload["interval_end"] += shift
+        for process in payload["processes"]:
+            process["first_seen"] += shift
+            process["last_seen"] += shift
+    host = HostFactory(name=payloads[0]["host"])
+    for payload in payloads:
+        ingest_batch(payload)
+    gpu = Gpu.objects.get(host=host)
+    assert (gpu.product_name, gpu.memory_total_bytes) == ("NVIDIA H200", 143771 * MIB)
+    series = ProcessSample.objects.filter(gpu=gpu).order_by("ts")
+    assert [(s.used_max // MIB, s.used_last // MIB, s.samples) for s in series] == [
+        (5638, 1542, 17),
+        (1542, 1542, 16),
+        (1542, 1542, 7),
+    ]
+    minutes = _rollup("inventory_process_rollup_1m", gpu_id=gpu.pk)
+    assert max(minute["used_max"] for minute in minutes) // MIB == 5638

@@ -110,11 +110,12 @@ def test_mps_clients_are_tagged_mps_and_the_server_compute():
     card.compute_mode = fake_nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
     collector, _ = collector_for(card)
     reading = collector.poll().cards[0]
-    assert {(p.pid, p.kind) for p in reading.processes} == {
-        (50, "compute"),
-        (51, "mps"),
-        (52, "mps"),
-    }
+    # NVML lists each client in both lists; counted once, or the card's memory doubles.
+    assert sorted((p.pid, p.kind, p.used_bytes) for p in reading.processes) == [
+        (50, "compute", 34 * MIB),
+        (51, "mps", 900 * MIB),
+        (52, "mps", 800 * MIB),
+    ]
     assert reading.compute_mode == fake_nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
 
 

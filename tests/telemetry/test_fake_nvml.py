@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pynvml
@@ -19,7 +20,15 @@ from inventory.telemetry.simulator.catalogue import (
     gpu_type,
 )
 
-from .conftest import capture, h100_card, h200_mig_card, mib_field, nvml_for, query_sections
+from .conftest import (
+    FIXTURES,
+    capture,
+    h100_card,
+    h200_mig_card,
+    mib_field,
+    nvml_for,
+    query_sections,
+)
 
 PYNVML_ERROR_CONSTANTS = {n: getattr(pynvml, n) for n in dir(pynvml) if n.startswith("NVML_ERROR_")}
 
@@ -220,7 +229,7 @@ def test_process_quirks_none_memory_raw_instance_ids_and_unnameable_pids():
     nvml.nvmlInit()
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
     compute = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-    assert [p.pid for p in compute] == [7, 8]
+    assert [p.pid for p in compute] == [7, 8, 9]
     assert compute[0].usedGpuMemory is None and compute[1].usedGpuMemory == 6 * MIB
     # outside MIG NVML hands back the raw "not available" value, pynvml does not translate it
     assert compute[0].gpuInstanceId == 0xFFFFFFFF == compute[0].computeInstanceId
@@ -264,3 +273,30 @@ def test_non_mig_cards_answer_not_supported_for_mig_calls():
         h200.nvmlDeviceGetGpuInstanceId(parent)
     with pytest.raises(fake_nvml.NVMLError_NotFound):
         h200.nvmlDeviceGetMigDeviceHandleByIndex(parent, 6)  # slot 6 is empty
+
+
+def test_process_lists_under_mps_match_the_h200_capture():
+    """The fake lists the processes of an MPS card as an H200 on driver 580.159.04 did:
+    the server and every client in the compute list, the clients again in the MPS list."""
+    lines = (FIXTURES / "nvml-h200" / "mps-lists.txt").read_text().splitlines()
+    role = {pid: kind for pid, _, kind in ast.literal_eval(lines[0].removeprefix("holders "))}
+    listed = [line.split()[:3] for line in lines if line.startswith("nvmlDevice")]
+    real = {(call, role.get(int(pid), "server"), int(mib)) for call, pid, mib in listed}
+    card = build_card(gpu_type("H200"), "h", 0)
+    card.processes = [
+        FakeProcess(
+            int(pid), "p", int(mib) * MIB, kind="mps" if role.get(int(pid)) == "mps" else "compute"
+        )
+        for call, pid, mib in listed
+        if call == "nvmlDeviceGetComputeRunningProcesses"
+    ]
+    nvml = nvml_for(card)
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    calls = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses")
+    fake = {
+        (call, role.get(info.pid, "server"), info.usedGpuMemory // MIB)
+        for call in calls
+        for info in getattr(nvml, call)(handle)
+    }
+    assert fake == real

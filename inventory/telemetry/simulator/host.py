@@ -46,7 +46,7 @@ from inventory.telemetry.simulator.workload import DiurnalTraffic, Workload
 
 _MIB = 1024 * 1024
 _EVENT_BUFFER = 4096  # events not drained by then are dropped oldest-first: memory stays flat
-_MPS_SERVER_BYTES = 34 * _MIB
+_MPS_SERVER_BYTES = 66 * _MIB  # nvidia-cuda-mps-server on an H200, driver 580 (docs/gpu-check.md)
 _MPS_RESTART_S = 30.0
 _LOST_CARD_RECOVERY_S = 3600.0  # an Xid 79 card comes back after a reset/reboot, an hour later
 _REPLICA_IMBALANCE_SIGMA = 0.06
