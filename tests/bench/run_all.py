@@ -6,8 +6,8 @@ The figures are kept in docs/benchmarks.json too, so re-running one benchmark re
 section and leaves the others as they were measured.
 
 The bench database sits on the same server as the console's (DATABASE_URL, or the embedded
-one) under the name <database>_bench, created afresh each run, so figures never mix with the
-console's data and every run starts from the same empty tables.
+one) under the name <database>_bench, created afresh for each benchmark, so figures never mix
+with the console's data and every benchmark starts from the same empty tables.
 """
 
 from __future__ import annotations
@@ -77,18 +77,20 @@ def main() -> int:
         parser.error(
             f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {', '.join(BENCHES)}"
         )
-    env = {**os.environ, "DATABASE_URL": bench_database(os.environ["DATABASE_URL"])}
-    run(["manage.py", "migrate", "-v", "0"], env)
     out = Path(tempfile.mkdtemp(prefix="bench-"))
     figures = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
     for name in names:
+        # A fresh database for each: one benchmark's fleet neither collides with nor slows
+        # the next one's.
+        env = {**os.environ, "DATABASE_URL": bench_database(os.environ["DATABASE_URL"])}
+        run(["manage.py", "migrate", "-v", "0"], env)
         run([*BENCHES[name], "--json", str(out / f"{name}.json")], env)
         figures[name] = json.loads((out / f"{name}.json").read_text())
         figures[name]["measured_on"] = dt.date.today().isoformat()
         figures[name]["machine"] = machine()
-    FIGURES.write_text(json.dumps(figures, indent=2) + "\n")
-    DOC.write_text(render(figures))
-    print(f"wrote {DOC.relative_to(BASE_DIR)}")
+        FIGURES.write_text(json.dumps(figures, indent=2) + "\n")
+        DOC.write_text(render(figures))
+        print(f"wrote {DOC.relative_to(BASE_DIR)}")
     return 0
 
 
