@@ -1,6 +1,6 @@
 """Ingest throughput: process-sample rows through the real ingest path, against the ORM.
 
-    python tests/bench/bench_ingest.py [--hosts 50] [--intervals 40] [--json OUT]
+    python tests/bench/bench_ingest.py [--hosts 50] [--intervals 40] [--broker URL]... [--json OUT]
 
 Needs the database of DATABASE_URL migrated (make bench uses a separate bench database).
 
@@ -11,8 +11,9 @@ Needs the database of DATABASE_URL migrated (make bench uses a separate bench da
    Throughput counts only process-sample rows against the whole wall time.
 2. The rollup refresh that follows (inventory.timeseries.rollups): the 1-minute and 1-hour
    rollups of every dirty minute recomputed from those rows; and ingest plus refresh together.
-3. With CELERY_BROKER_URL set (Redis or RabbitMQ), the same through the broker: publish
-   everything, then time the ingest worker draining the queue.
+3. Through each --broker (default: CELERY_BROKER_URL, where set; Redis or RabbitMQ), the
+   same with the broker in between: publish everything, then time the real ingest worker
+   draining the queue.
 4. The plain Django ORM path for the same messages: decode, build CardSample and
    ProcessSample instances, bulk_create them in the same groups (no status, no events: the
    ORM path does less work than the real one).
@@ -28,6 +29,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -143,10 +145,7 @@ def ingest_path(wire: list[str], group: int) -> float:
     return time.perf_counter() - started
 
 
-def broker_path(wire: list[str], group: int) -> float | None:
-    url = os.environ.get("CELERY_BROKER_URL")
-    if not url:
-        return None
+def broker_path(url: str, wire: list[str], group: int) -> float:
     from kombu import Connection
 
     from inventory.agent.transport import INGEST_QUEUE
@@ -164,6 +163,11 @@ def broker_path(wire: list[str], group: int) -> float | None:
         for _ in worker.consume(safety_interval=0.05):
             pass
         return time.perf_counter() - started
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 class _UntilWritten(IngestWorker):
@@ -255,6 +259,7 @@ def main() -> None:
     parser.add_argument("--intervals", type=int, default=40)
     parser.add_argument("--group", type=int, default=500)
     parser.add_argument("--workers", type=int, default=2, help="parallel ingest workers")
+    parser.add_argument("--broker", action="append", help="repeatable; default CELERY_BROKER_URL")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -271,7 +276,20 @@ def main() -> None:
     started = time.perf_counter()
     rollups.refresh_all()
     refresh_s = time.perf_counter() - started
-    broker_s = broker_path(wire_batches(fleet, args.intervals, now - 5400), args.group)
+    default_broker = (
+        [os.environ["CELERY_BROKER_URL"]] if os.environ.get("CELERY_BROKER_URL") else []
+    )
+    brokers = [
+        {
+            "broker": _without_credentials(url),
+            "seconds": seconds,
+            "rows_per_s": process_rows / seconds,
+        }
+        for url in args.broker or default_broker
+        for seconds in [
+            broker_path(url, wire_batches(fleet, args.intervals, now - 5400), args.group)
+        ]
+    ]
     orm_s = orm_path(wire_batches(fleet, args.intervals, now - 3600), fleet)
     # Several workers at once, one per core, as a deployment runs them: each takes every
     # n-th message, so each group still mixes hosts.
@@ -290,9 +308,7 @@ def main() -> None:
         "ingest_path_rows_per_s": process_rows / ingest_s,
         "rollup_refresh_s": refresh_s,
         "ingest_and_rollups_rows_per_s": process_rows / (ingest_s + refresh_s),
-        "broker": os.environ.get("CELERY_BROKER_URL", "").split("@")[-1] or None,
-        "broker_path_s": broker_s,
-        "broker_path_rows_per_s": process_rows / broker_s if broker_s else None,
+        "brokers": brokers,
         "orm_bulk_create_s": orm_s,
         "orm_bulk_create_rows_per_s": process_rows / orm_s,
         "postgres": connection.cursor().connection.info.server_version,
@@ -307,9 +323,9 @@ def main() -> None:
           f"({ingest_s:.2f} s)")  # fmt: skip
     print(f"  + rollup refresh   {report['ingest_and_rollups_rows_per_s']:>10,.0f} process rows/s "
           f"(refresh {refresh_s:.2f} s)")  # fmt: skip
-    if broker_s:
-        print(f"  through the broker {report['broker_path_rows_per_s']:>10,.0f} process rows/s "
-              f"({broker_s:.2f} s)")  # fmt: skip
+    for broker in brokers:
+        print(f"  through {broker['broker']}: {broker['rows_per_s']:,.0f} process rows/s "
+              f"({broker['seconds']:.2f} s)")  # fmt: skip
     print(f"  ORM bulk_create    {report['orm_bulk_create_rows_per_s']:>10,.0f} process rows/s "
           f"({orm_s:.2f} s)")  # fmt: skip
     print(f"  real path / ORM    {report['speedup_vs_orm']:.1f}x")

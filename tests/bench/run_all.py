@@ -1,6 +1,7 @@
 """make bench: run every benchmark on a bench database and write docs/benchmarks.md.
 
-    python -m tests.bench.run_all [--only ingest,pages]   (make bench runs them all)
+    python -m tests.bench.run_all [--only ingest,pages] [--broker URL]...
+    (make bench runs them all, through the broker of CELERY_BROKER_URL where set)
 
 The figures are kept in docs/benchmarks.json too, so re-running one benchmark rewrites its
 section and leaves the others as they were measured.
@@ -71,7 +72,11 @@ def machine() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(BENCHES), help="e.g. ingest,pages")
-    names = [name.strip() for name in parser.parse_args().only.split(",") if name.strip()]
+    parser.add_argument(
+        "--broker", action="append", default=[], help="ingest through this broker too"
+    )
+    args = parser.parse_args()
+    names = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = set(names) - set(BENCHES)
     if unknown:
         parser.error(
@@ -84,7 +89,8 @@ def main() -> int:
         # the next one's.
         env = {**os.environ, "DATABASE_URL": bench_database(os.environ["DATABASE_URL"])}
         run(["manage.py", "migrate", "-v", "0"], env)
-        run([*BENCHES[name], "--json", str(out / f"{name}.json")], env)
+        extra = [f"--broker={url}" for url in args.broker] if name == "ingest" else []
+        run([*BENCHES[name], *extra, "--json", str(out / f"{name}.json")], env)
         figures[name] = json.loads((out / f"{name}.json").read_text())
         figures[name]["measured_on"] = dt.date.today().isoformat()
         figures[name]["machine"] = machine()
