@@ -49,6 +49,13 @@ class ProposalCreateSerializer(serializers.Serializer):
         queryset=MigSlice.objects.all(), required=False, allow_null=True
     )
     isolation_mode = serializers.ChoiceField(Deployment.Isolation.choices)
+    mps_active_thread_percentage = serializers.IntegerField(
+        min_value=1,
+        max_value=100,
+        required=False,
+        allow_null=True,
+        help_text="MPS only; left out, a move or resize keeps the deployment's share.",
+    )
     kv_reservation_bytes = serializers.IntegerField(min_value=0)
     kv_reservation_basis = serializers.ChoiceField(
         Deployment.KvBasis.choices, default=Deployment.KvBasis.P95

@@ -77,6 +77,14 @@ class Proposal(models.Model):
         "inventory.MigSlice", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     isolation_mode = models.CharField(max_length=16, choices=Deployment.Isolation)
+    mps_active_thread_percentage = models.PositiveSmallIntegerField(
+        "MPS active thread percentage",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="MPS only: the share of the card's SMs its clients may use. Left blank, a "
+        "move or resize keeps the deployment's share and an addition takes no limit.",
+    )
     kv_reservation_bytes = models.PositiveBigIntegerField(
         "KV reservation (bytes)", default=0, help_text="All the deployment's cards together."
     )
@@ -191,10 +199,23 @@ class Proposal(models.Model):
                 errors["mig_slice"] = f"{self.mig_slice} is not on {self.host}."
         elif self.mig_slice_id is not None:
             errors["mig_slice"] = "Only MIG deployments sit on a MIG slice."
+        if (
+            self.mps_active_thread_percentage is not None
+            and self.isolation_mode != Deployment.Isolation.MPS
+        ):
+            errors["mps_active_thread_percentage"] = "Only MPS deployments take a thread share."
         if self.kv_reservation_basis == Deployment.KvBasis.NONE and self.kv_reservation_bytes:
             errors["kv_reservation_basis"] = "Say how the KV reservation was sized."
         if errors:
             raise ValidationError(errors)
+
+    def thread_share_for(self, deployment: Deployment | None) -> int | None:
+        """The MPS thread share the deployment takes when this proposal is applied."""
+        if self.isolation_mode != Deployment.Isolation.MPS:
+            return None
+        if self.mps_active_thread_percentage is not None or deployment is None:
+            return self.mps_active_thread_percentage
+        return deployment.mps_active_thread_percentage
 
     def validate_cards(self, gpus) -> None:
         """The M2M cards, which clean() cannot see before they are saved."""

@@ -41,6 +41,7 @@ EDITABLE = (
     "card_count",
     "mig_slice",
     "isolation_mode",
+    "mps_active_thread_percentage",
     "kv_reservation_bytes",
     "kv_reservation_basis",
     "kv_tokens_per_request",
@@ -372,6 +373,7 @@ def do_apply(proposal: Proposal, *, acting_user) -> Proposal:
         deployment = Deployment(
             served_model=current.served_model,
             status=Deployment.Status.ACTIVE,
+            mps_active_thread_percentage=current.thread_share_for(None),
             **{field: getattr(current, field) for field in DEPLOYMENT_FIELDS},
         )
         deployment.full_clean()
@@ -386,6 +388,7 @@ def do_apply(proposal: Proposal, *, acting_user) -> Proposal:
         if current.action == Proposal.Action.REMOVE:
             deployment.status = Deployment.Status.STOPPED
         else:
+            deployment.mps_active_thread_percentage = current.thread_share_for(deployment)
             for field in DEPLOYMENT_FIELDS:
                 setattr(deployment, field, getattr(current, field))
         deployment.full_clean()

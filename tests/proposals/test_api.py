@@ -62,11 +62,20 @@ def test_bad_input_answers_400_with_the_reason_per_field(personas):
     assert response.json() == {"cards": [f"{gpu.host.name} has no card 7."]}
     response = client.post(
         "/api/proposals/",
-        body(gpu, model, isolation_mode="mig", kv_reservation_basis="none"),
+        body(
+            gpu,
+            model,
+            isolation_mode="mig",
+            kv_reservation_basis="none",
+            mps_active_thread_percentage=50,
+        ),
         format="json",
     )
     assert response.status_code == 400
     assert response.json()["mig_slice"] == ["A MIG deployment needs its MIG slice."]
+    assert response.json()["mps_active_thread_percentage"] == [
+        "Only MPS deployments take a thread share."
+    ]
     assert response.json()["kv_reservation_basis"] == ["Say how the KV reservation was sized."]
     response = client.post("/api/proposals/", {"host": "nowhere"}, format="json")
     assert response.status_code == 400

@@ -72,6 +72,7 @@ def test_the_form_shows_field_errors_and_keeps_what_was_typed(client_as):
         model,
         gpus=[elsewhere.pk],
         isolation_mode="mig",
+        mps_active_thread_percentage=50,
         kv_reservation_basis="none",
         rationale="Keep me.",
     )
@@ -79,6 +80,7 @@ def test_the_form_shows_field_errors_and_keeps_what_was_typed(client_as):
     assert response.status_code == 200
     errors = response.context["form"].errors
     assert "A MIG deployment needs its MIG slice." in errors["mig_slice"]
+    assert "Only MPS deployments take a thread share." in errors["mps_active_thread_percentage"]
     assert "Say how the KV reservation was sized." in errors["kv_reservation_basis"]
     body = response.content.decode()
     assert "Keep me." in body

@@ -270,3 +270,55 @@ def test_a_proposal_must_name_real_cards_of_its_host(personas):
     assert "Not on" in str(error.value)
     with pytest.raises(ValidationError, match="Pick the cards"):
         create_proposal(personas["oncall"], host=gpu.host, gpus=[])
+
+
+def test_a_switch_from_mps_to_gpu_groups_drops_the_thread_share(personas):
+    gpu = GpuFactory()
+    deployment = DeploymentFactory(
+        host=gpu.host, gpus=[gpu], isolation_mode="mps", mps_active_thread_percentage=50
+    )
+    applied_proposal(
+        personas["oncall"],
+        personas["approver"],
+        host=gpu.host,
+        gpus=[gpu],
+        model=deployment.served_model,
+        action="move",
+        deployment=deployment,
+        isolation_mode="gpu_group",
+    )
+    deployment.refresh_from_db()
+    assert deployment.isolation_mode == "gpu_group"
+    assert deployment.mps_active_thread_percentage is None
+
+
+def test_an_mps_proposal_sets_its_thread_share_and_a_resize_keeps_it(personas):
+    gpu = GpuFactory()
+    added = applied_proposal(
+        personas["oncall"],
+        personas["approver"],
+        host=gpu.host,
+        gpus=[gpu],
+        isolation_mode="mps",
+        mps_active_thread_percentage=40,
+    )
+    deployment = added.deployment
+    assert deployment.mps_active_thread_percentage == 40
+    applied_proposal(
+        personas["oncall"],
+        personas["approver"],
+        host=gpu.host,
+        gpus=[gpu],
+        model=deployment.served_model,
+        action="resize",
+        deployment=deployment,
+        isolation_mode="mps",
+        kv_reservation_bytes=12 * GIB,
+    )
+    deployment.refresh_from_db()
+    assert (deployment.mps_active_thread_percentage, deployment.kv_reservation_bytes) == (
+        40,
+        12 * GIB,
+    )
+    change = AuditEntry.objects.filter(action="deployment.resize").get()
+    assert change.after["mps_active_thread_percentage"] == 40
