@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class ConsoleConfig(AppConfig):
     name = "console"
     verbose_name = "Console"
+
+    def ready(self) -> None:
+        # Makes the console's Celery app current, so shared tasks sent from web and command
+        # processes go to its broker. Here rather than in console/__init__.py: host agents
+        # import console.env and console.broker, and must not set DJANGO_SETTINGS_MODULE,
+        # which makes Celery load Django (and, with no DATABASE_URL, start a database).
+        from console import celery  # noqa: F401

@@ -1,6 +1,11 @@
 """The host agent's runtime: sampling, peaks, outbox and backfill, faults that stay local."""
 
 import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from kombu.exceptions import OperationalError
@@ -144,3 +149,29 @@ def test_an_agent_only_takes_hosts_it_can_collect(simulated):
     assert not agent.apply_plan({**_plan("gpu-07"), "collector": "nvml"})
     assert not agent.apply_plan(_plan("not-in-the-simulator"))
     assert set(agent.hosts) == {"infer-01"}
+
+
+def test_the_agent_process_leaves_django_and_its_database_alone():
+    """Celery loads Django in any process where DJANGO_SETTINGS_MODULE is set, and the
+    console's settings start an embedded PostgreSQL when DATABASE_URL is unset: a GPU host
+    must never get there by importing the agent."""
+    probe = (
+        "import json, os, sys; import inventory.agent.app; "
+        "print(json.dumps([os.environ.get('DJANGO_SETTINGS_MODULE'), "
+        "'console.settings' in sys.modules, 'console.celery' in sys.modules]))"
+    )
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in {"DJANGO_SETTINGS_MODULE", "DATABASE_URL"}
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(result.stdout) == [None, False, False]
