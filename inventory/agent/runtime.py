@@ -204,8 +204,9 @@ class Agent:
             self._thread.join(timeout)
         with self._lock:
             for runtime in self.hosts.values():
-                # One last flush, so a clean shutdown loses no interval.
-                runtime.flush(runtime.source.now())
+                # One last flush, so a clean shutdown loses no poll.
+                if runtime.sampler.polls:
+                    runtime.flush(runtime.source.now())
 
     def _loop(self) -> None:
         while not self._stop.is_set():

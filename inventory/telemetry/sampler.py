@@ -187,6 +187,11 @@ class IntervalSampler:
         self._faults: dict[tuple, dict[str, Any]] = {}
         self._faults_dropped = 0
 
+    @property
+    def polls(self) -> int:
+        """Polls aggregated since the last flush."""
+        return self._polls
+
     # feeding -----------------------------------------------------------------------------
 
     def add_poll(

@@ -151,6 +151,22 @@ def test_an_agent_only_takes_hosts_it_can_collect(simulated):
     assert set(agent.hosts) == {"infer-01"}
 
 
+def test_a_clean_stop_flushes_the_polls_since_the_last_batch_and_nothing_more(simulated):
+    simulator, clock = simulated
+    sink = Sink()
+    agent = Agent(simulator.source_for, sink)
+    agent.apply_plan(_plan("infer-01"))
+    while not sink.batches:
+        clock.t += 1
+        agent.run_once()
+    agent.stop()
+    assert len(sink.batches) == 1, "an interval with no poll is not a batch"
+    clock.t += 1
+    agent.run_once()
+    agent.stop()
+    assert [batch["polls"] for batch in sink.batches] == [10, 1]
+
+
 def test_the_agent_process_leaves_django_and_its_database_alone():
     """Celery loads Django in any process where DJANGO_SETTINGS_MODULE is set, and the
     console's settings start an embedded PostgreSQL when DATABASE_URL is unset: a GPU host
