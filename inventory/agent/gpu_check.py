@@ -1,7 +1,8 @@
 """Check the real NVML path on a machine with an NVIDIA GPU.
 
     python -m inventory.agent.gpu_check [--sizes-mib 1024,2048,3072] [--device 0]
-        [--agent-seconds 10] [--mps] [--json OUT] [--batches OUT]
+        [--agent-seconds 10] [--agent-process [--broker-archive OUT.tar.gz]] [--mps]
+        [--json OUT] [--batches OUT]
 
 Child processes allocate exact amounts of device memory with the CUDA driver API (cuMemAlloc
 through ctypes: no PyTorch needed) and the console's own code reads the card through pynvml:
@@ -14,13 +15,17 @@ through ctypes: no PyTorch needed) and the console's own code reads the card thr
    polls the card while one process holds a base allocation and, for two seconds between
    flushes, a peak on top. The batch must keep the peak as its maximum and the base as its
    last value: a short peak is not lost.
-3. mps (--mps): starts an MPS control daemon with its own pipe directory, runs one client
-   under it, reports which NVML process list shows which process, then stops the daemon.
+3. agent process (--agent-process): the same through the agent as deployed, a Celery worker
+   sent a collection plan over a folder broker, with no database and no DATABASE_URL; its
+   process must also map to the plan's deployment. --broker-archive keeps the messages.
+4. mps (--mps): starts an MPS control daemon with its own pipe directory, runs one client
+   under it, checks that the client is recorded once, as an MPS process, then stops the daemon.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import csv
 import ctypes
@@ -29,8 +34,10 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import traceback
@@ -304,28 +311,118 @@ def check_agent(pynvml, context, args, host: str) -> dict[str, Any]:
     print(f"\n2. agent: base {base_mib} MiB, peak +{peak_mib} MiB from {PEAK_WINDOW_S[0]:.0f} "
           f"to {PEAK_WINDOW_S[1]:.0f} s, polls every {plan['sample_interval_s']} s, "
           f"flush every {plan['flush_interval_s']:.1f} s")  # fmt: skip
-    print(f"   {'batch':>5} {'polls':>5} {'seconds':>8} {'max MiB':>8} {'last MiB':>9}"
-          f" {'card max MiB':>13} {'faults':>6}")  # fmt: skip
-    for batch in batches:
-        row = next((r for r in batch["processes"] if r["pid"] == holder.pid), None)
-        peak = "-" if row is None else f"{row['used_bytes_max'] / MIB:.0f}"
-        last = "-" if row is None else f"{row['used_bytes_last'] / MIB:.0f}"
-        card = next((c for c in batch["cards"] if c["index"] == args.device), {})
-        card_max = card.get("used_bytes_max")
-        card_max = "-" if card_max is None else f"{card_max / MIB:.0f}"
-        seconds = batch["interval_end"] - batch["interval_start"]
-        print(f"   {batch['seq']:>5} {batch['polls']:>5} {seconds:>8.1f} {peak:>8} {last:>9}"
-              f" {card_max:>13} {len(batch['faults']):>6}")  # fmt: skip
-    faults = {(f["call"], f["error"]): f["message"] for b in batches for f in b["faults"]}
-    for (call, error), message in faults.items():
-        print(f"   fault: {call} {error}: {message}")
+    _print_batches(batches, holder.pid, args.device)
     print(("   PASS: " if ok else "   FAIL: ") + reason)
     if args.batches:
         Path(args.batches).write_text(json.dumps(batches, indent=1))
     return {"ok": ok, "reason": reason, "pid": holder.pid, "batches": len(batches)}
 
 
-# --- 3. MPS -------------------------------------------------------------------------------
+def _print_batches(batches: list[dict], pid: int, device: int) -> None:
+    print(f"   {'batch':>5} {'polls':>5} {'seconds':>8} {'max MiB':>8} {'last MiB':>9}"
+          f" {'card max MiB':>13} {'deployment':>10} {'faults':>6}")  # fmt: skip
+    for batch in batches:
+        row = next((r for r in batch["processes"] if r["pid"] == pid), None)
+        peak = "-" if row is None else f"{row['used_bytes_max'] / MIB:.0f}"
+        last = "-" if row is None else f"{row['used_bytes_last'] / MIB:.0f}"
+        deployment = (row or {}).get("deployment_id") or "-"
+        card = next((c for c in batch["cards"] if c["index"] == device), {})
+        card_max = card.get("used_bytes_max")
+        card_max = "-" if card_max is None else f"{card_max / MIB:.0f}"
+        seconds = batch["interval_end"] - batch["interval_start"]
+        print(f"   {batch['seq']:>5} {batch['polls']:>5} {seconds:>8.1f} {peak:>8} {last:>9}"
+              f" {card_max:>13} {deployment:>10} {len(batch['faults']):>6}")  # fmt: skip
+    faults = {(f["call"], f["error"]): f["message"] for b in batches for f in b["faults"]}
+    for (call, error), message in faults.items():
+        print(f"   fault: {call} {error}: {message}")
+
+
+# --- 3. the agent process ------------------------------------------------------------------
+
+AGENT_DEPLOYMENT = "gpu-check"
+REPOSITORY = Path(__file__).resolve().parents[2]
+# What a GPU host does not have: the agent must run without them.
+CENTRAL_ONLY = {"CELERY_BROKER_URL", "DATABASE_URL", "DJANGO_SETTINGS_MODULE"}
+
+
+def folder_broker_batches(queue: Path) -> list[dict]:
+    """The batches waiting in a folder broker's queue directory, oldest first."""
+    batches = []
+    for path in sorted(queue.glob("*.ingest.msg"), key=lambda p: int(p.name.split("_")[0])):
+        envelope = json.loads(path.read_text())
+        body = envelope["body"]
+        if envelope["properties"].get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        batches.append(json.loads(body))
+    return batches
+
+
+def check_agent_process(pynvml, context, args, host: str) -> dict[str, Any]:
+    """The agent as deployed: a Celery worker on the host's queue, sent a collection plan,
+    publishing to a folder broker. It must start without Django or a database."""
+    from celery import Celery
+
+    from inventory.telemetry.collector import NvmlCollector
+
+    broker = Path(tempfile.mkdtemp(prefix="gpu-check-broker-"))
+    queue = broker / "queue"
+    for folder in (queue, broker / "control"):
+        folder.mkdir()
+    env = {name: value for name, value in os.environ.items() if name not in CENTRAL_ONLY}
+    env |= {"CELERY_FILESYSTEM_BROKER_DIR": str(broker), "AGENT_SOURCE": "nvml",
+            "AGENT_HOST": host}  # fmt: skip
+    collector = NvmlCollector(pynvml, host, watch_xid=False)
+    card_uuid = next(c.uuid for c in collector.poll().cards if c.index == args.device)
+    collector.close()
+    base_mib, peak_mib = args.agent_base_mib, args.agent_peak_mib
+    holder = Holder(context, args.device, base_mib, peak_mib)
+    log = broker / "agent-worker.log"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "inventory.agent.app", "worker",
+         "-Q", f"host.{host}", "--pool", "threads", "-c", "1", "-l", "info"],
+        env=env, cwd=REPOSITORY, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    sender = Celery("gpu-check", broker="filesystem://", fixups=[])
+    sender.conf.broker_transport_options = {
+        "data_folder_in": str(queue), "data_folder_out": str(queue),
+        "control_folder": str(broker / "control"), "store_processed": False,
+    }  # fmt: skip
+    plan = {"host": host, "collector": "nvml", "sample_interval_s": 0.5, "flush_interval_s": 4.0,
+            "scrape_interval_s": 3600.0, "issued_at": time.time(),
+            "deployments": [{"deployment_id": AGENT_DEPLOYMENT, "device_uuids": [card_uuid],
+                             "process_name_pattern": "python"}]}  # fmt: skip
+    try:
+        sender.send_task("agent.apply_plan", args=[plan], queue=f"host.{host}")
+        deadline = time.monotonic() + 90
+        while not any(queue.glob("*.ingest.msg")):
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the agent published nothing:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        holder.peak(True)
+        time.sleep(2.0)
+        holder.peak(False)
+        time.sleep(10.0)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+        holder.release()
+    batches = folder_broker_batches(queue)
+    ok, reason = agent_verdict(batches, holder.pid, base_mib, peak_mib, args.tolerance_mib)
+    mapped = {r["deployment_id"] for b in batches for r in b["processes"] if r["pid"] == holder.pid}
+    if ok and mapped != {AGENT_DEPLOYMENT}:
+        ok, reason = False, f"the process mapped to {sorted(map(str, mapped))}, not the plan's"
+    print(f"\n3. agent process: a Celery worker on host.{host}, plan sent through a folder "
+          f"broker, polls every 0.5 s, flush every 4 s; peak +{peak_mib} MiB for 2 s")  # fmt: skip
+    _print_batches(batches, holder.pid, args.device)
+    print(("   PASS: " if ok else "   FAIL: ") + reason)
+    if args.broker_archive:
+        with tarfile.open(args.broker_archive, "w:gz") as archive:
+            archive.add(queue, arcname="queue")
+            archive.add(log, arcname="agent-worker.log")
+    return {"ok": ok, "reason": reason, "pid": holder.pid, "batches": len(batches)}
+
+
+# --- 4. MPS -------------------------------------------------------------------------------
 
 
 def mps_verdict(processes: list[dict], client_pid: int) -> tuple[bool, str]:
@@ -345,7 +442,7 @@ def check_mps(pynvml, context, args, host: str) -> dict[str, Any]:
 
     control = shutil.which("nvidia-cuda-mps-control")
     if control is None:
-        print("\n3. mps: skipped, nvidia-cuda-mps-control is not installed")
+        print("\n4. mps: skipped, nvidia-cuda-mps-control is not installed")
         return {"ok": None, "reason": "nvidia-cuda-mps-control not installed"}
     workdir = Path(tempfile.mkdtemp(prefix="gpu-check-mps-"))
     env = {"CUDA_MPS_PIPE_DIRECTORY": str(workdir / "pipe"),
@@ -372,7 +469,7 @@ def check_mps(pynvml, context, args, host: str) -> dict[str, Any]:
         path.name: path.read_text(errors="replace")[-2000:]
         for path in sorted((workdir / "log").glob("*.log"))
     }
-    print(f"\n3. mps: client of {args.sizes[0]} MiB under an MPS control daemon")
+    print(f"\n4. mps: client of {args.sizes[0]} MiB under an MPS control daemon")
     if poll is None:
         print(f"   FAIL: {error}")
         for name, text in logs.items():
@@ -407,6 +504,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agent-seconds", type=float, default=10.0, help="0 skips the check")
     parser.add_argument("--agent-base-mib", type=int, default=1024)
     parser.add_argument("--agent-peak-mib", type=int, default=4096)
+    parser.add_argument(
+        "--agent-process", action="store_true", help="also run the agent as a Celery worker"
+    )
+    parser.add_argument("--broker-archive", help="pack that agent's messages into this .tar.gz")
     parser.add_argument("--mps", action="store_true", help="also run the MPS check")
     parser.add_argument("--json", help="write every figure to this file")
     parser.add_argument("--batches", help="write the agent's batches to this file")
@@ -420,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     checks = {"processes": check_processes}
     if args.agent_seconds > 0:
         checks["agent"] = check_agent
+    if args.agent_process:
+        checks["agent_process"] = check_agent_process
     if args.mps:
         checks["mps"] = check_mps
     report: dict[str, Any] = {}

@@ -1,12 +1,14 @@
 """The real-GPU check's verdicts, on the fake NVML and on the figures of a run on an H200."""
 
 import json
+import tarfile
 from pathlib import Path
 
 from inventory.agent.gpu_check import (
     add_smi_figures,
     agent_verdict,
     compare,
+    folder_broker_batches,
     mps_verdict,
     parse_smi_csv,
     verdict,
@@ -122,3 +124,18 @@ def test_the_collector_records_an_mps_client_once():
     ]
     assert mps_verdict(processes, 482) == (True, "the client is one MPS process of 1540 MiB")
     assert mps_verdict(processes, 999) == (False, "NVML did not list the client")
+
+
+def test_the_agent_process_messages_of_the_h200_run_decode_and_kept_the_peak(tmp_path):
+    with tarfile.open(REAL_RUN / "agent-broker.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    batches = folder_broker_batches(tmp_path / "queue")
+    assert [batch["seq"] for batch in batches] == [1, 2, 3, 4, 5, 6]
+    report = json.loads((REAL_RUN / "gpu-check.json").read_text())["agent_process"]
+    ok, reason = agent_verdict(batches, report["pid"], 1024, 4096, tolerance_mib=64)
+    assert (ok, reason) == (
+        True,
+        "batch 2 kept the 5638 MiB peak as its maximum and 1542 MiB as its last value (8 polls)",
+    )
+    mapped = {row["deployment_id"] for batch in batches for row in batch["processes"]}
+    assert mapped == {"gpu-check"}

@@ -4,6 +4,10 @@ Real processes on a real broker (CELERY_BROKER_URL: Redis in CI; otherwise the f
 write into the test database; the test reads what landed.
 """
 
+import json
+import tarfile
+from pathlib import Path
+
 import pytest
 
 from console.celery import app
@@ -11,6 +15,9 @@ from inventory.demo import _create_host
 from inventory.models import CardSample, CollectorStatus, Host, ProcessSample
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
 from tests.processes import Processes, database_url_for_processes, wait_for
+
+REAL_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "nvml-h200"
+MIB = 1024**2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -87,3 +94,43 @@ def test_a_simulated_host_lands_in_postgres_with_its_interval_peaks(pipeline):
         logs=_logs(pipeline),
     )
     assert Host.objects.get(name="mps-l40s").collector_status.batches >= 1
+
+
+def test_what_a_host_agent_published_on_an_h200_is_written_by_the_ingest_worker(tmp_path):
+    """The messages of the agent process on a real H200 (docs/gpu-check.md, check 3): a Celery
+    worker over pynvml, with no database, published them to a folder broker. The ingest worker
+    process takes them from that folder into PostgreSQL."""
+    with tarfile.open(REAL_RUN / "agent-broker.tar.gz") as archive:
+        archive.extractall(tmp_path / "broker", filter="data")
+    (tmp_path / "broker" / "control").mkdir()
+    report = json.loads((REAL_RUN / "gpu-check.json").read_text())["agent_process"]
+    host = Host.objects.create(name="vm", collector=Host.Collector.NVML)  # the machine's name
+    processes = Processes(
+        {
+            "DATABASE_URL": database_url_for_processes(),
+            "CELERY_BROKER_URL": "filesystem://",
+            "CELERY_FILESYSTEM_BROKER_DIR": str(tmp_path / "broker"),
+        },
+        tmp_path,
+    )
+    processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
+    try:
+        wait_for(
+            lambda: CollectorStatus.objects.filter(host=host, batches=report["batches"]).exists(),
+            timeout=60,
+            what=f"the {report['batches']} batches of the H200 run",
+            logs=lambda: processes.log("ingest")[-3000:],
+        )
+    finally:
+        processes.stop()
+    gpu = host.gpus.get()
+    assert (gpu.product_name, gpu.memory_total_bytes) == ("NVIDIA H200", 143771 * MIB)
+    series = ProcessSample.objects.filter(gpu=gpu, pid=report["pid"]).order_by("ts")
+    assert [(row.used_max // MIB, row.used_last // MIB) for row in series] == [
+        (1542, 1542),
+        (5638, 1542),
+        (1542, 1542),
+        (1542, 1542),
+        (1542, 1542),
+    ]
+    assert not list((tmp_path / "broker" / "queue").glob("*.msg")), "every message acknowledged"
