@@ -145,6 +145,20 @@ def applied_proposal(author, approver, **kwargs):
     return services.do_apply(approved_proposal(author, approver, **kwargs), acting_user=author)
 
 
+def applied_change(personas, deployment, action: str, **overrides):
+    """On-call's proposal to move, resize or remove `deployment`, approved and applied."""
+    overrides.setdefault("gpus", list(deployment.gpus.all()))
+    return applied_proposal(
+        personas["oncall"],
+        personas["approver"],
+        host=deployment.host,
+        model=deployment.served_model,
+        action=action,
+        deployment=deployment,
+        **overrides,
+    )
+
+
 def served_model(name: str, **fields) -> ServedModel:
     return ServedModelFactory(name=name, **fields)
 

@@ -11,6 +11,7 @@ from console.proposals.transitions import IllegalTransition, State
 from inventory.models import Deployment
 from tests.factories import GIB, DeploymentFactory, GpuFactory, UserFactory
 from tests.proposals.support import (
+    applied_change,
     applied_proposal,
     approved_proposal,
     checked,
@@ -226,15 +227,7 @@ def test_a_move_changes_the_cards_and_a_roll_back_restores_them(personas):
     old = GpuFactory(index=0)
     new = GpuFactory(host=old.host, index=1)
     deployment = DeploymentFactory(host=old.host, gpus=[old])
-    proposal = applied_proposal(
-        personas["oncall"],
-        personas["approver"],
-        host=old.host,
-        gpus=[new],
-        model=deployment.served_model,
-        action="move",
-        deployment=deployment,
-    )
+    proposal = applied_change(personas, deployment, "move", gpus=[new])
     deployment.refresh_from_db()
     assert list(deployment.gpus.all()) == [new]
     moved = AuditEntry.objects.get(action="deployment.move")
@@ -248,15 +241,7 @@ def test_a_move_changes_the_cards_and_a_roll_back_restores_them(personas):
 def test_a_removal_stops_the_deployment(personas):
     gpu = GpuFactory()
     deployment = DeploymentFactory(host=gpu.host, gpus=[gpu])
-    proposal = applied_proposal(
-        personas["oncall"],
-        personas["approver"],
-        host=gpu.host,
-        gpus=[],
-        model=deployment.served_model,
-        action="remove",
-        deployment=deployment,
-    )
+    proposal = applied_change(personas, deployment, "remove", gpus=[])
     deployment.refresh_from_db()
     assert deployment.status == Deployment.Status.STOPPED
     assert proposal.deployment == deployment
@@ -277,16 +262,7 @@ def test_a_switch_from_mps_to_gpu_groups_drops_the_thread_share(personas):
     deployment = DeploymentFactory(
         host=gpu.host, gpus=[gpu], isolation_mode="mps", mps_active_thread_percentage=50
     )
-    applied_proposal(
-        personas["oncall"],
-        personas["approver"],
-        host=gpu.host,
-        gpus=[gpu],
-        model=deployment.served_model,
-        action="move",
-        deployment=deployment,
-        isolation_mode="gpu_group",
-    )
+    applied_change(personas, deployment, "move", isolation_mode="gpu_group")
     deployment.refresh_from_db()
     assert deployment.isolation_mode == "gpu_group"
     assert deployment.mps_active_thread_percentage is None
@@ -304,16 +280,8 @@ def test_an_mps_proposal_sets_its_thread_share_and_a_resize_keeps_it(personas):
     )
     deployment = added.deployment
     assert deployment.mps_active_thread_percentage == 40
-    applied_proposal(
-        personas["oncall"],
-        personas["approver"],
-        host=gpu.host,
-        gpus=[gpu],
-        model=deployment.served_model,
-        action="resize",
-        deployment=deployment,
-        isolation_mode="mps",
-        kv_reservation_bytes=12 * GIB,
+    applied_change(
+        personas, deployment, "resize", isolation_mode="mps", kv_reservation_bytes=12 * GIB
     )
     deployment.refresh_from_db()
     assert (deployment.mps_active_thread_percentage, deployment.kv_reservation_bytes) == (
