@@ -1,7 +1,7 @@
 """The real-GPU check's verdicts, on the fake NVML and on the figures of a run on an H200."""
 
 import json
-import tarfile
+import shutil
 from pathlib import Path
 
 from inventory.agent.gpu_check import (
@@ -127,8 +127,7 @@ def test_the_collector_records_an_mps_client_once():
 
 
 def test_the_agent_process_messages_of_the_h200_run_decode_and_kept_the_peak(tmp_path):
-    with tarfile.open(REAL_RUN / "agent-broker.tar.gz") as archive:
-        archive.extractall(tmp_path, filter="data")
+    shutil.unpack_archive(REAL_RUN / "agent-broker.tar.gz", tmp_path)
     batches = folder_broker_batches(tmp_path / "queue")
     assert [batch["seq"] for batch in batches] == [1, 2, 3, 4, 5, 6]
     report = json.loads((REAL_RUN / "gpu-check.json").read_text())["agent_process"]

@@ -5,7 +5,7 @@ write into the test database; the test reads what landed.
 """
 
 import json
-import tarfile
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,8 +100,7 @@ def test_what_a_host_agent_published_on_an_h200_is_written_by_the_ingest_worker(
     """The messages of the agent process on a real H200 (docs/gpu-check.md, check 3): a Celery
     worker over pynvml, with no database, published them to a folder broker. The ingest worker
     process takes them from that folder into PostgreSQL."""
-    with tarfile.open(REAL_RUN / "agent-broker.tar.gz") as archive:
-        archive.extractall(tmp_path / "broker", filter="data")
+    shutil.unpack_archive(REAL_RUN / "agent-broker.tar.gz", tmp_path / "broker")
     (tmp_path / "broker" / "control").mkdir()
     report = json.loads((REAL_RUN / "gpu-check.json").read_text())["agent_process"]
     host = Host.objects.create(name="vm", collector=Host.Collector.NVML)  # the machine's name
