@@ -190,22 +190,11 @@ class Proposal(models.Model):
                 )
         if self.action == self.Action.ADD and self.deployment_id is not None:
             errors["deployment"] = "An addition creates its deployment when applied."
-        if self.isolation_mode == Deployment.Isolation.MIG:
-            if self.let_solver_choose:
-                errors["let_solver_choose"] = "Pick the MIG slice; the solver does not create one."
-            elif self.mig_slice_id is None:
-                errors["mig_slice"] = "A MIG deployment needs its MIG slice."
-            elif self.host_id and self.mig_slice.gpu.host_id != self.host_id:
-                errors["mig_slice"] = f"{self.mig_slice} is not on {self.host}."
-        elif self.mig_slice_id is not None:
-            errors["mig_slice"] = "Only MIG deployments sit on a MIG slice."
-        if (
-            self.mps_active_thread_percentage is not None
-            and self.isolation_mode != Deployment.Isolation.MPS
-        ):
-            errors["mps_active_thread_percentage"] = "Only MPS deployments take a thread share."
-        if self.kv_reservation_basis == Deployment.KvBasis.NONE and self.kv_reservation_bytes:
-            errors["kv_reservation_basis"] = "Say how the KV reservation was sized."
+        errors |= Deployment.placement_errors(self)
+        if self.isolation_mode == Deployment.Isolation.MIG and self.let_solver_choose:
+            # The solver picks cards, and a MIG deployment takes a slice: that is the error.
+            errors.pop("mig_slice", None)
+            errors["let_solver_choose"] = "Pick the MIG slice; the solver does not create one."
         if errors:
             raise ValidationError(errors)
 

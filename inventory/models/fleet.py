@@ -352,22 +352,29 @@ class Deployment(models.Model):
     def __str__(self) -> str:
         return f"{self.served_model.name} on {self.host.name}"
 
-    def clean(self) -> None:
+    @classmethod
+    def placement_errors(cls, record) -> dict[str, str]:
+        """Field errors of a deployment, or of a proposal that would make one: a MIG slice for
+        MIG alone and on the host, a thread share for MPS alone, a KV reservation's basis."""
         errors = {}
-        if self.isolation_mode == self.Isolation.MIG:
-            if self.mig_slice_id is None:
+        if record.isolation_mode == cls.Isolation.MIG:
+            if record.mig_slice_id is None:
                 errors["mig_slice"] = "A MIG deployment needs its MIG slice."
-            elif self.host_id is not None and self.mig_slice.gpu.host_id != self.host_id:
-                errors["mig_slice"] = f"{self.mig_slice} is not on {self.host}."
-        elif self.mig_slice_id is not None:
+            elif record.host_id is not None and record.mig_slice.gpu.host_id != record.host_id:
+                errors["mig_slice"] = f"{record.mig_slice} is not on {record.host}."
+        elif record.mig_slice_id is not None:
             errors["mig_slice"] = "Only MIG deployments sit on a MIG slice."
         if (
-            self.mps_active_thread_percentage is not None
-            and self.isolation_mode != self.Isolation.MPS
+            record.mps_active_thread_percentage is not None
+            and record.isolation_mode != cls.Isolation.MPS
         ):
             errors["mps_active_thread_percentage"] = "Only MPS deployments take a thread share."
-        if self.kv_reservation_basis == self.KvBasis.NONE and self.kv_reservation_bytes:
+        if record.kv_reservation_basis == cls.KvBasis.NONE and record.kv_reservation_bytes:
             errors["kv_reservation_basis"] = "Say how the KV reservation was sized."
+        return errors
+
+    def clean(self) -> None:
+        errors = self.placement_errors(self)
         if self.process_name_pattern:
             try:
                 re.compile(self.process_name_pattern)

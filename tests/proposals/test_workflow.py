@@ -290,3 +290,20 @@ def test_an_mps_proposal_sets_its_thread_share_and_a_resize_keeps_it(personas):
     )
     change = AuditEntry.objects.filter(action="deployment.resize").get()
     assert change.after["mps_active_thread_percentage"] == 40
+
+
+def test_a_mig_proposal_cannot_leave_the_cards_to_the_solver(personas):
+    gpu = GpuFactory()
+    with pytest.raises(ValidationError) as error:
+        create_proposal(
+            personas["oncall"],
+            host=gpu.host,
+            gpus=[],
+            isolation_mode="mig",
+            let_solver_choose=True,
+            mps_active_thread_percentage=30,
+        )
+    assert error.value.message_dict == {
+        "let_solver_choose": ["Pick the MIG slice; the solver does not create one."],
+        "mps_active_thread_percentage": ["Only MPS deployments take a thread share."],
+    }
