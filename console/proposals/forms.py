@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError
 
 from console.proposals.loadtests import LoadTestFormatError, combine
 from console.proposals.models import Decision, Proposal
+from console.proposals.services import EDITABLE
 from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel
 from runbooks.models import MPS_NOTE_SLUG
 
@@ -41,26 +42,8 @@ class ProposalForm(forms.ModelForm):
 
     class Meta:
         model = Proposal
-        fields = [
-            "action",
-            "deployment",
-            "served_model",
-            "host",
-            "gpus",
-            "let_solver_choose",
-            "card_count",
-            "mig_slice",
-            "isolation_mode",
-            "mps_active_thread_percentage",
-            "kv_reservation_basis",
-            "kv_tokens_per_request",
-            "expected_p95_concurrency",
-            "expected_request_rate",
-            "admission_policy",
-            "canary_share_pct",
-            "rollout_steps",
-            "rationale",
-        ]
+        # What the services accept, the KV reservation typed in GiB rather than bytes.
+        fields = [*(name for name in EDITABLE if name != "kv_reservation_bytes"), "gpus"]
         widgets = {"rationale": forms.Textarea(attrs={"rows": 5})}
 
     field_order = [
