@@ -100,7 +100,7 @@ def ingest_batches(payloads: list[dict]) -> list[IngestResult | BatchRejected]:
         if batch_id in accepted:  # the same batch twice in one group: a redelivery
             results[position] = IngestResult(batch_id, duplicate=True)
             continue
-        accepted[batch_id] = (position, payload)
+        accepted[batch_id] = (position, {**payload, "processes": _one_row_per_process(payload)})
     if accepted:
         starts = [_ts(p["interval_start"]) for _, p in accepted.values()]
         ends = [_ts(p["interval_end"]) for _, p in accepted.values()]
@@ -288,7 +288,7 @@ def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_R
     interval_s = max(0.0, payload["interval_end"] - payload["interval_start"])
     card_frag: dict[int, float] = {}
     process_rows = []
-    for row in _one_row_per_process(payload):
+    for row in payload.get("processes", []):
         gpu_id = maps.gpu_id(row)
         if gpu_id is None:
             continue
@@ -409,7 +409,7 @@ def _process_snapshot(payload: dict, card_index, card_uuid) -> list[dict]:
             "used_bytes": row.get("used_bytes_max"),
             "allocator": row.get("allocator"),
         }
-        for row in _one_row_per_process(payload)
+        for row in payload.get("processes", [])
         if row.get("card_uuid") == card_uuid or row.get("card_index") == card_index
     ]
 
