@@ -39,8 +39,8 @@ def _check_broker() -> str | None:
 
 def _collectors() -> dict:
     """Each collected host's collector health: detail for operators, not a readiness gate."""
-    from inventory.api.views import collector_health
     from inventory.models import Host
+    from inventory.reports.collector import collector_health
 
     now = timezone.now()
     hosts = Host.objects.exclude(collector=Host.Collector.NONE).select_related("collector_status")

@@ -2,9 +2,12 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console import api, health, metrics
+from console import health
+from console.audit import views as audit
+from console.proposals import api as proposal_api
 from console.proposals import urls as proposal_urls
-from console.views import audit, events, fleet, hosts, models, oom
+from inventory.api import metrics
+from inventory.views import events, fleet, hosts, models, oom
 
 urlpatterns = [
     path("", fleet.fleet, name="fleet"),
@@ -20,7 +23,7 @@ urlpatterns = [
     path("runbooks/", include("runbooks.urls")),
     path("proposals/", include("console.proposals.urls")),
     path("api/proposals/", include(proposal_urls.api_urlpatterns)),
-    path("api/placement/", api.Placement.as_view(), name="api-placement"),
+    path("api/placement/", proposal_api.Placement.as_view(), name="api-placement"),
     path("api/", include("inventory.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -30,4 +33,4 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
-handler403 = "console.views.errors.permission_denied"
+handler403 = "console.errors.permission_denied"

@@ -3,7 +3,6 @@
 import datetime as dt
 from itertools import groupby
 
-from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import ValidationError
@@ -19,7 +18,8 @@ from inventory.api.serializers import (
     SamplesQuerySerializer,
     SamplesSerializer,
 )
-from inventory.models import CollectorStatus, Gpu, Host
+from inventory.models import Gpu, Host
+from inventory.reports.collector import collector_health
 from inventory.reports.ledger import card_views
 from inventory.reports.ledger_json import ledger_json
 from inventory.timeseries import queries
@@ -27,21 +27,6 @@ from inventory.timeseries import queries
 MAX_POINTS = 5000
 # Steps people can read on a chart, from a few seconds to a day.
 _STEPS = (10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
-
-
-def collector_health(status: CollectorStatus | None, now: dt.datetime) -> dict:
-    last = status.last_sample_at if status else None
-    age = (now - last).total_seconds() if last else None
-    return {
-        "last_sample_at": last,
-        "age_s": age,
-        "stale": age is None or age > settings.COLLECTOR_STALE_AFTER_S,
-        "batches": status.batches if status else 0,
-        "missing_batches": status.missing_batches if status else 0,
-        "faults_last_batch": status.faults_last_batch if status else 0,
-        "outbox_depth": status.outbox_depth if status else 0,
-        "outbox_dropped": status.outbox_dropped if status else 0,
-    }
 
 
 class HostList(APIView):

@@ -13,8 +13,8 @@ from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from inventory.api.views import collector_health
 from inventory.models import Event, Host
+from inventory.reports.collector import collector_health
 from inventory.reports.thresholds import fragmentation_thresholds
 
 RECENT = dt.timedelta(hours=2)

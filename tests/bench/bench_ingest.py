@@ -43,7 +43,6 @@ django.setup()
 from django.db import connection, transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from inventory.ingest_worker import IngestWorker  # noqa: E402
 from inventory.models import (  # noqa: E402
     CardSample,
     Deployment,
@@ -53,6 +52,7 @@ from inventory.models import (  # noqa: E402
     ServedModel,
 )
 from inventory.timeseries import partitions, rollups  # noqa: E402
+from inventory.timeseries.ingest_worker import IngestWorker  # noqa: E402
 
 GIB = 1024**3
 CARDS, PROCESSES_PER_CARD = 8, 4

@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO))
 from console.placement import solve  # noqa: E402
 from console.placement.bounds import volume_bound  # noqa: E402
 from console.placement.greedy import greedy_plan  # noqa: E402
-from console.placement.orlib import BinPackingInstance, read_orlib  # noqa: E402
 from console.placement.schema import validate_problem  # noqa: E402
+from tests.placement.orlib import BinPackingInstance, read_orlib  # noqa: E402
 
 SET_FILES = {"u120": "binpack1.txt", "u250": "binpack2.txt", "u500": "binpack3.txt"}
 SET_FILES["u1000"] = "binpack4.txt"

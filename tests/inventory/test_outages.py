@@ -12,12 +12,12 @@ import pytest
 from django.db import OperationalError, ProgrammingError
 from kombu import Connection
 
-from inventory import ingest_worker
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.sources import FleetSimulator
 from inventory.agent.transport import INGEST_QUEUE, batch_publisher
-from inventory.ingest_worker import IngestWorker
 from inventory.models import CardSample
+from inventory.timeseries import ingest_worker
+from inventory.timeseries.ingest_worker import IngestWorker
 from tests.batches import GIB, batch, card_row
 from tests.factories import GpuFactory
 from tests.inventory.test_agent import MIDNIGHT, Clock, _plan, _run

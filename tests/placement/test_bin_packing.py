@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from console.placement import solve
 from console.placement.arcflow import Item, build_graph, solve_arc_flow
 from console.placement.bounds import martello_toth_bound, volume_bound
-from console.placement.orlib import parse_orlib, read_orlib
+from tests.placement.orlib import parse_orlib, read_orlib
 
 from .support import FIXTURES
 

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand
 from kombu import Connection
 
 from console.celery import app
-from inventory.ingest_worker import IngestWorker
+from inventory.timeseries.ingest_worker import IngestWorker
 
 
 class Command(BaseCommand):

@@ -71,7 +71,7 @@ def oom_history_page(request):
     comparisons = oom_history.compare_changes(changes, visible_events, selection)
     return render(
         request,
-        "console/oom_history.html",
+        "inventory/oom_history.html",
         {
             "form": form,
             "selection": selection,

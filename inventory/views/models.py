@@ -13,7 +13,7 @@ def model_list(request):
             "deployments", filter=~Q(deployments__status=Deployment.Status.STOPPED)
         )
     )
-    return render(request, "console/model_list.html", {"models": models})
+    return render(request, "inventory/model_list.html", {"models": models})
 
 
 def model_detail(request, pk: int):
@@ -24,6 +24,6 @@ def model_detail(request, pk: int):
     notes = model.runbook_notes.visible_to(request.user)
     return render(
         request,
-        "console/model_detail.html",
+        "inventory/model_detail.html",
         {"model": model, "deployments": deployments, "notes": notes},
     )

@@ -6,7 +6,6 @@ from django.utils import timezone
 from console.access import get_visible_or_404
 from console.models import AuditEntry
 from console.placement import diagram
-from inventory.api.views import collector_health
 from inventory.models import (
     CollectorFault,
     CollectorStatus,
@@ -18,6 +17,7 @@ from inventory.models import (
 )
 from inventory.placement_state import current_placement
 from inventory.reports import analysis
+from inventory.reports.collector import collector_health
 from inventory.reports.ledger import card_views
 from inventory.reports.ledger_json import ledger_json
 from inventory.reports.series import WINDOWS
@@ -53,7 +53,7 @@ def host_detail(request, name: str):
     ooms = analysis.oom_timeline(host)
     return render(
         request,
-        "console/host_detail.html",
+        "inventory/host_detail.html",
         {
             "host": host,
             "gpus": gpus,
@@ -99,7 +99,7 @@ def host_analysis(request, name: str):
     host = get_visible_or_404(request.user, Host.objects, name=name)
     return render(
         request,
-        "console/host_analysis.html",
+        "inventory/host_analysis.html",
         {
             "host": host,
             "kv_rows": analysis.kv_advice(host),

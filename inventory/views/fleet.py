@@ -30,5 +30,5 @@ def fleet(request):
         "problems": problems,
     }
     # The board refreshes itself by fetching just its rows.
-    template = "console/fleet_rows.html" if request.GET.get("partial") else "console/fleet.html"
+    template = "inventory/fleet_rows.html" if request.GET.get("partial") else "inventory/fleet.html"
     return render(request, template, context)
