@@ -26,6 +26,7 @@ bench: $(INSTALLED)
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(INSTALLED)
 	$(BIN)/ruff check --fix .

@@ -244,6 +244,7 @@ def test(pytest_args: list[str]) -> int:
         steps = [
             ("ruff check", [PYTHON, "-m", "ruff", "check", "."]),
             ("ruff format --check", [PYTHON, "-m", "ruff", "format", "--check", "."]),
+            ("import contracts", [str(Path(PYTHON).parent / "lint-imports")]),
             ("manage.py check", [PYTHON, "manage.py", "check", "--fail-level", "WARNING"]),
             (
                 "makemigrations --check",

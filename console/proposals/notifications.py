@@ -17,6 +17,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from console.proposals import queue
 from console.proposals.models import Notification, Proposal
 from console.proposals.transitions import State
 
@@ -73,16 +74,7 @@ def _queue(proposal: Proposal, *, recipients: list[str], subject: str, body: str
         )
     for row in Notification.objects.bulk_create(rows):
         pk = row.pk
-        transaction.on_commit(lambda pk=pk: _publish(pk))
-
-
-def _publish(notification_id: int) -> None:
-    from console.proposals.tasks import deliver_notification
-
-    try:
-        deliver_notification.delay(notification_id)
-    except Exception:  # the broker is down: the row stays pending, the decision stands
-        log.exception("could not queue notification %s", notification_id)
+        transaction.on_commit(lambda pk=pk: queue.queue_notification(pk))
 
 
 def notify_approvers(proposal: Proposal) -> None:

@@ -1,7 +1,7 @@
 """The host's placement before and after a proposal, drawn the way the host page draws it."""
 
 from console.placement import diagram
-from console.proposals.gates.gather import share_of
+from console.proposals.gate_checks import share_of
 from console.proposals.models import Proposal
 from console.proposals.placement_change import Placed, with_change
 from inventory.models import Deployment

@@ -10,9 +10,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from console import audit
-from console.proposals import notifications
+from console.proposals import notifications, queue
+from console.proposals.gate_checks import Checked
 from console.proposals.gates import Gate
-from console.proposals.gates.gather import Checked
 from console.proposals.loadtests import LoadTestRun
 from console.proposals.models import Decision, GateResult, LoadTest, Proposal
 from console.proposals.transitions import Event, State, next_state
@@ -90,10 +90,8 @@ def _move(proposal: Proposal, event: Event) -> None:
 
 
 def _queue_checks(proposal: Proposal) -> None:
-    from console.proposals.tasks import queue_gate_checks
-
     pk, revision = proposal.pk, proposal.revision
-    transaction.on_commit(lambda: queue_gate_checks(pk, revision))
+    transaction.on_commit(lambda: queue.queue_gate_checks(pk, revision))
 
 
 def _acknowledge(proposal: Proposal, acting_user, acknowledged: bool | None) -> None:

@@ -12,7 +12,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from console.proposals import notifications
+from console.proposals import notifications, queue
 from console.proposals.models import Notification, Proposal
 from console.proposals.services import do_record_gate_results, do_start_checks
 from console.proposals.transitions import State
@@ -24,17 +24,9 @@ RETRY_BASE_S = 30
 RETRY_MAX_S = 1800
 
 
-def queue_gate_checks(proposal_id: int, revision: int) -> None:
-    """Called on commit: a broker that is down leaves the proposal submitted, not broken."""
-    try:
-        run_gates.delay(proposal_id, revision)
-    except Exception:  # the author's next edit or submit queues the checks again
-        log.exception("could not queue the gate checks of proposal %s", proposal_id)
-
-
-@shared_task(name="proposals.run_gates", time_limit=120, soft_time_limit=110, ignore_result=True)
+@shared_task(name=queue.RUN_GATES, time_limit=120, soft_time_limit=110, ignore_result=True)
 def run_gates(proposal_id: int, revision: int) -> str:
-    from console.proposals.gates.gather import check
+    from console.proposals.gate_checks import check
 
     proposal = do_start_checks(proposal_id, revision)
     if proposal is None:
@@ -52,7 +44,7 @@ _DELIVERY_ERRORS = (OSError, smtplib.SMTPException)
 
 @shared_task(
     bind=True,
-    name="proposals.deliver_notification",
+    name=queue.DELIVER_NOTIFICATION,
     time_limit=60,
     soft_time_limit=50,
     ignore_result=True,
@@ -92,10 +84,10 @@ def resume_stalled() -> dict:
         state__in=[State.SUBMITTED, State.CHECKING], updated_at__lt=cutoff
     )
     for proposal_id, revision in stalled.values_list("pk", "revision"):
-        queue_gate_checks(proposal_id, revision)
+        queue.queue_gate_checks(proposal_id, revision)
     pending = Notification.objects.filter(
         status=Notification.Status.PENDING, attempts=0, created_at__lt=cutoff
     ).values_list("pk", flat=True)
     for notification_id in pending:
-        deliver_notification.delay(notification_id)
+        queue.queue_notification(notification_id)
     return {"checks": stalled.count(), "notifications": len(pending)}

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 
 from console.audit import record as audit_record
 from console.audit import snapshot
+from inventory.analytics.oom_triage import triage_snapshot
 from inventory.models import (
     CollectorFault,
     CollectorStatus,
@@ -25,7 +26,6 @@ from inventory.models import (
     Host,
     MigSlice,
 )
-from inventory.reports.oom import triage_snapshot
 from inventory.timeseries import partitions, samples
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from celery import current_app
 from console.celery import app
 from console.placement import solve
 from console.proposals import services
+from console.proposals.gate_checks import Checked
 from console.proposals.gates import Gate, GateOutcome, GateStatus
-from console.proposals.gates.gather import Checked
 from console.proposals.transitions import State
 from inventory.models import Deployment, Gpu, Host, ServedModel
 from inventory.placement_state import WORKSPACE_ALLOWANCE

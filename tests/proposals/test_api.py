@@ -35,7 +35,7 @@ def body(gpu, model, **overrides) -> dict:
 def test_create_and_submit_with_a_token(personas, monkeypatch, django_capture_on_commit_callbacks):
     queued = []
     monkeypatch.setattr(
-        "console.proposals.tasks.queue_gate_checks", lambda pk, rev: queued.append((pk, rev))
+        "console.proposals.queue.queue_gate_checks", lambda pk, rev: queued.append((pk, rev))
     )
     gpu, model = GpuFactory(), ServedModelFactory()
     client = token_client(personas["oncall"])

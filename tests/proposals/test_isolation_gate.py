@@ -4,8 +4,8 @@ import pytest
 from django.utils import timezone
 
 from console.proposals import services
+from console.proposals.gate_checks import check_isolation
 from console.proposals.gates import GateStatus
-from console.proposals.gates.gather import check_isolation
 from console.proposals.gates.isolation import (
     InterferenceFinding,
     IsolationRequest,
@@ -56,7 +56,7 @@ def test_measured_interference_needs_the_acknowledgement_too():
 
 @pytest.mark.django_db
 def test_the_acknowledgement_is_stored_with_who_and_when(personas, monkeypatch):
-    monkeypatch.setattr("console.proposals.gates.gather.analysis.interference", lambda *a: [])
+    monkeypatch.setattr("console.proposals.gate_checks.analysis.interference", lambda *a: [])
     gpu = GpuFactory()
     DeploymentFactory(host=gpu.host, gpus=[gpu], isolation_mode=Deployment.Isolation.MPS)
     proposal = create_proposal(
@@ -100,7 +100,7 @@ def test_interference_on_the_target_card_comes_from_the_host_analysis(personas, 
         )
 
     monkeypatch.setattr(
-        "console.proposals.gates.gather.analysis.interference",
+        "console.proposals.gate_checks.analysis.interference",
         lambda host, now: [report(neighbour, True), report(elsewhere, True)],
     )
     proposal = create_proposal(

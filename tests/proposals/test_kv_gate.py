@@ -6,8 +6,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from console.proposals.gate_checks import check_kv
 from console.proposals.gates import GateStatus
-from console.proposals.gates.gather import check_kv
 from console.proposals.gates.kv import Concurrency, KvRequest, evaluate_kv
 from inventory.timeseries import partitions
 from tests.factories import GIB, DeploymentFactory, GpuFactory

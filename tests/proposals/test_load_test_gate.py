@@ -7,8 +7,8 @@ import pytest
 from django.utils import timezone
 
 from console.proposals import services
+from console.proposals.gate_checks import check_load_test
 from console.proposals.gates import GateStatus
-from console.proposals.gates.gather import check_load_test
 from console.proposals.gates.loadtest import Colocated, LoadTestRequest, evaluate_load_test
 from console.proposals.loadtests import (
     LoadTestFormatError,

@@ -3,8 +3,8 @@
 import pytest
 from django.utils import timezone
 
+from console.proposals.gate_checks import check, check_memory
 from console.proposals.gates import GateStatus
-from console.proposals.gates.gather import check, check_memory
 from console.proposals.gates.memory import (
     CardBudget,
     MemoryRequest,
@@ -184,7 +184,7 @@ def test_measured_p95_and_red_fragmentation_come_from_card_capacity(personas, mo
             fragmentation_status="red" if measured else "green",
         )
 
-    monkeypatch.setattr("console.proposals.gates.gather.card_capacity", capacity)
+    monkeypatch.setattr("console.proposals.gate_checks.card_capacity", capacity)
     proposal = create_proposal(
         personas["oncall"],
         host=host,

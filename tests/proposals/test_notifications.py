@@ -125,7 +125,7 @@ def test_a_broker_that_is_down_leaves_the_notification_pending(
     def refuse(*args, **kwargs):
         raise ConnectionRefusedError("broker down")
 
-    monkeypatch.setattr("console.proposals.tasks.deliver_notification.delay", refuse)
+    monkeypatch.setattr("celery.canvas.Signature.apply_async", refuse)
     proposal = ready_proposal(people["oncall"])
     with django_capture_on_commit_callbacks(execute=True):
         approved = services.do_approve_proposal(proposal, acting_user=people["approver"])

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from console.proposals import tasks
+from console.proposals import queue, tasks
 from console.proposals.models import Notification, Proposal
 from console.proposals.transitions import State
 from tests.factories import ServedModelFactory
@@ -33,8 +33,8 @@ def test_stalled_checks_and_unsent_notifications_are_queued_again(personas, monk
     )
     Notification.objects.filter(pk=note.pk).update(created_at=long_ago)
     checks, deliveries = [], []
-    monkeypatch.setattr(tasks, "queue_gate_checks", lambda pk, rev: checks.append((pk, rev)))
-    monkeypatch.setattr(tasks.deliver_notification, "delay", deliveries.append)
+    monkeypatch.setattr(queue, "queue_gate_checks", lambda pk, rev: checks.append((pk, rev)))
+    monkeypatch.setattr(queue, "queue_notification", deliveries.append)
     result = tasks.resume_stalled()
     assert checks == [(proposal.pk, proposal.revision)]  # not the proposal submitted just now
     assert deliveries == [note.pk]

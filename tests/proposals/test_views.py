@@ -54,7 +54,7 @@ def test_save_and_submit_queues_the_checks(
 ):
     queued = []
     monkeypatch.setattr(
-        "console.proposals.tasks.queue_gate_checks", lambda pk, rev: queued.append(pk)
+        "console.proposals.queue.queue_gate_checks", lambda pk, rev: queued.append(pk)
     )
     gpu, model = GpuFactory(), ServedModelFactory()
     with django_capture_on_commit_callbacks(execute=True):

@@ -75,7 +75,7 @@ def test_editing_voids_the_approval_and_runs_the_gates_again(
 ):
     queued = []
     monkeypatch.setattr(
-        "console.proposals.tasks.queue_gate_checks", lambda pk, rev: queued.append((pk, rev))
+        "console.proposals.queue.queue_gate_checks", lambda pk, rev: queued.append((pk, rev))
     )
     proposal = approved_proposal(personas["oncall"], personas["approver"])
     with django_capture_on_commit_callbacks(execute=True):

@@ -1,7 +1,7 @@
 """The four gates a placement proposal must pass before an approver may sign it off.
 
 Each gate module is pure (plain numbers and dataclasses in, a :class:`GateOutcome` out);
-:mod:`console.proposals.gates.gather` reads the database and runs them.
+:mod:`console.proposals.gate_checks` reads the database and runs them.
 """
 
 from dataclasses import dataclass, field

@@ -1,0 +1,30 @@
+"""Queueing the workflow's tasks, by name (a signature runs eagerly where the app is eager).
+
+Services and notifications queue work here rather than through the task objects, so the
+import graph runs one way: tasks call services, services never import tasks. A broker that is
+down loses nothing: the proposal or notification stays as it was, and `resume_stalled` (beat)
+queues it again.
+"""
+
+import logging
+
+from celery import current_app
+
+log = logging.getLogger(__name__)
+
+RUN_GATES = "proposals.run_gates"
+DELIVER_NOTIFICATION = "proposals.deliver_notification"
+
+
+def queue_gate_checks(proposal_id: int, revision: int) -> None:
+    try:
+        current_app.signature(RUN_GATES, args=(proposal_id, revision)).delay()
+    except Exception:  # the author's next edit or submit, or resume_stalled, queues them again
+        log.exception("could not queue the gate checks of proposal %s", proposal_id)
+
+
+def queue_notification(notification_id: int) -> None:
+    try:
+        current_app.signature(DELIVER_NOTIFICATION, args=(notification_id,)).delay()
+    except Exception:  # the row stays pending; resume_stalled queues it again
+        log.exception("could not queue notification %s", notification_id)
