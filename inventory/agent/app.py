@@ -10,6 +10,7 @@ a host on its first plan and publishes batches to the `ingest` queue (inventory.
 
 import logging
 import socket
+from pathlib import Path
 
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
@@ -60,6 +61,8 @@ agent = Agent(
     _source_factory(),
     batch_publisher(app.connection_for_write),
     outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1),
+    # Where each host's outbox file lives, so batches waiting for the broker survive a restart.
+    state_dir=Path(env_str("AGENT_STATE_DIR") or "var/agent"),
 )
 
 

@@ -1,20 +1,24 @@
 """The host agent's work: poll NVML, scrape engines, aggregate, publish; never touch a database.
 
 A HostRuntime collects one host. It polls at the plan's sample interval, keeps each interval's
-peaks in an IntervalSampler, and at each flush puts the batch into a bounded Outbox that it
-drains, oldest first, into `publish`. When publishing fails (broker down) batches wait in the
-outbox and go out in order once it is back.
+peaks in an IntervalSampler, and at each flush puts the batch into a bounded Outbox (a file in
+the agent's state folder). Another thread drains the outboxes, oldest first, into `publish`, so
+a broker that hangs or is down never costs a poll: batches wait on disk, survive a restart of
+the agent, and go out in order once the broker is back.
 
 The same code collects a real host (pynvml, HTTP) and a simulated one: only the Source differs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from inventory.telemetry.collector import NvmlCollector
@@ -51,14 +55,29 @@ class Source(Protocol):
     def events(self) -> list[TelemetryEvent]: ...
 
 
+def outbox_path(state_dir: Path, host: str) -> Path:
+    """The host's outbox file; a host name that is no safe file name is hashed."""
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}", host):
+        return state_dir / f"outbox-{host}.sqlite3"
+    return state_dir / f"outbox-{hashlib.sha256(host.encode()).hexdigest()[:32]}.sqlite3"
+
+
 class HostRuntime:
-    def __init__(self, host: str, source: Source, publish: Publish, *, outbox_max: int = 360):
+    def __init__(
+        self,
+        host: str,
+        source: Source,
+        publish: Publish,
+        *,
+        outbox_max: int = 360,
+        state_dir: Path | None = None,
+    ):
         self.host = host
         self.source = source
         self.publish = publish
         self.collector = NvmlCollector(source.nvml(), host, clock=source.now)
         self.sampler = IntervalSampler(host)
-        self.outbox = Outbox(outbox_max)
+        self.outbox = Outbox(outbox_max, outbox_path(state_dir, host) if state_dir else None)
         self.plan: dict[str, Any] = dict(DEFAULT_PLAN)
         self._allocator: dict[int, dict] = {}
         start = source.now()
@@ -89,16 +108,18 @@ class HostRuntime:
             self.flush(now)
 
     def flush(self, now: float) -> None:
+        """Close the interval into a batch and queue it; publishing is another thread's job."""
         batch = self.sampler.flush(now)
         for row in batch["processes"]:
             row["allocator"] = self._allocator.get(row["pid"])
-        # Older batches go first, and before the new one is queued, so a broker that is back
-        # does not cost the oldest waiting batch its place in a full outbox.
-        sent = self.outbox.drain(self.publish)
         batch["agent"] = {"outbox_depth": len(self.outbox), "outbox_dropped": self.outbox.dropped}
         self.outbox.put(batch)
-        sent += self.outbox.drain(self.publish)
-        if self.outbox.last_error:
+
+    def publish_pending(self) -> int:
+        """Publish what waits, oldest first; return how many went out."""
+        waiting = len(self.outbox)
+        sent = self.outbox.drain(self.publish)
+        if self.outbox.last_error and waiting > sent:
             log.warning(
                 "%s: %d batch(es) waiting to publish: %s",
                 self.host,
@@ -107,6 +128,7 @@ class HostRuntime:
             )
         elif sent > 1:
             log.info("%s: backfilled %d batches", self.host, sent)
+        return sent
 
     def _scrape(self, entries: list[dict]) -> None:
         targets = [
@@ -152,16 +174,29 @@ SourceFactory = Callable[[dict[str, Any]], "Source | None"]
 
 
 class Agent:
-    """Every host this process collects, sampled from one thread."""
+    """Every host this process collects: one thread samples, another publishes."""
 
-    def __init__(self, source_for: SourceFactory, publish: Publish, *, outbox_max: int = 360):
+    # How often the publisher looks for new batches, and how long it waits at most after a
+    # failed publish (the wait doubles from one second while the broker stays away).
+    PUBLISH_IDLE_S = 0.5
+    PUBLISH_BACKOFF_MAX_S = 30.0
+
+    def __init__(
+        self,
+        source_for: SourceFactory,
+        publish: Publish,
+        *,
+        outbox_max: int = 360,
+        state_dir: Path | None = None,
+    ):
         self.source_for = source_for
         self.publish = publish
         self.outbox_max = outbox_max
+        self.state_dir = state_dir
         self.hosts: dict[str, HostRuntime] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def apply_plan(self, plan: dict[str, Any]) -> bool:
         """Collect the plan's host from now on (if this agent can); False if it cannot."""
@@ -172,17 +207,24 @@ class Agent:
                 if source is None:
                     return False
                 runtime = HostRuntime(
-                    plan["host"], source, self.publish, outbox_max=self.outbox_max
+                    plan["host"],
+                    source,
+                    self.publish,
+                    outbox_max=self.outbox_max,
+                    state_dir=self.state_dir,
                 )
                 self.hosts[plan["host"]] = runtime
                 log.info("collecting %s", plan["host"])
             runtime.apply_plan(plan)
             return True
 
+    def _runtimes(self) -> list[HostRuntime]:
+        with self._lock:
+            return list(self.hosts.values())
+
     def run_once(self) -> float:
         """Tick every host that is due; return the seconds until the next one is."""
-        with self._lock:
-            runtimes = list(self.hosts.values())
+        runtimes = self._runtimes()
         for runtime in runtimes:
             if runtime.source.now() >= runtime.next_poll:
                 try:
@@ -194,23 +236,45 @@ class Agent:
             return 0.5
         return max(0.0, min(r.next_poll - r.source.now() for r in runtimes))
 
+    def publish_once(self) -> bool:
+        """Drain every host's outbox; False if a publish failed (the broker is away)."""
+        healthy = True
+        for runtime in self._runtimes():
+            runtime.publish_pending()
+            healthy = healthy and runtime.outbox.last_error is None
+        return healthy
+
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="host-agent", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._sample_loop, name="host-agent-sampler", daemon=True),
+            threading.Thread(target=self._publish_loop, name="host-agent-publisher", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        with self._lock:
-            for runtime in self.hosts.values():
-                # One last flush, so a clean shutdown loses no poll.
-                if runtime.sampler.polls:
-                    runtime.flush(runtime.source.now())
+        for thread in self._threads:
+            thread.join(timeout)
+        for runtime in self._runtimes():
+            # One last flush, so a clean shutdown loses no poll; what cannot be published now
+            # waits in the outbox file for the next start.
+            if runtime.sampler.polls:
+                runtime.flush(runtime.source.now())
+            runtime.publish_pending()
 
-    def _loop(self) -> None:
+    def _sample_loop(self) -> None:
         while not self._stop.is_set():
             self._stop.wait(min(self.run_once(), 0.5))
+
+    def _publish_loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            failures = 0 if self.publish_once() else failures + 1
+            wait = self.PUBLISH_IDLE_S
+            if failures:
+                wait = min(self.PUBLISH_BACKOFF_MAX_S, 2.0 ** (failures - 1))
+            self._stop.wait(wait)
 
 
 def wall_clock() -> float:

@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,7 @@ def _run(runtime: HostRuntime, clock: Clock, seconds: int) -> None:
     for _ in range(seconds):
         clock.t += 1
         runtime.tick()
+        runtime.publish_pending()  # the publisher thread, between two polls
 
 
 def test_batches_keep_each_intervals_peak_and_last(simulated):
@@ -159,12 +162,60 @@ def test_a_clean_stop_flushes_the_polls_since_the_last_batch_and_nothing_more(si
     while not sink.batches:
         clock.t += 1
         agent.run_once()
+        agent.publish_once()
     agent.stop()
     assert len(sink.batches) == 1, "an interval with no poll is not a batch"
     clock.t += 1
     agent.run_once()
     agent.stop()
     assert [batch["polls"] for batch in sink.batches] == [10, 1]
+
+
+def test_sampling_goes_on_while_the_broker_hangs():
+    """The field's failure: a publish that blocks must not cost the polls behind it."""
+    released = threading.Event()
+    published: list[dict] = []
+
+    def hanging_publish(batch):
+        released.wait(30)
+        published.append(batch)
+
+    simulator = FleetSimulator(seed=0, clock=time.time)
+    agent = Agent(simulator.source_for, hanging_publish)
+    agent.apply_plan({**_plan("infer-01"), "sample_interval_s": 0.05, "flush_interval_s": 0.25})
+    agent.start()
+    try:
+        time.sleep(2.0)
+        runtime = agent.hosts["infer-01"]
+        waiting = runtime.outbox.pending()
+        polls = runtime.sampler.polls + sum(batch["polls"] for batch in waiting)
+        assert len(waiting) >= 4, "flushes went on while the first publish hung"
+        assert polls >= 20, f"only {polls} polls in 2 s at 20 a second"
+    finally:
+        released.set()
+        agent.stop()
+    seqs = [batch["seq"] for batch in published]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert len(runtime.outbox) == 0
+
+
+def test_an_agent_restarted_during_an_outage_publishes_what_waited_on_disk(simulated, tmp_path):
+    simulator, clock = simulated
+    sink = Sink()
+    sink.down = True
+    before = HostRuntime(
+        "infer-01", simulator.source_for(_plan("infer-01")), sink, state_dir=tmp_path
+    )
+    before.apply_plan(_plan("infer-01"))
+    _run(before, clock, 31)  # three batches wait; then the agent process is gone
+    assert (tmp_path / "outbox-infer-01.sqlite3").exists()
+    sink.down = False
+    after = HostRuntime(
+        "infer-01", simulator.source_for(_plan("infer-01")), sink, state_dir=tmp_path
+    )
+    after.apply_plan(_plan("infer-01"))
+    assert after.publish_pending() == 3
+    assert [batch["seq"] for batch in sink.batches] == [1, 2, 3]
 
 
 def test_the_agent_process_leaves_django_and_its_database_alone():

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -168,6 +173,61 @@ def test_outbox_is_bounded_drops_the_oldest_and_drains_in_order():
     assert published == [3, 4, 5] and len(outbox) == 0 and outbox.last_error is None
     with pytest.raises(ValueError):
         Outbox(0)
+
+
+def test_an_outbox_file_keeps_its_batches_and_drop_count_across_a_restart(tmp_path):
+    path = tmp_path / "state" / "outbox-infer-01.sqlite3"
+    first = Outbox(max_batches=2, path=path)
+    for seq in range(1, 4):
+        first.put({"seq": seq, "cards": [{"index": 0, "used_bytes_max": 2**40}]})
+    again = Outbox(max_batches=2, path=path)  # the agent restarted during the outage
+    assert [batch["seq"] for batch in again.pending()] == [2, 3]
+    assert again.dropped == 1
+    assert again.pending()[0]["cards"][0]["used_bytes_max"] == 2**40
+    assert again.drain(lambda batch: None) == 2
+    assert len(Outbox(max_batches=2, path=path)) == 0
+
+
+def test_a_batch_dropped_at_the_bound_while_it_was_published_is_not_counted_lost():
+    outbox = Outbox(max_batches=1)
+    outbox.put({"seq": 1})
+
+    def publish(batch):
+        if batch["seq"] == 1:
+            outbox.put({"seq": 2})  # the sampler's flush, while seq 1 is on its way out
+
+    assert outbox.drain(publish) == 2
+    assert outbox.dropped == 0
+
+
+_WRITER = """
+import sys
+from inventory.telemetry.outbox import Outbox
+outbox = Outbox(max_batches=100000, path=sys.argv[1])
+seq = 0
+while True:
+    seq += 1
+    outbox.put({"seq": seq, "pad": "x" * 2000})
+    if seq == 50:
+        print("ready", flush=True)
+"""
+
+
+def test_an_outbox_killed_mid_write_keeps_every_batch_it_had_committed(tmp_path):
+    path = tmp_path / "outbox.sqlite3"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert writer.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(10)
+    seqs = [batch["seq"] for batch in Outbox(max_batches=100000, path=path).pending()]
+    assert len(seqs) >= 50
+    assert seqs == list(range(1, len(seqs) + 1)), "no gap, no duplicate, in order"
 
 
 def test_process_mapping_by_pid_then_device_and_name():
