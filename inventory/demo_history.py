@@ -99,6 +99,7 @@ def _simulate(host, spec, start: float, end: float, seed: int, plan: dict | None
     while clock.t < end:
         clock.t += SAMPLE_S
         runtime.tick()
+        runtime.publish_pending()
         if len(batches) >= GROUP:
             total += _write(batches)
     total += _write(batches)

@@ -302,8 +302,10 @@ def check_agent(pynvml, context, args, host: str) -> dict[str, Any]:
                 holder.peak(False)
                 phase = "after"
             runtime.tick()
+            runtime.publish_pending()
             time.sleep(max(0.0, runtime.next_poll - time.time()))
         runtime.flush(time.time())
+        runtime.publish_pending()
     finally:
         runtime.collector.close()
         holder.release()
