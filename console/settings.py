@@ -182,6 +182,8 @@ READYZ_BROKER_TIMEOUT_S = env_float("READYZ_BROKER_TIMEOUT_S", 2.0, minimum=0.1)
 TELEMETRY_RAW_RETENTION_DAYS = env_int("TELEMETRY_RAW_RETENTION_DAYS", 14, minimum=1)
 TELEMETRY_1M_RETENTION_DAYS = env_int("TELEMETRY_1M_RETENTION_DAYS", 90, minimum=1)
 TELEMETRY_1H_RETENTION_DAYS = env_int("TELEMETRY_1H_RETENTION_DAYS", 730, minimum=1)
+# Ingest refuses batches older than raw retention or later than now plus this clock skew.
+INGEST_CLOCK_SKEW_S = env_float("INGEST_CLOCK_SKEW_S", 300.0, minimum=0.0)
 AGENT_SAMPLE_INTERVAL_S = env_float("AGENT_SAMPLE_INTERVAL_S", 1.0, minimum=0.05)
 AGENT_FLUSH_INTERVAL_S = env_float("AGENT_FLUSH_INTERVAL_S", 10.0, minimum=1.0)
 AGENT_SCRAPE_INTERVAL_S = env_float("AGENT_SCRAPE_INTERVAL_S", 5.0, minimum=0.5)

@@ -258,3 +258,40 @@ class MigSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.mig_slice_id}@{self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class DeadLetter(models.Model):
+    """A message ingest could not write, kept with its reason for a person to act on.
+
+    Kept bytes for bytes (it may not even be JSON). Replaying it runs it through ingest again,
+    which writes it once (batch ids are unique) or records why it failed again.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Waiting"
+        REPLAYED = "replayed", "Replayed"
+        DISCARDED = "discarded", "Discarded"
+
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    body = models.BinaryField()
+    size = models.PositiveIntegerField(help_text="Bytes of the message as it arrived.")
+    host_name = models.CharField(max_length=100, blank=True, help_text="As the batch claims.")
+    batch_id = models.CharField(max_length=64, blank=True)
+    reason_code = models.CharField(max_length=32, db_index=True)
+    reason_path = models.CharField(max_length=200, blank=True)
+    reason = models.TextField()
+    replays = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status, default=Status.PENDING, db_index=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        permissions = [("replay_deadletter", "Can replay or discard dead letters")]
+
+    def __str__(self) -> str:
+        return f"dead letter {self.pk} ({self.reason_code})"

@@ -74,6 +74,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from inventory.telemetry.batch_schema import SCHEMA
 from inventory.telemetry.engines import (
     EngineReading,
     histogram_delta,
@@ -81,7 +82,6 @@ from inventory.telemetry.engines import (
 )
 from inventory.telemetry.readings import CollectorFault, PollResult, TelemetryEvent
 
-SCHEMA = "gpu-telemetry-batch/1"
 _CARD_FACTS = ("uuid", "name", "total_bytes", "mig_current", "mig_pending", "compute_mode")
 
 

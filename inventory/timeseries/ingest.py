@@ -9,9 +9,11 @@ minutes marked dirty (inventory.timeseries.rollups).
 
 import datetime as dt
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from console.audit import record as audit_record
@@ -26,16 +28,10 @@ from inventory.models import (
     Host,
     MigSlice,
 )
+from inventory.telemetry.batch_schema import BatchRejected, Window, check_batch
 from inventory.timeseries import partitions, samples
 
 log = logging.getLogger(__name__)
-
-SCHEMA = "gpu-telemetry-batch/1"
-_REQUIRED = ("schema", "batch_id", "sampler_id", "host", "seq", "interval_start", "interval_end")
-
-
-class BatchRejected(Exception):
-    """The batch can never be written as it is; retrying would not help."""
 
 
 @dataclass(frozen=True)
@@ -50,22 +46,13 @@ def _ts(epoch: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
 
 
-def validate(payload: dict) -> None:
-    if not isinstance(payload, dict):
-        raise BatchRejected(f"a batch is a JSON object, got {type(payload).__name__}")
-    missing = [key for key in _REQUIRED if key not in payload]
-    if missing:
-        raise BatchRejected(f"batch lacks {', '.join(missing)}")
-    if payload["schema"] != SCHEMA:
-        raise BatchRejected(f"unknown batch schema {payload['schema']!r}; expected {SCHEMA}")
-    try:
-        uuid.UUID(str(payload["batch_id"]))
-        uuid.UUID(str(payload["sampler_id"]))
-        float(payload["interval_start"]), float(payload["interval_end"])
-    except (TypeError, ValueError) as error:
-        raise BatchRejected(f"malformed batch header: {error}") from None
-    if payload["interval_end"] < payload["interval_start"]:
-        raise BatchRejected("interval_end is before interval_start")
+def acceptance_window(now: float | None = None) -> Window:
+    """Batches older than the raw samples kept, or from the future, are refused."""
+    return Window.around(
+        time.time() if now is None else now,
+        retention_s=settings.TELEMETRY_RAW_RETENTION_DAYS * 86400,
+        skew_s=settings.INGEST_CLOCK_SKEW_S,
+    )
 
 
 def ingest_batch(payload: dict) -> IngestResult:
@@ -76,22 +63,30 @@ def ingest_batch(payload: dict) -> IngestResult:
     return result
 
 
-def ingest_batches(payloads: list[dict]) -> list[IngestResult | BatchRejected]:
+def ingest_batches(
+    payloads: list[dict], *, now: float | None = None
+) -> list[IngestResult | BatchRejected]:
     """Write a group of batches in one transaction; one result per payload, in order.
 
-    A payload that can never be written gets its BatchRejected in the results and does not
-    stop the others. Database errors propagate and roll the whole group back: retrying the
+    Each payload is checked whole first (inventory.telemetry.batch_schema); one that can never
+    be written gets its BatchRejected in the results and does not stop the others. `now`
+    places the window of accepted timestamps (tests and history replays).
+
+    Database errors propagate and roll the whole group back: retrying the
     same group later writes each batch exactly once.
     """
     results: list[IngestResult | BatchRejected | None] = [None] * len(payloads)
+    window = acceptance_window(now)
     hosts = _hosts_by_name(payloads)
     accepted: dict[str, tuple[int, dict]] = {}
     for position, payload in enumerate(payloads):
         try:
-            validate(payload)
+            check_batch(payload, window)
             if payload["host"] not in hosts:
                 raise BatchRejected(
-                    f"unknown host {payload['host']!r}: register it in the inventory first"
+                    "unknown_host",
+                    f"unknown host {payload['host']!r}: register it in the inventory first",
+                    "host",
                 )
         except BatchRejected as rejected:
             results[position] = rejected

@@ -2,32 +2,57 @@
 
 A group is up to `max_group` messages or whatever arrived within `max_wait_s`, written in one
 transaction (inventory.timeseries.ingest) and acknowledged only after the commit; the default
-of 500 measured faster than 200 (tests/bench/bench_ingest.py). A database
-outage leaves the group unacknowledged and retried until the database is back; a worker that
-dies mid-group has its messages redelivered, and the batch ids make the rewrite a no-op.
+of 500 measured faster than 200 (tests/bench/bench_ingest.py).
+
+Nothing one message holds can stop the others:
+- a message that is not JSON, too large, or fails the batch check is kept as a dead letter
+  (inventory.timeseries.dead_letters) with its reason, and acknowledged;
+- any other error while writing a group splits it in halves, each written on its own, down to
+  the one batch that fails, which becomes a dead letter: the healthy ones land;
+- the database being unreachable is weather, not poison: the whole group waits, with growing
+  pauses, until it is back, and nothing is dead-lettered for it.
+A worker that dies mid-group has its messages redelivered, and the batch ids make the rewrite
+a no-op.
 """
+
+from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
-from kombu import Connection, Producer, Queue
+from django.db import connection as database
+from kombu import Connection
 from kombu.mixins import ConsumerMixin
 
 from inventory.agent.transport import INGEST_QUEUE
-from inventory.timeseries.ingest import BatchRejected, ingest_batches
+from inventory.telemetry.batch_schema import BatchRejected
+from inventory.timeseries.dead_letters import Letter, keep
+from inventory.timeseries.ingest import ingest_batches
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_QUEUE = Queue("ingest.failed", INGEST_QUEUE.exchange, routing_key="ingest.failed")
-# Beyond outages, a database error is more likely a bug than weather: a few tries, then the
-# group goes to ingest.failed for a person to look at, rather than spinning for ever.
-MAX_OTHER_ERRORS = 5
+# A batch of an 8-card host is a few tens of KiB; this leaves room for hundreds of processes.
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
 def backoff(attempt: int) -> float:
     return float(min(60, 2 ** min(attempt, 6)))
+
+
+@dataclass
+class _Pending:
+    body: bytes
+    payload: Any
+    message: Any
+    rejected: BatchRejected | None = None
+
+
+class _Outage(Exception):
+    """The database cannot be reached: hold the group, dead-letter nothing."""
 
 
 class IngestWorker(ConsumerMixin):
@@ -35,12 +60,12 @@ class IngestWorker(ConsumerMixin):
         self.connection = connection
         self.max_group = max_group
         self.max_wait_s = max_wait_s
-        self.pending: list = []
+        self.pending: list[_Pending] = []
         self._first_at = 0.0
         self._retry_at = 0.0
         self._outage_attempts = 0
-        self._other_errors = 0
         self.written = 0
+        self.dead_lettered = 0
 
     def get_consumers(self, Consumer, channel):
         # on_message, not callbacks: the body is decoded here with orjson, several times
@@ -50,17 +75,26 @@ class IngestWorker(ConsumerMixin):
         return [consumer]
 
     def on_message(self, message) -> None:
-        try:
-            body = orjson.loads(message.body)
-        except orjson.JSONDecodeError as error:
-            log.error("dropping a message that is not JSON: %s", error)
-            message.ack()
-            return
-        if not self.pending:
-            self._first_at = time.monotonic()
-        self.pending.append((body, message))
+        body = message.body if isinstance(message.body, bytes) else str(message.body).encode()
+        self.add(body, message)
         if len(self.pending) >= self.max_group:
             self.flush()
+
+    def add(self, body: bytes, message) -> None:
+        """Queue one message for the next group; what cannot be a batch is marked already."""
+        item = _Pending(body, None, message)
+        if len(body) > MAX_MESSAGE_BYTES:
+            item.rejected = BatchRejected(
+                "too_large", f"{len(body)} bytes, at most {MAX_MESSAGE_BYTES}"
+            )
+        else:
+            try:
+                item.payload = orjson.loads(body)
+            except orjson.JSONDecodeError as error:
+                item.rejected = BatchRejected("not_json", str(error))
+        if not self.pending:
+            self._first_at = time.monotonic()
+        self.pending.append(item)
 
     def on_iteration(self) -> None:
         if self.pending and time.monotonic() - self._first_at >= self.max_wait_s:
@@ -70,50 +104,75 @@ class IngestWorker(ConsumerMixin):
         if not self.pending or time.monotonic() < self._retry_at:
             return
         try:
-            results = ingest_batches([body for body, _ in self.pending])
-        except (OperationalError, InterfaceError) as outage:
+            written, letters = self._write(self.pending)
+            self._keep(letters)
+        except _Outage as outage:
             self._outage_attempts += 1
-            self._hold(outage, backoff(self._outage_attempts))
+            self._hold(outage.__cause__ or outage, backoff(self._outage_attempts))
             return
-        except DatabaseError as error:
-            self._other_errors += 1
-            if self._other_errors < MAX_OTHER_ERRORS:
-                self._hold(error, backoff(self._other_errors))
-                return
-            log.exception(
-                "ingest failed %d times; moving the group to ingest.failed", MAX_OTHER_ERRORS
-            )
-            self._dead_letter()
-            return
-        for (body, message), result in zip(self.pending, results, strict=True):
-            if isinstance(result, BatchRejected):
-                log.error("batch %s rejected: %s", _batch_id(body), result)
-            message.ack()
-        self.written += sum(1 for result in results if not isinstance(result, BatchRejected))
+        for item in self.pending:
+            item.message.ack()
+        for letter in letters:
+            log.error("dead letter (%s): %s", letter.rejected.code, letter.rejected)
+        self.written += written
+        self.dead_lettered += len(letters)
         self.pending.clear()
-        self._outage_attempts = self._other_errors = 0
+        self._outage_attempts = 0
 
-    def _hold(self, error: Exception, delay: float) -> None:
-        log.warning("ingest of %d batches failed (%s); retrying in %.0f s", len(self.pending),
-                    error, delay)  # fmt: skip
+    def _write(self, items: list[_Pending]) -> tuple[int, list[Letter]]:
+        letters = [Letter(i.body, i.payload, i.rejected) for i in items if i.rejected]
+        batches = [item for item in items if item.rejected is None]
+        written = 0
+        for item, result in zip(batches, self._ingest_isolating(batches), strict=True):
+            if isinstance(result, BatchRejected):
+                letters.append(Letter(item.body, item.payload, result))
+            elif not result.duplicate:
+                written += 1
+        return written, letters
+
+    @staticmethod
+    def _keep(letters: list[Letter]) -> None:
+        if not letters:
+            return
+        try:
+            keep(letters)
+        except Exception as error:
+            if _is_outage(error):
+                raise _Outage(str(error)) from error
+            raise
+
+    def _ingest_isolating(self, items: list[_Pending]) -> list:
+        """Results for `items`, splitting the group around any batch whose write fails."""
+        if not items:
+            return []
+        try:
+            return ingest_batches([item.payload for item in items])
+        except Exception as error:
+            if _is_outage(error):
+                raise _Outage(str(error)) from error
+            if len(items) == 1:
+                return [BatchRejected("write_failed", f"{type(error).__name__}: {error}")]
+            log.warning("a group of %d failed (%s: %s); writing its halves apart", len(items),
+                        type(error).__name__, error)  # fmt: skip
+            middle = len(items) // 2
+            return self._ingest_isolating(items[:middle]) + self._ingest_isolating(items[middle:])
+
+    def _hold(self, error: BaseException, delay: float) -> None:
+        log.warning("ingest of %d batches waits for the database (%s); retrying in %.0f s",
+                    len(self.pending), error, delay)  # fmt: skip
         close_old_connections()
         self._retry_at = time.monotonic() + delay
 
-    def _dead_letter(self) -> None:
-        producer = Producer(self.connection.default_channel)
-        for body, message in self.pending:
-            producer.publish(
-                body,
-                exchange=DEAD_LETTER_QUEUE.exchange,
-                routing_key=DEAD_LETTER_QUEUE.routing_key,
-                declare=[DEAD_LETTER_QUEUE],
-                serializer="json",
-                delivery_mode=2,
-            )
-            message.ack()
-        self.pending.clear()
-        self._other_errors = 0
+
+def _is_outage(error: Exception) -> bool:
+    """A lost or refused connection; a statement that fails on a live database is not one."""
+    return isinstance(error, OperationalError | InterfaceError) and not database_reachable()
 
 
-def _batch_id(body) -> str:
-    return body.get("batch_id", "?") if isinstance(body, dict) else "?"
+def database_reachable() -> bool:
+    try:
+        database.close()
+        database.ensure_connection()
+    except DatabaseError:
+        return False
+    return True

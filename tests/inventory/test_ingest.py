@@ -19,13 +19,18 @@ from inventory.models import (
     ProcessSample,
 )
 from inventory.timeseries import partitions, rollups
-from inventory.timeseries.ingest import BatchRejected, ingest_batch
+from inventory.timeseries.ingest import BatchRejected, ingest_batch, ingest_batches
 from tests.batches import GIB, batch, card_row, process_row
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 
 pytestmark = pytest.mark.django_db
 
-T0 = dt.datetime(2026, 11, 30, 12, 0, 5, tzinfo=dt.UTC).timestamp()
+# An hour ago, on a whole hour plus five seconds: ingest accepts only recent batches.
+T0 = (
+    (dt.datetime.now(tz=dt.UTC) - dt.timedelta(hours=1))
+    .replace(minute=0, second=5, microsecond=0)
+    .timestamp()
+)
 MIB = 1024**2
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -66,7 +71,7 @@ def test_a_batch_lands_with_its_interval_peaks(card):
     assert (process.used_max, process.used_last) == (60 * GIB, 30 * GIB)
     minute = _rollup("inventory_card_rollup_1m", gpu_id=card.pk)
     assert len(minute) == 1
-    assert minute[0]["bucket"] == dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+    assert minute[0]["bucket"] == dt.datetime.fromtimestamp(T0 - 5, tz=dt.UTC)
     assert minute[0]["used_max"] == 70 * GIB
 
 
@@ -249,9 +254,9 @@ def test_an_unknown_card_is_discovered_and_audited():
     ("mutate", "reason"),
     [
         (lambda p: p.update(host="no-such-host"), "unknown host"),
-        (lambda p: p.update(schema="v0"), "unknown batch schema"),
-        (lambda p: p.pop("batch_id"), "lacks batch_id"),
-        (lambda p: p.update(batch_id="not-a-uuid"), "malformed"),
+        (lambda p: p.update(schema="v0"), "schema 'v0', expected"),
+        (lambda p: p.pop("batch_id"), "batch_id: expected a UUID"),
+        (lambda p: p.update(batch_id="not-a-uuid"), "is not a UUID"),
         (lambda p: p.update(interval_end=p["interval_start"] - 1), "before interval_start"),
     ],
 )
@@ -286,13 +291,16 @@ def test_fragmentation_comes_from_the_allocator_not_nvidia_smi(card):
 
 def test_old_partitions_are_dropped_whole(card):
     old = dt.datetime(2026, 7, 1, 12, tzinfo=dt.UTC)
-    ingest_batch(
-        batch(
-            card.host,
-            start=old.timestamp() - 10,
-            end=old.timestamp(),
-            cards=[card_row(card, used_max=GIB, used_last=GIB)],
-        )
+    ingest_batches(
+        [
+            batch(
+                card.host,
+                start=old.timestamp() - 10,
+                end=old.timestamp(),
+                cards=[card_row(card, used_max=GIB, used_last=GIB)],
+            )
+        ],
+        now=old.timestamp(),  # written back then, kept since
     )
     ingest_batch(
         batch(card.host, start=T0 - 10, end=T0, cards=[card_row(card, used_max=GIB, used_last=GIB)])
@@ -308,8 +316,9 @@ def test_old_partitions_are_dropped_whole(card):
 
 def test_a_minute_whose_samples_aged_out_keeps_its_rollups(card):
     old = dt.datetime.now(tz=dt.UTC) - dt.timedelta(days=30)
-    ingest_batch(batch(card.host, start=old.timestamp() - 10, end=old.timestamp(),
-                       cards=[card_row(card, used_max=GIB, used_last=GIB)]))  # fmt: skip
+    ingest_batches([batch(card.host, start=old.timestamp() - 10, end=old.timestamp(),
+                          cards=[card_row(card, used_max=GIB, used_last=GIB)])],
+                   now=old.timestamp())  # fmt: skip
     assert _rollup("inventory_card_rollup_1m", gpu_id=card.pk)[0]["used_max"] == GIB
     # Its raw samples are gone; a stray dirty mark must not wipe what was rolled up.
     CardSample.objects.all().delete()

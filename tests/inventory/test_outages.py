@@ -1,6 +1,7 @@
-"""Outages lose nothing.
+"""Outages lose nothing, and no batch takes another down with it.
 
-The agent buffers through a broker outage; ingest waits out a database outage.
+The agent buffers through a broker outage; ingest waits out a database outage; a batch that
+cannot be written becomes a dead letter alone.
 """
 
 import shutil
@@ -8,14 +9,15 @@ import socket
 import subprocess
 import time
 
+import orjson
 import pytest
-from django.db import OperationalError, ProgrammingError
+from django.db import OperationalError
 from kombu import Connection
 
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.sources import FleetSimulator
 from inventory.agent.transport import INGEST_QUEUE, batch_publisher
-from inventory.models import CardSample
+from inventory.models import CardSample, DeadLetter
 from inventory.timeseries import ingest_worker
 from inventory.timeseries.ingest_worker import IngestWorker
 from tests.batches import GIB, batch, card_row
@@ -104,64 +106,106 @@ class Message:
 def _worker_with(*payloads):
     worker = IngestWorker(connection=None, max_group=10, max_wait_s=0)
     messages = [Message() for _ in payloads]
-    worker.pending = list(zip(payloads, messages, strict=True))
+    for payload, message in zip(payloads, messages, strict=True):
+        body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+        worker.add(body, message)
     return worker, messages
+
+
+def _healthy(gpu, **fields):
+    now = time.time()
+    return {**batch(gpu.host, start=now - 10, end=now,
+                    cards=[card_row(gpu, used_max=GIB, used_last=GIB)]), **fields}  # fmt: skip
 
 
 # Transactional: the worker drops a broken connection, which a test transaction cannot survive.
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_ingest_waits_out_a_database_outage_and_then_writes(monkeypatch):
     gpu = GpuFactory()
-    payload = batch(gpu.host, start=1_780_000_000, end=1_780_000_010,
-                    cards=[card_row(gpu, used_max=GIB, used_last=GIB)])  # fmt: skip
+    payload = _healthy(gpu)
     real = ingest_worker.ingest_batches
-    outage = [OperationalError("server closed the connection unexpectedly")] * 3
+    database = {"down": True}
 
     def flaky(payloads):
-        if outage:
-            raise outage.pop()
+        if database["down"]:
+            raise OperationalError("server closed the connection unexpectedly")
         return real(payloads)
 
     monkeypatch.setattr(ingest_worker, "ingest_batches", flaky)
+    monkeypatch.setattr(ingest_worker, "database_reachable", lambda: not database["down"])
     worker, (message,) = _worker_with(payload)
     for _attempt in range(3):
         worker._retry_at = 0  # the test does not wait out the backoff
         worker.flush()
         assert not message.acked, "a batch is acknowledged only once it is written"
         assert len(worker.pending) == 1
+    database["down"] = False
     worker._retry_at = 0
     worker.flush()
     assert message.acked
     assert worker.pending == []
     assert CardSample.objects.get().gpu == gpu
+    assert not DeadLetter.objects.exists(), "an outage is not the batch's fault"
 
 
 @pytest.mark.django_db
-def test_a_rejected_batch_is_dropped_and_the_rest_of_its_group_written():
+def test_a_rejected_batch_is_dead_lettered_and_the_rest_of_its_group_written():
     gpu = GpuFactory()
-    good = batch(gpu.host, start=1_780_000_000, end=1_780_000_010,
-                 cards=[card_row(gpu, used_max=GIB, used_last=GIB)])  # fmt: skip
-    bad = {**good, "batch_id": "not a uuid"}
-    worker, messages = _worker_with(bad, good)
+    good = _healthy(gpu)
+    bad = {**_healthy(gpu), "batch_id": "not a uuid"}
+    worker, messages = _worker_with(bad, good, b"{not json")
     worker.flush()
     assert all(message.acked for message in messages)
     assert CardSample.objects.count() == 1
     assert worker.written == 1
+    letters = {letter.reason_code: letter for letter in DeadLetter.objects.all()}
+    assert set(letters) == {"bad_uuid", "not_json"}
+    assert letters["bad_uuid"].host_name == gpu.host.name
+    assert bytes(letters["not_json"].body) == b"{not json"
 
 
 @pytest.mark.django_db
-def test_a_bug_is_not_retried_for_ever(monkeypatch):
-    def broken(payloads):
-        raise ProgrammingError("column does not exist")
+def test_a_batch_that_breaks_the_write_takes_no_healthy_batch_with_it(monkeypatch):
+    """Whatever the error: the group is split until the one failing batch stands alone."""
+    gpus = [GpuFactory() for _ in range(5)]
+    healthy = [_healthy(gpu) for gpu in gpus for _ in range(3)]
+    poison = _healthy(gpus[2])
+    real = ingest_worker.ingest_batches
 
-    monkeypatch.setattr(ingest_worker, "ingest_batches", broken)
-    parked = []
-    monkeypatch.setattr(IngestWorker, "_dead_letter", lambda self: parked.extend(self.pending))
-    worker, _ = _worker_with({"batch_id": "x"})
-    for _ in range(ingest_worker.MAX_OTHER_ERRORS):
-        worker._retry_at = 0
-        worker.flush()
-    assert len(parked) == 1
+    def breaks_on_poison(payloads):
+        if any(p["batch_id"] == poison["batch_id"] for p in payloads):
+            raise KeyError("pid")  # a bug in ingest, not in the database
+        return real(payloads)
+
+    monkeypatch.setattr(ingest_worker, "ingest_batches", breaks_on_poison)
+    worker, messages = _worker_with(*healthy[:7], poison, *healthy[7:])
+    worker.flush()
+    assert all(message.acked for message in messages)
+    assert worker.written == len(healthy)
+    assert CardSample.objects.count() == len(healthy)
+    (letter,) = DeadLetter.objects.all()
+    assert letter.reason_code == "write_failed" and "KeyError" in letter.reason
+    assert letter.batch_id == poison["batch_id"]
+
+
+@pytest.mark.django_db
+def test_a_database_error_on_a_live_database_is_poison_not_an_outage(monkeypatch):
+    gpu = GpuFactory()
+    good, bad = _healthy(gpu), _healthy(gpu)
+    real = ingest_worker.ingest_batches
+
+    def timeout_on_bad(payloads):
+        if any(p["batch_id"] == bad["batch_id"] for p in payloads):
+            raise OperationalError("canceling statement due to statement timeout")
+        return real(payloads)
+
+    monkeypatch.setattr(ingest_worker, "ingest_batches", timeout_on_bad)
+    monkeypatch.setattr(ingest_worker, "database_reachable", lambda: True)
+    worker, messages = _worker_with(good, bad)
+    worker.flush()
+    assert all(message.acked for message in messages)
+    assert DeadLetter.objects.get().batch_id == bad["batch_id"]
+    assert CardSample.objects.count() == 1
 
 
 def test_retries_back_off_up_to_a_minute():

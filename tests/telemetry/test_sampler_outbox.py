@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from inventory.telemetry.batch_schema import SCHEMA
 from inventory.telemetry.collector import NvmlCollector
 from inventory.telemetry.engines import EngineReading, LatencySummary
 from inventory.telemetry.fake_nvml import FakeHostState, FakeNvml, FakeProcess
 from inventory.telemetry.outbox import Outbox
 from inventory.telemetry.process_mapping import map_processes
 from inventory.telemetry.readings import CollectorFault, TelemetryEvent
-from inventory.telemetry.sampler import SCHEMA, IntervalSampler
+from inventory.telemetry.sampler import IntervalSampler
 from inventory.telemetry.simulator.catalogue import MIB
 
 from .conftest import h100_card, h200_mig_card

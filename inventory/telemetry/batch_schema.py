@@ -1,0 +1,375 @@
+"""The batch a host agent publishes ("gpu-telemetry-batch/1"), and the check ingest runs on it.
+
+Ingest checks a batch whole before it writes anything of it: every value must fit its column
+(smallint, integer, bigint, real) and make physical sense (memory never negative, used never
+above the card's total, a utilisation between 0 and 100), timestamps must lie between the
+oldest raw sample still kept and a few minutes into the future, strings are bounded and free
+of NUL bytes, and each card and each (card, PID) appears once. A batch that fails is rejected
+with a reason code, the path of the offending value and a message; it is never retried, since
+it can never be written as it is.
+
+Fields the check does not know are left alone (a newer agent may send more); fields it knows
+must have the type and range below or be null where null is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA = "gpu-telemetry-batch/1"
+
+SMALLINT = 2**15 - 1
+INTEGER = 2**31 - 1
+BIGINT = 2**63 - 1
+# Far above any card (288 GB today), far below what would overflow a sum of a fleet's cards.
+MAX_BYTES = 2**50
+# NVML's used may run a little over total while a card is being reset; more is a broken reader.
+USED_OVER_TOTAL_TOLERANCE = 0.01
+MAX_STRING = 256
+MAX_LIST = {
+    "cards": 64,
+    "mig_devices": 64 * 7,
+    "processes": 8192,
+    "engines": 512,
+    "events": 1000,
+    "faults": 1000,
+}
+
+
+class BatchRejected(Exception):
+    """The batch can never be written as it is; retrying would not help."""
+
+    def __init__(self, code: str, message: str, path: str = "") -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.code = code
+        self.message = message
+        self.path = path
+
+
+@dataclass(frozen=True)
+class Window:
+    """The timestamps ingest accepts: none older than raw retention, none from the future."""
+
+    oldest: float
+    newest: float
+
+    @classmethod
+    def around(cls, now: float, *, retention_s: float, skew_s: float) -> Window:
+        return cls(now - retention_s, now + skew_s)
+
+
+@dataclass(frozen=True)
+class _Field:
+    kind: type
+    low: float = 0
+    high: float = BIGINT
+    required: bool = False
+
+
+_BYTES = _Field(int, 0, MAX_BYTES)
+_COUNT = _Field(int, 0, SMALLINT)
+_PERCENT = _Field(int, 0, 100)
+_FRACTION = _Field(float, 0.0, 1.0)
+_GAUGE = _Field(float, 0.0, 1e9)
+_SECONDS = _Field(float, 0.0, 1e6)
+_TEXT = _Field(str, 0, MAX_STRING)
+_FLAG = _Field(bool)
+
+_CARD = {
+    "index": _Field(int, 0, 63, required=True),
+    "uuid": _Field(str, 0, 96),
+    "name": _TEXT,
+    "lost": _FLAG,
+    "samples": _COUNT,
+    "total_bytes": _BYTES,
+    "used_bytes_max": _BYTES,
+    "used_bytes_last": _BYTES,
+    "reserved_bytes_max": _BYTES,
+    "reserved_bytes_last": _BYTES,
+    "free_bytes_min": _BYTES,
+    "free_bytes_max": _BYTES,
+    "free_bytes_last": _BYTES,
+    "util_gpu_max": _PERCENT,
+    "util_gpu_last": _PERCENT,
+    "util_memory_max": _PERCENT,
+    "util_memory_last": _PERCENT,
+}
+_ALLOCATOR = {
+    "reserved_bytes": _BYTES,
+    "allocated_bytes": _BYTES,
+    "inactive_split_bytes": _BYTES,
+    "largest_free_block_bytes": _BYTES,
+    "fragmentation_max": _FRACTION,
+}
+_PROCESS = {
+    "card_index": _Field(int, 0, 63),
+    "card_uuid": _Field(str, 0, 96),
+    "pid": _Field(int, 0, INTEGER, required=True),
+    "kind": _Field(str, 0, 8),
+    "name": _TEXT,
+    "deployment_id": _Field(str, 0, 20),
+    "mig_device_uuid": _Field(str, 0, 96),
+    "used_bytes_max": _BYTES,
+    "used_bytes_last": _BYTES,
+    "samples": _COUNT,
+}
+_ENGINE = {
+    "deployment_id": _Field(str, 0, 20, required=True),
+    "engine": _Field(str, 0, 32),
+    "kv_cache_usage_max": _FRACTION,
+    "kv_cache_usage_last": _FRACTION,
+    "requests_running_max": _GAUGE,
+    "requests_running_last": _GAUGE,
+    "requests_waiting_max": _GAUGE,
+    "requests_waiting_last": _GAUGE,
+    "vram_bytes_max": _BYTES,
+    "vram_bytes_last": _BYTES,
+}
+_LATENCY = {
+    "count": _GAUGE,
+    "p50_s": _SECONDS,
+    "p95_s": _SECONDS,
+    "p99_s": _SECONDS,
+}
+_MIG = {
+    "uuid": _Field(str, 1, 96, required=True),
+    "total_bytes": _BYTES,
+    "used_bytes_max": _BYTES,
+    "used_bytes_last": _BYTES,
+    "free_bytes_min": _BYTES,
+}
+_EVENT = {
+    "kind": _Field(str, 1, 32, required=True),
+    "ts": _Field(float, 0.0, 1e11, required=True),
+    "card_index": _Field(int, 0, 63),
+    "card_uuid": _Field(str, 0, 96),
+}
+_EVENT_DETAIL = {
+    "xid": _Field(int, 0, INTEGER),
+    "pid": _Field(int, 0, INTEGER),
+    "deployment_id": _Field(str, 0, 20),
+    "requested_bytes": _BYTES,
+    "free_bytes": _BYTES,
+    "capacity_bytes": _BYTES,
+}
+_FAULT = {
+    "card_index": _Field(int, 0, 63),
+    "call": _Field(str, 0, 100),
+    "error": _Field(str, 0, 100),
+    "message": _Field(str, 0, 4096),
+    "count": _Field(int, 1, INTEGER),
+    "first_ts": _Field(float, 0.0, 1e11),
+    "last_ts": _Field(float, 0.0, 1e11),
+}
+_AGENT = {"outbox_depth": _Field(int, 0, INTEGER), "outbox_dropped": _Field(int, 0, BIGINT)}
+_HEADER = {
+    "host": _Field(str, 1, 100, required=True),
+    "seq": _Field(int, 1, BIGINT, required=True),
+    "interval_start": _Field(float, 0.0, 1e11, required=True),
+    "interval_end": _Field(float, 0.0, 1e11, required=True),
+    "polls": _Field(int, 0, INTEGER),
+    "events_dropped": _Field(int, 0, INTEGER),
+    "faults_dropped": _Field(int, 0, INTEGER),
+    "driver_version": _Field(str, 0, 64),
+}
+# Deployment ids travel as text (the agent does not know the console's types); they must
+# still be whole numbers, as the column is.
+_NUMERIC_TEXT = {"deployment_id"}
+
+
+def check_batch(payload: Any, window: Window) -> None:
+    """Raise BatchRejected with the first problem found; return None for a sound batch."""
+    if not isinstance(payload, dict):
+        raise BatchRejected("not_an_object", f"a batch is a JSON object, not {_kind(payload)}")
+    if payload.get("schema") != SCHEMA:
+        raise BatchRejected(
+            "unknown_schema", f"schema {payload.get('schema')!r}, expected {SCHEMA}", "schema"
+        )
+    for key in ("batch_id", "sampler_id"):
+        _uuid(payload.get(key), key)
+    _fields(payload, _HEADER, "")
+    start, end = payload["interval_start"], payload["interval_end"]
+    if end < start:
+        raise BatchRejected("bad_interval", "interval_end is before interval_start")
+    _in_window(start, window, "interval_start")
+    _in_window(end, window, "interval_end")
+    if payload.get("agent") is not None:
+        _fields(_object(payload["agent"], "agent"), _AGENT, "agent")
+    cards = _rows(payload, "cards", _CARD)
+    _cards(cards)
+    totals = {card["index"]: card.get("total_bytes") for card in cards}
+    totals.update({card["uuid"]: card.get("total_bytes") for card in cards if card.get("uuid")})
+    for position, row in enumerate(_rows(payload, "mig_devices", _MIG)):
+        _used_within(row, row.get("total_bytes"), f"mig_devices[{position}]")
+    _processes(_rows(payload, "processes", _PROCESS), totals)
+    for position, row in enumerate(_rows(payload, "engines", _ENGINE)):
+        for name, latency in (row.get("latency") or {}).items():
+            path = f"engines[{position}].latency.{name}"
+            _fields(_object(latency, path), _LATENCY, path)
+    for position, row in enumerate(_rows(payload, "events", _EVENT)):
+        path = f"events[{position}]"
+        _in_window(row["ts"], window, f"{path}.ts")
+        if row.get("detail") is not None:
+            _fields(_object(row["detail"], f"{path}.detail"), _EVENT_DETAIL, f"{path}.detail")
+            _strings(row["detail"], f"{path}.detail", depth=0)
+    _rows(payload, "faults", _FAULT)
+
+
+def _rows(payload: dict, key: str, fields: dict[str, _Field]) -> list[dict]:
+    rows = payload.get(key)
+    if rows is None:
+        return []
+    if not isinstance(rows, list):
+        raise BatchRejected("bad_type", f"expected a list, got {_kind(rows)}", key)
+    if len(rows) > MAX_LIST[key]:
+        raise BatchRejected("too_many", f"{len(rows)} rows, at most {MAX_LIST[key]}", key)
+    for position, row in enumerate(rows):
+        path = f"{key}[{position}]"
+        _fields(_object(row, path), fields, path)
+    return rows
+
+
+def _fields(row: dict, fields: dict[str, _Field], path: str) -> None:
+    for name, field in fields.items():
+        value = row.get(name)
+        where = f"{path}.{name}" if path else name
+        if value is None:
+            if field.required:
+                raise BatchRejected("missing", "required", where)
+            continue
+        if field.kind is str:
+            _string(value, field, where)
+            if name in _NUMERIC_TEXT and not (value.isascii() and value.isdigit()):
+                raise BatchRejected("bad_type", f"expected a whole number, got {value!r}", where)
+        elif field.kind is bool:
+            if not isinstance(value, bool):
+                raise BatchRejected(
+                    "bad_type", f"expected true or false, got {_kind(value)}", where
+                )
+        else:
+            _number(value, field, where)
+
+
+def _number(value: Any, field: _Field, where: str) -> None:
+    # bool is an int in Python, never in a batch; a float cannot go into an integer column.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BatchRejected("bad_type", f"expected a number, got {_kind(value)}", where)
+    if field.kind is int and not isinstance(value, int):
+        raise BatchRejected("bad_type", f"expected a whole number, got {value!r}", where)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BatchRejected("not_finite", f"{value!r} is not a finite number", where)
+    if not field.low <= value <= field.high:
+        shown = value if abs(value) < 1e30 else f"a number of {len(str(int(value)))} digits"
+        raise BatchRejected(
+            "out_of_range", f"{shown} is outside [{field.low:g}, {field.high:g}]", where
+        )
+
+
+def _string(value: Any, field: _Field, where: str) -> None:
+    if not isinstance(value, str):
+        raise BatchRejected("bad_type", f"expected text, got {_kind(value)}", where)
+    if not field.low <= len(value) <= field.high:
+        raise BatchRejected(
+            "bad_length", f"{len(value)} characters, expected {field.low}-{field.high}", where
+        )
+    if "\x00" in value:
+        raise BatchRejected("nul_byte", "text holds a NUL byte", where)
+
+
+def _strings(value: Any, where: str, depth: int) -> None:
+    """Free-form JSON (event details): bounded depth, no NUL byte anywhere, keys included."""
+    if depth > 8:
+        raise BatchRejected("too_deep", "nested more than 8 levels", where)
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise BatchRejected("nul_byte", "text holds a NUL byte", where)
+        if len(value) > 65536:
+            raise BatchRejected("bad_length", f"{len(value)} characters, at most 65536", where)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise BatchRejected("not_finite", f"{value!r} is not a finite number", where)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > BIGINT:
+        raise BatchRejected("out_of_range", "an integer beyond 64 bits", where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _strings(key, where, depth + 1)
+            _strings(item, f"{where}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            _strings(item, f"{where}[{position}]", depth + 1)
+
+
+def _cards(cards: list[dict]) -> None:
+    seen_index, seen_uuid = set(), set()
+    for position, card in enumerate(cards):
+        path = f"cards[{position}]"
+        if card["index"] in seen_index:
+            raise BatchRejected("duplicate", f"card index {card['index']} twice", path)
+        seen_index.add(card["index"])
+        if card.get("uuid"):
+            if card["uuid"] in seen_uuid:
+                raise BatchRejected("duplicate", f"card {card['uuid']} twice", path)
+            seen_uuid.add(card["uuid"])
+        total = card.get("total_bytes")
+        _used_within(card, total, path)
+        for key in ("reserved_bytes_max", "free_bytes_max", "free_bytes_last"):
+            _not_above(card.get(key), total, key, path)
+
+
+def _processes(rows: list[dict], totals: dict) -> None:
+    seen = set()
+    for position, row in enumerate(rows):
+        path = f"processes[{position}]"
+        card = row.get("card_uuid") or row.get("card_index")
+        if card is None:
+            raise BatchRejected("missing", "card_uuid or card_index is required", path)
+        # NVML lists an MPS client in its compute and its MPS list: one row of each kind.
+        key = (card, row["pid"], row.get("kind"))
+        if key in seen:
+            raise BatchRejected("duplicate", f"PID {row['pid']} twice on card {card}", path)
+        seen.add(key)
+        _used_within(row, totals.get(card), path)
+
+
+def _used_within(row: dict, total: int | None, path: str) -> None:
+    for key in ("used_bytes_max", "used_bytes_last"):
+        _not_above(row.get(key), total, key, path)
+
+
+def _not_above(value: int | None, total: int | None, key: str, path: str) -> None:
+    if value is None or total is None:
+        return
+    if value > total * (1 + USED_OVER_TOTAL_TOLERANCE):
+        raise BatchRejected(
+            "over_total", f"{key} {value} is above the total of {total} bytes", f"{path}.{key}"
+        )
+
+
+def _in_window(ts: float, window: Window, where: str) -> None:
+    if ts < window.oldest:
+        raise BatchRejected("too_old", "older than the raw samples still kept", where)
+    if ts > window.newest:
+        raise BatchRejected("in_the_future", "later than now plus the clock skew allowed", where)
+
+
+def _uuid(value: Any, where: str) -> None:
+    if not isinstance(value, str) or len(value) > 64:
+        raise BatchRejected("bad_uuid", f"expected a UUID, got {_kind(value)}", where)
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise BatchRejected("bad_uuid", f"{value!r} is not a UUID", where) from None
+
+
+def _object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise BatchRejected("bad_type", f"expected an object, got {_kind(value)}", where)
+    return value
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "text", bool: "a boolean"}.get(
+        type(value), "null" if value is None else type(value).__name__
+    )

@@ -1,0 +1,69 @@
+"""Dead letters: the messages ingest could not write, kept in PostgreSQL with their reason.
+
+The ingest worker keeps each one here and acknowledges it, so it never blocks the queue nor
+comes back by itself; a person replays it (after registering its host, say) or discards it
+(inventory.services). A replay goes through ingest as any batch does, so it writes once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from inventory.models import DeadLetter
+from inventory.telemetry.batch_schema import BatchRejected
+from inventory.timeseries.ingest import IngestResult, ingest_batches
+
+# What a dead letter keeps of a message larger than the worker accepts.
+KEPT_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Letter:
+    body: bytes
+    payload: Any  # the decoded JSON, or None where it did not decode
+    rejected: BatchRejected
+
+
+def keep(letters: list[Letter]) -> list[DeadLetter]:
+    return DeadLetter.objects.bulk_create(
+        [
+            DeadLetter(
+                body=letter.body[:KEPT_BYTES],
+                size=len(letter.body),
+                host_name=_claimed(letter.payload, "host", 100),
+                batch_id=_claimed(letter.payload, "batch_id", 64),
+                reason_code=letter.rejected.code[:32],
+                reason_path=letter.rejected.path[:200],
+                reason=letter.rejected.message.replace("\x00", "\\x00")[:4000],
+            )
+            for letter in letters
+        ]
+    )
+
+
+def replay(letter: DeadLetter) -> IngestResult | BatchRejected:
+    """Run the stored message through ingest again; database errors propagate."""
+    body = bytes(letter.body)
+    if letter.size > len(body):
+        return BatchRejected("too_large", "only the first MiB of this message was kept")
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        return BatchRejected("not_json", str(error))
+    return ingest_batches([payload])[0]
+
+
+def decoded(letter: DeadLetter) -> Any:
+    """The stored message as JSON where it is JSON, for people to read."""
+    try:
+        return orjson.loads(bytes(letter.body))
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _claimed(payload: Any, key: str, length: int) -> str:
+    value = payload.get(key) if isinstance(payload, dict) else None
+    return value.replace("\x00", "")[:length] if isinstance(value, str) else ""
