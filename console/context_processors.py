@@ -7,6 +7,7 @@ NAVIGATION = (
     ("proposals", "Proposals", "/proposals/"),
     ("runbooks", "Runbooks", "/runbooks/"),
     ("audit", "Audit trail", "/audit/"),
+    ("ingest", "Dead letters", "/ingest/dead-letters/"),
 )
 
 

@@ -7,7 +7,7 @@ from console.audit import views as audit
 from console.proposals import api as proposal_api
 from console.proposals import urls as proposal_urls
 from inventory.api import metrics
-from inventory.views import events, fleet, hosts, models, oom
+from inventory.views import dead_letters, events, fleet, hosts, models, oom
 
 urlpatterns = [
     path("", fleet.fleet, name="fleet"),
@@ -20,6 +20,22 @@ urlpatterns = [
     path("oom/", oom.oom_history_page, name="oom-history"),
     path("oom/export.csv", oom.oom_export, name="oom-export"),
     path("audit/", audit.audit_list, name="audit-list"),
+    path("ingest/dead-letters/", dead_letters.dead_letter_list, name="dead-letter-list"),
+    path(
+        "ingest/dead-letters/<int:pk>/",
+        dead_letters.dead_letter_detail,
+        name="dead-letter-detail",
+    ),
+    path(
+        "ingest/dead-letters/<int:pk>/replay/",
+        dead_letters.dead_letter_replay,
+        name="dead-letter-replay",
+    ),
+    path(
+        "ingest/dead-letters/<int:pk>/discard/",
+        dead_letters.dead_letter_discard,
+        name="dead-letter-discard",
+    ),
     path("runbooks/", include("runbooks.urls")),
     path("proposals/", include("console.proposals.urls")),
     path("api/proposals/", include(proposal_urls.api_urlpatterns)),

@@ -4,7 +4,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from console import audit
-from inventory.models import Event
+from inventory.models import DeadLetter, Event
+from inventory.telemetry.batch_schema import BatchRejected
+from inventory.timeseries import dead_letters
 
 
 class AlreadyAcknowledged(Exception):
@@ -31,3 +33,80 @@ def do_acknowledge_event(event: Event, *, acting_user) -> Event:
         host=locked.host,
     )
     return locked
+
+
+class AlreadyResolved(Exception):
+    pass
+
+
+def _dead_letter_state(letter: DeadLetter) -> dict:
+    # The stored message itself is not repeated in the trail: it stays on the dead letter.
+    return {
+        "status": letter.status,
+        "reason_code": letter.reason_code,
+        "reason": letter.reason,
+        "replays": letter.replays,
+        "batch_id": letter.batch_id,
+        "host_name": letter.host_name,
+    }
+
+
+def _pending_dead_letter(letter: DeadLetter) -> DeadLetter:
+    locked = DeadLetter.objects.select_for_update().get(pk=letter.pk)
+    if locked.status != DeadLetter.Status.PENDING:
+        raise AlreadyResolved(f"already {locked.get_status_display().lower()}")
+    return locked
+
+
+def _resolve(letter: DeadLetter, status: str, acting_user) -> None:
+    letter.status = status
+    letter.resolved_by = acting_user if acting_user and acting_user.is_authenticated else None
+    letter.resolved_at = timezone.now()
+
+
+def do_replay_dead_letter(letter: DeadLetter, *, acting_user) -> BatchRejected | None:
+    """Run a dead letter through ingest again; the rejection if it fails again, else None.
+
+    Ingest writes in transactions of its own and writes a batch once however often it is
+    replayed, so the replay runs before the letter is locked and marked, not inside that.
+    """
+    if not DeadLetter.objects.filter(pk=letter.pk, status=DeadLetter.Status.PENDING).exists():
+        raise AlreadyResolved("already replayed or discarded")
+    try:
+        outcome = dead_letters.replay(letter)
+    except Exception as error:  # the same failure the worker met: it stays a dead letter
+        outcome = BatchRejected("write_failed", f"{type(error).__name__}: {error}")
+    with transaction.atomic():
+        locked = _pending_dead_letter(letter)
+        before = _dead_letter_state(locked)
+        locked.replays += 1
+        if isinstance(outcome, BatchRejected):
+            locked.reason_code, locked.reason_path = outcome.code, outcome.path
+            locked.reason = outcome.message
+        else:
+            _resolve(locked, DeadLetter.Status.REPLAYED, acting_user)
+        locked.save()
+        audit.record(
+            actor=acting_user,
+            action="dead_letter.replay",
+            obj=locked,
+            before=before,
+            after=_dead_letter_state(locked),
+        )
+    return outcome if isinstance(outcome, BatchRejected) else None
+
+
+@transaction.atomic
+def do_discard_dead_letter(letter: DeadLetter, *, acting_user, comment: str = "") -> None:
+    locked = _pending_dead_letter(letter)
+    before = _dead_letter_state(locked)
+    _resolve(locked, DeadLetter.Status.DISCARDED, acting_user)
+    locked.save()
+    audit.record(
+        actor=acting_user,
+        action="dead_letter.discard",
+        obj=locked,
+        before=before,
+        after=_dead_letter_state(locked),
+        comment=comment,
+    )

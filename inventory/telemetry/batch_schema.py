@@ -15,6 +15,7 @@ must have the type and range below or be null where null is allowed.
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,12 @@ MAX_LIST = {
     "events": 1000,
     "faults": 1000,
 }
+
+
+# NVML's forms: "GPU-<uuid>" for a card, "MIG-<uuid>" (or, before driver 470,
+# "MIG-GPU-<uuid>/<gi>/<ci>") for a MIG device.
+CARD_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+MIG_UUID = re.compile(r"MIG-[0-9A-Za-z/-]{8,80}")
 
 
 class BatchRejected(Exception):
@@ -80,8 +87,8 @@ _FLAG = _Field(bool)
 
 _CARD = {
     "index": _Field(int, 0, 63, required=True),
-    "uuid": _Field(str, 0, 96),
-    "name": _TEXT,
+    "uuid": _Field(str, 0, 64),
+    "name": _Field(str, 0, 100),
     "lost": _FLAG,
     "samples": _COUNT,
     "total_bytes": _BYTES,
@@ -106,18 +113,20 @@ _ALLOCATOR = {
 }
 _PROCESS = {
     "card_index": _Field(int, 0, 63),
-    "card_uuid": _Field(str, 0, 96),
+    "card_uuid": _Field(str, 0, 64),
     "pid": _Field(int, 0, INTEGER, required=True),
     "kind": _Field(str, 0, 8),
     "name": _TEXT,
-    "deployment_id": _Field(str, 0, 20),
+    # The plan's deployment id, echoed as text; ingest keeps it only where it names one of the
+    # host's deployments.
+    "deployment_id": _Field(str, 0, 64),
     "mig_device_uuid": _Field(str, 0, 96),
     "used_bytes_max": _BYTES,
     "used_bytes_last": _BYTES,
     "samples": _COUNT,
 }
 _ENGINE = {
-    "deployment_id": _Field(str, 0, 20, required=True),
+    "deployment_id": _Field(str, 0, 64, required=True),
     "engine": _Field(str, 0, 32),
     "kv_cache_usage_max": _FRACTION,
     "kv_cache_usage_last": _FRACTION,
@@ -150,7 +159,7 @@ _EVENT = {
 _EVENT_DETAIL = {
     "xid": _Field(int, 0, INTEGER),
     "pid": _Field(int, 0, INTEGER),
-    "deployment_id": _Field(str, 0, 20),
+    "deployment_id": _Field(str, 0, 64),
     "requested_bytes": _BYTES,
     "free_bytes": _BYTES,
     "capacity_bytes": _BYTES,
@@ -175,9 +184,6 @@ _HEADER = {
     "faults_dropped": _Field(int, 0, INTEGER),
     "driver_version": _Field(str, 0, 64),
 }
-# Deployment ids travel as text (the agent does not know the console's types); they must
-# still be whole numbers, as the column is.
-_NUMERIC_TEXT = {"deployment_id"}
 
 
 def check_batch(payload: Any, window: Window) -> None:
@@ -203,12 +209,20 @@ def check_batch(payload: Any, window: Window) -> None:
     totals = {card["index"]: card.get("total_bytes") for card in cards}
     totals.update({card["uuid"]: card.get("total_bytes") for card in cards if card.get("uuid")})
     for position, row in enumerate(_rows(payload, "mig_devices", _MIG)):
-        _used_within(row, row.get("total_bytes"), f"mig_devices[{position}]")
-    _processes(_rows(payload, "processes", _PROCESS), totals)
+        path = f"mig_devices[{position}]"
+        if not MIG_UUID.fullmatch(row["uuid"]):
+            raise BatchRejected("bad_uuid", f"{row['uuid']!r} is no NVML MIG UUID", f"{path}.uuid")
+        _used_within(row, row.get("total_bytes"), path)
+    processes = _rows(payload, "processes", _PROCESS)
+    _processes(processes, totals)
+    for position, row in enumerate(processes):
+        if row.get("allocator") is not None:
+            path = f"processes[{position}].allocator"
+            _fields(_object(row["allocator"], path), _ALLOCATOR, path)
     for position, row in enumerate(_rows(payload, "engines", _ENGINE)):
-        for name, latency in (row.get("latency") or {}).items():
-            path = f"engines[{position}].latency.{name}"
-            _fields(_object(latency, path), _LATENCY, path)
+        path = f"engines[{position}].latency"
+        for name, latency in _object(row.get("latency") or {}, path).items():
+            _fields(_object(latency, f"{path}.{name}"), _LATENCY, f"{path}.{name}")
     for position, row in enumerate(_rows(payload, "events", _EVENT)):
         path = f"events[{position}]"
         _in_window(row["ts"], window, f"{path}.ts")
@@ -242,8 +256,6 @@ def _fields(row: dict, fields: dict[str, _Field], path: str) -> None:
             continue
         if field.kind is str:
             _string(value, field, where)
-            if name in _NUMERIC_TEXT and not (value.isascii() and value.isdigit()):
-                raise BatchRejected("bad_type", f"expected a whole number, got {value!r}", where)
         elif field.kind is bool:
             if not isinstance(value, bool):
                 raise BatchRejected(
@@ -305,6 +317,10 @@ def _cards(cards: list[dict]) -> None:
     seen_index, seen_uuid = set(), set()
     for position, card in enumerate(cards):
         path = f"cards[{position}]"
+        if card.get("uuid") and not CARD_UUID.fullmatch(card["uuid"]):
+            raise BatchRejected(
+                "bad_uuid", f"{card['uuid']!r} is no NVML card UUID", f"{path}.uuid"
+            )
         if card["index"] in seen_index:
             raise BatchRejected("duplicate", f"card index {card['index']} twice", path)
         seen_index.add(card["index"])

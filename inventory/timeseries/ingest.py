@@ -28,7 +28,7 @@ from inventory.models import (
     Host,
     MigSlice,
 )
-from inventory.telemetry.batch_schema import BatchRejected, Window, check_batch
+from inventory.telemetry.batch_schema import MAX_LIST, BatchRejected, Window, check_batch
 from inventory.timeseries import partitions, samples
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ def ingest_batches(
     results: list[IngestResult | BatchRejected | None] = [None] * len(payloads)
     window = acceptance_window(now)
     hosts = _hosts_by_name(payloads)
+    cards = _known_cards(payloads)
     accepted: dict[str, tuple[int, dict]] = {}
     for position, payload in enumerate(payloads):
         try:
@@ -88,6 +89,7 @@ def ingest_batches(
                     f"unknown host {payload['host']!r}: register it in the inventory first",
                     "host",
                 )
+            _check_cards(payload, hosts[payload["host"]], cards)
         except BatchRejected as rejected:
             results[position] = rejected
             continue
@@ -95,7 +97,12 @@ def ingest_batches(
         if batch_id in accepted:  # the same batch twice in one group: a redelivery
             results[position] = IngestResult(batch_id, duplicate=True)
             continue
-        accepted[batch_id] = (position, {**payload, "processes": _one_row_per_process(payload)})
+        # A list sent as null is an empty list from here on.
+        lists = {key: payload.get(key) or [] for key in MAX_LIST}
+        accepted[batch_id] = (
+            position,
+            {**payload, **lists, "processes": _one_row_per_process(lists["processes"])},
+        )
     if accepted:
         starts = [_ts(p["interval_start"]) for _, p in accepted.values()]
         ends = [_ts(p["interval_end"]) for _, p in accepted.values()]
@@ -106,6 +113,43 @@ def ingest_batches(
         for batch_id, (position, _) in accepted.items():
             results[position] = written.get(batch_id) or IngestResult(batch_id, duplicate=True)
     return results
+
+
+def _known_cards(payloads: list[dict]) -> dict[str, tuple[int, int]]:
+    """(host id, index) of every card the group names, by UUID."""
+    uuids = {
+        card.get("uuid")
+        for payload in payloads
+        if isinstance(payload, dict) and isinstance(payload.get("cards"), list)
+        for card in payload["cards"]
+        if isinstance(card, dict) and isinstance(card.get("uuid"), str)
+    }
+    rows = Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "host_id", "index")
+    return {uuid_: (host_id, index) for uuid_, host_id, index in rows}
+
+
+def _check_cards(payload: dict, host: Host, known: dict[str, tuple[int, int]]) -> None:
+    """A card is a host's by its UUID: another host's card, or a new UUID at a known index (a
+    replaced card, or a forged batch), is for a person to settle in the inventory."""
+    taken = None
+    for position, card in enumerate(payload.get("cards") or []):
+        where = known.get(card.get("uuid"))
+        if where is not None and where != (host.pk, card["index"]):
+            raise BatchRejected(
+                "card_conflict",
+                f"{card['uuid']} is card {where[1]} of host id {where[0]} in the inventory",
+                f"cards[{position}].uuid",
+            )
+        if where is None and card.get("uuid"):
+            if taken is None:
+                taken = dict(host.gpus.values_list("index", "uuid"))
+            if card["index"] in taken:
+                raise BatchRejected(
+                    "card_conflict",
+                    f"card {card['index']} is {taken[card['index']]} in the inventory, not "
+                    f"{card['uuid']}: a replaced card is re-registered in the admin",
+                    f"cards[{position}].uuid",
+                )
 
 
 def _hosts_by_name(payloads: list[dict]) -> dict[str, Host]:
@@ -380,7 +424,7 @@ def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_R
     return len(card_rows) + len(process_rows) + len(engine_rows) + len(mig_rows)
 
 
-def _one_row_per_process(payload: dict) -> list[dict]:
+def _one_row_per_process(processes: list[dict]) -> list[dict]:
     """The batch's process rows, one per card and PID.
 
     NVML lists an MPS client in both its compute and its MPS list, with the same memory;
@@ -388,7 +432,7 @@ def _one_row_per_process(payload: dict) -> list[dict]:
     memory would double on the card: keep the MPS row.
     """
     rows: dict[tuple, dict] = {}
-    for row in payload.get("processes", []):
+    for row in processes:
         key = (row.get("card_uuid") or row.get("card_index"), row["pid"])
         if key not in rows or row.get("kind") == "mps":
             rows[key] = row

@@ -31,8 +31,6 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -138,9 +136,10 @@ def ingest_path(wire: list[str], group: int) -> float:
     worker = IngestWorker(connection=None, max_group=group, max_wait_s=0)
     started = time.perf_counter()
     for offset in range(0, len(wire), group):
-        worker.pending = [(orjson.loads(text), Message()) for text in wire[offset : offset + group]]
+        for text in wire[offset : offset + group]:
+            worker.add(text.encode(), Message())
         worker.flush()
-        if worker.pending:
+        if worker.pending or worker.dead_lettered:
             raise RuntimeError("ingest failed during the benchmark")
     return time.perf_counter() - started
 

@@ -3,10 +3,14 @@
 import datetime as dt
 import json
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
 from django.db import connection, connections, transaction
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from console.models import AuditEntry
 from inventory.models import (
@@ -15,11 +19,17 @@ from inventory.models import (
     CollectorStatus,
     Event,
     Gpu,
+    Host,
     IngestedBatch,
     ProcessSample,
 )
 from inventory.timeseries import partitions, rollups
-from inventory.timeseries.ingest import BatchRejected, ingest_batch, ingest_batches
+from inventory.timeseries.ingest import (
+    BatchRejected,
+    IngestResult,
+    ingest_batch,
+    ingest_batches,
+)
 from tests.batches import GIB, batch, card_row, process_row
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 
@@ -396,3 +406,40 @@ def test_batches_a_host_agent_published_on_a_real_h200_land_with_their_peak():
     ]
     minutes = _rollup("inventory_process_rollup_1m", gpu_id=gpu.pk)
     assert max(minute["used_max"] for minute in minutes) // MIB == 5638
+
+
+_HOSTILE_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                 max_size=3),
+    max_leaves=10,
+)  # fmt: skip
+_HOSTILE_PATHS = st.sampled_from(
+    [("seq",), ("interval_end",), ("cards",), ("cards", 0), ("cards", 0, "index"),
+     ("cards", 0, "uuid"), ("cards", 0, "total_bytes"), ("cards", 0, "used_bytes_max"),
+     ("processes", 0), ("processes", 0, "pid"), ("processes", 0, "card_uuid"),
+     ("processes", 0, "used_bytes_max"), ("processes", 0, "allocator"),
+     ("processes", 0, "deployment_id"), ("events",), ("faults",), ("agent",), ("engines",)]
+)  # fmt: skip
+
+
+@pytest.mark.django_db
+@hypothesis_settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(path=_HOSTILE_PATHS, value=_HOSTILE_VALUES)
+def test_ingest_answers_any_batch_with_a_result_or_a_reason_never_an_error(path, value):
+    host = Host.objects.get_or_create(name="vm", collector=Host.Collector.NVML)[0]
+    payload = json.loads((FIXTURES / "nvml-h200" / "agent-batches.json").read_text())[1]
+    shift = T0 - payload["interval_end"]
+    payload["interval_start"] += shift
+    payload["interval_end"] += shift
+    payload["batch_id"] = str(uuid.uuid4())
+    target = payload
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    (result,) = ingest_batches([payload])
+    assert isinstance(result, BatchRejected | IngestResult)
+    if isinstance(result, IngestResult) and not result.duplicate:
+        assert CollectorStatus.objects.filter(host=host).exists()
