@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Literal
+
+from django.db.models import Count
+
 from inventory.analytics.oom_triage import OomEvent, OomTriage, triage_oom
-from inventory.analytics.snapshot import AllocatorStats, CardSnapshot, ProcessSnapshot
+from inventory.analytics.snapshot import CardSnapshot, ProcessSnapshot, allocator_from_batch
+from inventory.models import Event
+
+# "OOMs lately" on the fleet board and in /metrics.
+OOM_WINDOW = dt.timedelta(hours=24)
 
 
-def _allocator(raw: dict | None) -> AllocatorStats | None:
-    if not raw or raw.get("reserved_bytes") is None or raw.get("allocated_bytes") is None:
-        return None
-    try:
-        return AllocatorStats(
-            reserved_bytes=raw["reserved_bytes"],
-            allocated_bytes=raw["allocated_bytes"],
-            inactive_split_bytes=raw.get("inactive_split_bytes"),
-            largest_free_block_bytes=raw.get("largest_free_block_bytes"),
+def oom_counts(
+    by: Literal["host", "gpu"], ids: list[int], start: dt.datetime, end: dt.datetime
+) -> dict[int, int]:
+    """OOM events per host (or per card) id with `start <= at <= end`; ids without any are
+    left out. The one count behind the fleet board, /metrics and the memory gate."""
+    return dict(
+        Event.objects.filter(
+            kind=Event.Kind.OOM, **{f"{by}_id__in": ids}, at__gte=start, at__lte=end
         )
-    except ValueError:  # figures taken at slightly different instants can disagree
-        return None
+        .order_by()
+        .values(f"{by}_id")
+        .annotate(n=Count("pk"))
+        .values_list(f"{by}_id", "n")
+    )
 
 
 def triage_snapshot(snapshot: dict, failed_pid: int | None = None) -> OomTriage:
@@ -42,7 +53,7 @@ def triage_snapshot(snapshot: dict, failed_pid: int | None = None) -> OomTriage:
                 pid=process.get("pid"),
                 deployment=str(process.get("deployment_id") or "") or None,
                 used_bytes=process.get("used_bytes"),
-                allocator=_allocator(process.get("allocator")),
+                allocator=allocator_from_batch(process.get("allocator")),
             )
             for process in snapshot.get("processes", [])
         ),
