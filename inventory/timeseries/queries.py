@@ -25,6 +25,11 @@ class Source:
     process_table: str
     engine_table: str
 
+    @property
+    def time_column(self) -> str:
+        """Raw samples carry their time in `ts`, rollups label each bucket by its start."""
+        return "ts" if self.resolution_s == 0 else "bucket"
+
 
 RAW = Source("raw", 0, "inventory_card_sample", "inventory_process_sample",
              "inventory_engine_sample")  # fmt: skip
@@ -99,7 +104,7 @@ def card_series(
     gpu_ids: list[int], start: dt.datetime, end: dt.datetime, step_s: int, source: Source
 ) -> list[dict]:
     """One row per card and step: gpu_id, ts (bucket start) and the point's figures."""
-    time_column = "ts" if source is RAW else "bucket"
+    time_column = source.time_column
     point = _CARD_POINT["raw" if source is RAW else "rollup"]
     return _rows(
         f"""
@@ -116,7 +121,7 @@ def process_series(
     gpu_ids: list[int], start: dt.datetime, end: dt.datetime, step_s: int, source: Source
 ) -> list[dict]:
     """One row per card, process and step: the process's peak memory in the step."""
-    time_column = "ts" if source is RAW else "bucket"
+    time_column = source.time_column
     return _rows(
         f"""
         SELECT gpu_id, pid, max(name) AS name, max(deployment_id) AS deployment_id,
@@ -233,7 +238,7 @@ def deployment_memory_series(
 ) -> list[dict]:
     """Per deployment, card and step: the highest memory any of its processes held (by
     deployment, not PID, so a restart continues the line)."""
-    time_column = "ts" if source is RAW else "bucket"
+    time_column = source.time_column
     return _rows(
         f"""
         SELECT gpu_id, deployment_id,
