@@ -17,11 +17,11 @@ def healthz(request):
 
 def _check_database() -> str | None:
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
+        connection.ensure_connection()
     except Exception as exc:  # any failure means not ready; the reason goes in the answer
         return f"{type(exc).__name__}: {exc}".strip()
-    return None
+    # An open connection can have died since: the backend's own liveness probe asks the server.
+    return None if connection.is_usable() else "the database connection is not usable"
 
 
 def _check_broker() -> str | None:

@@ -12,8 +12,6 @@ import math
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
-from django.db.models import Count
 from django.utils import timezone
 
 from console.placement import PlacementInputError, solve
@@ -35,10 +33,12 @@ from console.proposals.gates.memory import (
 from console.proposals.loadtests import LoadTestRun
 from console.proposals.models import Proposal
 from inventory.analytics.stats import percentile
-from inventory.models import Deployment, Event, Gpu, MigSlice
+from inventory.models import Deployment, Gpu, MigSlice
 from inventory.placement_state import WORKSPACE_ALLOWANCE, estimated_bytes_per_card
 from inventory.reports import analysis
 from inventory.reports.capacity import card_capacity
+from inventory.reports.oom import oom_counts
+from inventory.timeseries import queries
 
 log = logging.getLogger(__name__)
 
@@ -190,13 +190,9 @@ def _solver_choice(proposal, budgets, share) -> tuple[list[Gpu], str, str]:
 
 
 def _recent_ooms(gpus: list[Gpu], now: dt.datetime) -> dict[str, int]:
-    counts = (
-        Event.objects.filter(kind=Event.Kind.OOM, gpu__in=gpus, at__gt=now - HISTORY)
-        .values("gpu")
-        .annotate(n=Count("pk"))
-    )
     labels = {gpu.pk: str(gpu) for gpu in gpus}
-    return {labels[row["gpu"]]: row["n"] for row in counts}
+    counts = oom_counts("gpu", list(labels), now - HISTORY, now)
+    return {labels[gpu_id]: n for gpu_id, n in counts.items()}
 
 
 def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, list[Gpu]]:
@@ -237,30 +233,23 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
     return evaluate_memory(request), []
 
 
-def _engine_history(deployment_id: int, now: dt.datetime) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT running_max, running_sum, running_count, requests
-            FROM inventory_engine_rollup_1m
-            WHERE deployment_id = %s AND bucket > %s AND bucket <= %s
-            """,
-            [deployment_id, now - HISTORY, now],
-        )
-        return cursor.fetchall()
+def _engine_history(deployment_id: int, now: dt.datetime) -> list[queries.EngineMinute]:
+    # The KV advice's window and basis, so the gate sizes on the host page's P95.
+    start = now - analysis.KV_WINDOW
+    return queries.engine_minutes([deployment_id], start, now).get(deployment_id, [])
 
 
 def concurrency_of(proposal: Proposal, now: dt.datetime) -> Concurrency | None:
     if proposal.deployment_id is not None:
-        rows = _engine_history(proposal.deployment_id, now)
-        peaks = [row[0] for row in rows if row[0] is not None]
-        counted = sum(row[2] for row in rows)
+        minutes = _engine_history(proposal.deployment_id, now)
+        peaks = [m.running_max for m in minutes if m.running_max is not None]
+        counted = sum(m.running_count for m in minutes)
         if peaks and counted:
             return Concurrency(
                 p95=percentile(peaks, 95),
                 source=f"engine history of {proposal.deployment}: {len(peaks)} one-minute "
                 "peaks of running requests over the last 7 days",
-                mean=sum(row[1] for row in rows) / counted,
+                mean=sum(m.running_sum for m in minutes) / counted,
                 peak=max(peaks),
                 samples=len(peaks),
             )
@@ -331,10 +320,10 @@ def _real_rate(deployment_id: int | None, now: dt.datetime) -> float | None:
     """Requests per second in production: requests over the minutes the engine reported."""
     if deployment_id is None:
         return None
-    rows = _engine_history(deployment_id, now)
-    if not rows:
+    minutes = _engine_history(deployment_id, now)
+    if not minutes:
         return None
-    return sum(row[3] for row in rows) / (60 * len(rows))
+    return sum(m.requests for m in minutes) / (60 * len(minutes))
 
 
 def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) -> GateOutcome:

@@ -107,20 +107,6 @@ def process_fragmentation(
     return tuple(readings)
 
 
-def deployment_fragmentation(
-    snapshot: CardSnapshot, thresholds: Thresholds = FRAGMENTATION_THRESHOLDS
-) -> dict[str, ProcessFragmentation]:
-    """Per deployment on this card, its most fragmented process."""
-    worst: dict[str, ProcessFragmentation] = {}
-    for reading in process_fragmentation(snapshot, thresholds):
-        if reading.deployment is None:
-            continue
-        current = worst.get(reading.deployment)
-        if current is None or reading.index.value > current.index.value:
-            worst[reading.deployment] = reading
-    return worst
-
-
 @dataclass(frozen=True)
 class CardStatus:
     card_id: str

@@ -1,4 +1,4 @@
-"""KV-cache sizing: bytes per token, reservations, and the engine's KV pool size.
+"""KV-cache sizing: bytes per token, reservations, and the gap to the recommended one.
 
 A KV reservation is P95 (or historical peak) concurrency x tokens per request x bytes per
 token x (1 + buffer). The policy buffer is 15-20%; :func:`kv_reservation_bytes` accepts any
@@ -11,6 +11,8 @@ from fractions import Fraction
 POLICY_BUFFER_MIN = 0.15
 POLICY_BUFFER_MAX = 0.20
 DEFAULT_BUFFER = 0.20
+# A reservation within 10% of the mean need is a mean-level reservation whatever its label.
+MEAN_TOLERANCE = 0.10
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4,
@@ -102,31 +104,23 @@ def kv_reservation_bytes(
     return math.ceil(exact)
 
 
-def kv_pool_bytes_from_cache_config(
-    num_gpu_blocks: int, block_size: int, bytes_per_token: float
+def whole_requests(concurrency: float) -> int:
+    """Concurrency rounded up: a reservation for 12.4 requests fails the 13th."""
+    # Rounded first so that float noise (12.000000000000002) does not add a request.
+    return math.ceil(round(concurrency, 9))
+
+
+def recommended_kv_reservation_bytes(
+    concurrency: float, tokens_per_request: float, bytes_per_token: float, buffer: float
 ) -> int:
-    """The KV pool an engine allocated, from vLLM's ``cache_config_info``.
+    """The reservation a deployment needs: ``ceil(concurrency)`` whole requests x tokens per
+    request x bytes per token x (1 + buffer). ``concurrency`` is P95 (or the peak) of the
+    one-minute peaks of running requests over the last 7 days."""
+    return kv_reservation_bytes(
+        whole_requests(concurrency), tokens_per_request, bytes_per_token, buffer
+    )
 
-    ``block_size`` is in tokens, so the pool holds ``num_gpu_blocks x block_size`` tokens.
-    """
-    if num_gpu_blocks < 0 or block_size <= 0 or bytes_per_token <= 0:
-        raise ValueError("num_gpu_blocks >= 0, block_size > 0 and bytes_per_token > 0 required")
-    return math.ceil(num_gpu_blocks * block_size * _exact(bytes_per_token))
 
-
-def kv_pool_bytes_from_memory_utilization(
-    card_total_bytes: int, gpu_memory_utilization: float, non_kv_bytes: int
-) -> int:
-    """The KV pool an engine sized by ``gpu_memory_utilization`` leaves itself (an estimate).
-
-    vLLM claims ``utilization x card total`` and gives the KV cache whatever its weights,
-    activations and other non-KV memory (``non_kv_bytes``) leave of that claim.
-    """
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    claim = math.floor(card_total_bytes * _exact(gpu_memory_utilization))
-    if non_kv_bytes > claim:
-        raise ValueError(
-            f"non-KV memory {non_kv_bytes} exceeds the engine's claim {claim}: no KV pool fits"
-        )
-    return claim - non_kv_bytes
+def kv_reservation_gap_bytes(recommended_bytes: int, current_bytes: int) -> int:
+    """Recommended minus current reservation: positive means under-reserved by that much."""
+    return recommended_bytes - current_bytes

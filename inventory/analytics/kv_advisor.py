@@ -22,16 +22,19 @@ Flags:
   still computed).
 """
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from inventory.analytics.kv import (
     DEFAULT_BUFFER,
+    MEAN_TOLERANCE,
     POLICY_BUFFER_MAX,
     POLICY_BUFFER_MIN,
     kv_reservation_bytes,
+    kv_reservation_gap_bytes,
+    recommended_kv_reservation_bytes,
+    whole_requests,
 )
 from inventory.analytics.stats import count_excursions, mean, percentile
 from inventory.analytics.units import format_gib
@@ -91,10 +94,9 @@ class KvAdvice:
     flags: frozenset[KvFlag]
     explanations: tuple[str, ...]
 
-
-def _whole_requests(concurrency: float) -> int:
-    # Rounded first so that float noise (12.000000000000002) does not add a request.
-    return math.ceil(round(concurrency, 9))
+    @property
+    def gap_bytes(self) -> int:
+        return kv_reservation_gap_bytes(self.recommended_bytes, self.current_reservation_bytes)
 
 
 def _observed_tokens_per_request(samples: Sequence[KvDemandSample]) -> float:
@@ -119,7 +121,7 @@ def advise_kv_reservation(
     buffer: float = DEFAULT_BUFFER,
     sizing: SizingBasis = SizingBasis.P95,
     admission_policy: AdmissionPolicy | None = None,
-    mean_tolerance: float = 0.10,
+    mean_tolerance: float = MEAN_TOLERANCE,
     window_s: float = SEVEN_DAYS_S,
     now: float | None = None,
 ) -> KvAdvice:
@@ -139,8 +141,8 @@ def advise_kv_reservation(
     tokens = [s.tokens_in_use for s in ordered if s.tokens_in_use is not None]
 
     sized_concurrency = p95_concurrency if sizing is SizingBasis.P95 else peak_concurrency
-    recommended = kv_reservation_bytes(
-        _whole_requests(sized_concurrency), per_request, bytes_per_token, buffer
+    recommended = recommended_kv_reservation_bytes(
+        sized_concurrency, per_request, bytes_per_token, buffer
     )
     mean_need = kv_reservation_bytes(mean_concurrency, per_request, bytes_per_token, 0)
     p95_need = kv_reservation_bytes(p95_concurrency, per_request, bytes_per_token, 0)
@@ -158,7 +160,7 @@ def advise_kv_reservation(
     current = current_reservation_bytes
     explanations = [
         f"{sizing.upper()} concurrency {sized_concurrency:.1f} -> "
-        f"{_whole_requests(sized_concurrency)} requests x {per_request:,.0f} tokens x "
+        f"{whole_requests(sized_concurrency)} requests x {per_request:,.0f} tokens x "
         f"{bytes_per_token:,.0f} B/token x {1 + buffer:.2f} = {format_gib(recommended)} "
         f"recommended; current {format_gib(current)}"
     ]

@@ -29,7 +29,12 @@ releasable), ``low`` when the failing process's own largest free block would hav
 from dataclasses import dataclass
 from enum import StrEnum
 
-from inventory.analytics.snapshot import AllocatorStats, CardSnapshot, ProcessSnapshot
+from inventory.analytics.snapshot import (
+    AllocatorStats,
+    CardSnapshot,
+    ProcessSnapshot,
+    allocator_from_batch,
+)
 from inventory.analytics.units import format_gib
 
 
@@ -184,20 +189,6 @@ def triage_oom(event: OomEvent) -> OomTriage:
     )
 
 
-def _allocator(raw: dict | None) -> AllocatorStats | None:
-    if not raw or raw.get("reserved_bytes") is None or raw.get("allocated_bytes") is None:
-        return None
-    try:
-        return AllocatorStats(
-            reserved_bytes=raw["reserved_bytes"],
-            allocated_bytes=raw["allocated_bytes"],
-            inactive_split_bytes=raw.get("inactive_split_bytes"),
-            largest_free_block_bytes=raw.get("largest_free_block_bytes"),
-        )
-    except ValueError:  # figures taken at slightly different instants can disagree
-        return None
-
-
 def triage_snapshot(snapshot: dict, failed_pid: int | None = None) -> OomTriage:
     """Classify an OOM from the snapshot ingest stored with the event.
 
@@ -220,7 +211,7 @@ def triage_snapshot(snapshot: dict, failed_pid: int | None = None) -> OomTriage:
                 pid=process.get("pid"),
                 deployment=str(process.get("deployment_id") or "") or None,
                 used_bytes=process.get("used_bytes"),
-                allocator=_allocator(process.get("allocator")),
+                allocator=allocator_from_batch(process.get("allocator")),
             )
             for process in snapshot.get("processes", [])
         ),

@@ -65,6 +65,41 @@ class AllocatorStats:
         return self.reserved_bytes - self.allocated_bytes
 
 
+def read_allocator_stats(
+    reserved: int | None,
+    allocated: int | None,
+    inactive_split: int | None,
+    largest_free_block: int | None,
+) -> AllocatorStats | None:
+    """Allocator statistics as a process reported them; None when reserved or allocated is
+    unknown or the figures contradict themselves (a negative, allocated above reserved).
+
+    The free-block figures are read at slightly different instants from the pool's totals, so
+    one above the pool's free bytes is taken as all of them rather than thrown away.
+    """
+    known = [v for v in (reserved, allocated, inactive_split, largest_free_block) if v is not None]
+    if reserved is None or allocated is None or allocated > reserved or min(known) < 0:
+        return None
+    pool_free = reserved - allocated
+    return AllocatorStats(
+        reserved,
+        allocated,
+        None if inactive_split is None else min(inactive_split, pool_free),
+        None if largest_free_block is None else min(largest_free_block, pool_free),
+    )
+
+
+def allocator_from_batch(raw: dict | None) -> AllocatorStats | None:
+    """From the ``allocator`` object of a telemetry batch's process (and an OOM's snapshot)."""
+    raw = raw or {}
+    return read_allocator_stats(
+        raw.get("reserved_bytes"),
+        raw.get("allocated_bytes"),
+        raw.get("inactive_split_bytes"),
+        raw.get("largest_free_block_bytes"),
+    )
+
+
 @dataclass(frozen=True)
 class EngineKvCache:
     """The engine's KV pool and how full it is.

@@ -21,14 +21,29 @@ def _non_empty(values: Iterable[float]) -> list[float]:
     return items
 
 
+def percentile_ranks(count: int, pct: float) -> tuple[int, int]:
+    """The 0-based ranks of the two sorted values the ``pct``-th percentile of ``count``
+    values interpolates between (equal at the ends)."""
+    below = math.floor((count - 1) * pct / 100)
+    return below, min(below + 1, count - 1)
+
+
+def interpolate_percentile(count: int, pct: float, below: float, above: float) -> float:
+    """The ``pct``-th percentile of ``count`` values, given the two at ``percentile_ranks``.
+
+    Split out so that a database can pick those two values and the figure is still this
+    module's to the last bit.
+    """
+    rank = (count - 1) * pct / 100
+    return below + (rank - math.floor(rank)) * (above - below)
+
+
 def percentile(values: Iterable[float], pct: float) -> float:
     if not 0 <= pct <= 100:
         raise ValueError(f"pct must be in [0, 100], got {pct}")
     ordered = sorted(_non_empty(values))
-    rank = (len(ordered) - 1) * pct / 100
-    below = math.floor(rank)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (rank - below) * (ordered[above] - ordered[below])
+    below, above = percentile_ranks(len(ordered), pct)
+    return interpolate_percentile(len(ordered), pct, ordered[below], ordered[above])
 
 
 def mean(values: Iterable[float]) -> float:

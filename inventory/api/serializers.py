@@ -14,6 +14,12 @@ class CollectorHealthSerializer(serializers.Serializer):
     outbox_dropped = serializers.IntegerField()
 
 
+HEADROOM_HELP = (
+    "Total - driver reserved - peak used over the last two hours (before `at` for a ledger); "
+    "null: nothing measured then."
+)
+
+
 class CardNowSerializer(serializers.Serializer):
     index = serializers.IntegerField()
     uuid = serializers.CharField()
@@ -24,6 +30,7 @@ class CardNowSerializer(serializers.Serializer):
     free_bytes = serializers.IntegerField(allow_null=True)
     sampled_at = serializers.DateTimeField(allow_null=True)
     lost = serializers.BooleanField()
+    headroom_bytes = serializers.IntegerField(allow_null=True, help_text=HEADROOM_HELP)
 
 
 class HostSummarySerializer(serializers.Serializer):
@@ -118,5 +125,6 @@ class CardLedgerSerializer(serializers.Serializer):
     total_bytes = serializers.IntegerField()
     status = serializers.ChoiceField(choices=["green", "amber", "red"])
     status_reason = serializers.CharField()
+    headroom_bytes = serializers.IntegerField(allow_null=True, help_text=HEADROOM_HELP)
     lines = LedgerLineSerializer(many=True, help_text="They sum to total_bytes exactly.")
     notes = serializers.ListField(child=serializers.CharField())

@@ -20,6 +20,7 @@ from inventory.api.serializers import (
 )
 from inventory.models import Gpu, Host
 from inventory.reports.collector import collector_health
+from inventory.reports.headroom import recent_card_headroom
 from inventory.reports.ledger import card_views
 from inventory.reports.ledger_json import ledger_json
 from inventory.timeseries import queries
@@ -43,6 +44,10 @@ class HostList(APIView):
         )
         gpu_ids = [gpu.pk for host in hosts for gpu in host.gpus.all()]
         latest = queries.latest_card_samples(gpu_ids, within=dt.timedelta(days=1))
+        headroom = {
+            card.peaks.gpu_id: card.headroom_bytes
+            for card in recent_card_headroom([host.pk for host in hosts], now)
+        }
         answer = []
         for host in hosts:
             status = getattr(host, "collector_status", None)
@@ -53,13 +58,16 @@ class HostList(APIView):
                     "url": request.build_absolute_uri(host.get_absolute_url()),
                     "last_sample_at": status.last_sample_at if status else None,
                     "collector": collector_health(status, now),
-                    "cards": [_card_now(gpu, latest.get(gpu.pk)) for gpu in host.gpus.all()],
+                    "cards": [
+                        _card_now(gpu, latest.get(gpu.pk), headroom.get(gpu.pk))
+                        for gpu in host.gpus.all()
+                    ],
                 }
             )
         return Response(HostSummarySerializer(answer, many=True).data)
 
 
-def _card_now(gpu: Gpu, sample: dict | None) -> dict:
+def _card_now(gpu: Gpu, sample: dict | None, headroom_bytes: int | None) -> dict:
     sample = sample or {}
     return {
         "index": gpu.index,
@@ -71,6 +79,7 @@ def _card_now(gpu: Gpu, sample: dict | None) -> dict:
         "free_bytes": sample.get("free_last"),
         "sampled_at": sample.get("ts"),
         "lost": bool(sample.get("lost")),
+        "headroom_bytes": headroom_bytes,
     }
 
 

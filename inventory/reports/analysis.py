@@ -8,7 +8,6 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from inventory.analytics.copeak import CoPeakReport, analyse_copeak
@@ -21,6 +20,7 @@ from inventory.analytics.kv_advisor import (
 )
 from inventory.analytics.stats import percentile
 from inventory.models import Deployment, Event, Host
+from inventory.timeseries import queries
 
 KV_WINDOW = dt.timedelta(days=7)
 COPEAK_WINDOW = dt.timedelta(days=7)
@@ -46,24 +46,6 @@ def _active(host: Host):
     )
 
 
-def _running(deployment_ids: list[int], start: dt.datetime) -> dict[int, list[tuple]]:
-    """Per deployment, (epoch s, running requests at the minute's peak, P99 latency s)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT deployment_id, extract(epoch FROM bucket)::float8, running_max,
-                   latency_p99_max
-            FROM inventory_engine_rollup_1m
-            WHERE deployment_id = ANY(%s) AND bucket > %s ORDER BY 1, 2
-            """,
-            [deployment_ids, start],
-        )
-        series: dict[int, list[tuple]] = {}
-        for deployment_id, at, running, p99 in cursor.fetchall():
-            series.setdefault(deployment_id, []).append((at, running, p99))
-    return series
-
-
 @dataclass(frozen=True)
 class KvRow:
     deployment: Deployment
@@ -74,14 +56,15 @@ class KvRow:
 def kv_advice(host: Host, now: dt.datetime | None = None) -> list[KvRow]:
     now = now or timezone.now()
     deployments = list(_active(host))
-    history = _running([d.pk for d in deployments], now - KV_WINDOW)
+    history = queries.engine_minutes([d.pk for d in deployments], now - KV_WINDOW, now)
     rows = []
     for deployment in deployments:
         per_token = deployment.served_model.effective_kv_bytes_per_token
         samples = [
-            KvDemandSample(at, running) for at, running, _ in history.get(deployment.pk, [])
-            if running is not None
-        ]  # fmt: skip
+            KvDemandSample(minute.at, minute.running_max)
+            for minute in history.get(deployment.pk, [])
+            if minute.running_max is not None
+        ]
         if not samples:
             rows.append(KvRow(deployment, None, "no engine history in the last 7 days"))
             continue
@@ -122,26 +105,15 @@ def copeaks(host: Host, now: dt.datetime | None = None) -> list[CoPeakReport]:
     }
     if not gpus:
         return []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT gpu_id, deployment_id,
-                   extract(epoch FROM date_bin(make_interval(secs => %s), bucket,
-                                               'epoch'::timestamptz))::float8,
-                   max(used_max)
-            FROM inventory_process_rollup_1m
-            WHERE gpu_id = ANY(%s) AND bucket > %s AND deployment_id IS NOT NULL
-            GROUP BY 1, 2, 3
-            """,
-            [COPEAK_STEP_S, list(gpus), now - COPEAK_WINDOW],
-        )
-        rows = cursor.fetchall()
+    rows = queries.deployment_memory_minutes(list(gpus), now - COPEAK_WINDOW, COPEAK_STEP_S)
     names = dict(Deployment.objects.filter(host=host).values_list("pk", "served_model__name"))
     demand: dict[int, dict[str, list]] = {}
-    for gpu_id, deployment_id, at, used in rows:
-        if used is not None:
+    for row in rows:
+        deployment_id = row["deployment_id"]
+        if row["used_max"] is not None:
             label = f"{names.get(deployment_id, deployment_id)} #{deployment_id}"
-            demand.setdefault(gpu_id, {}).setdefault(label, []).append((at, used))
+            samples = demand.setdefault(row["gpu_id"], {}).setdefault(label, [])
+            samples.append((row["at"], row["used_max"]))
     reports = []
     for gpu_id, per_deployment in sorted(demand.items(), key=lambda item: gpus[item[0]].index):
         tenants = _longest_shared_tenancy(per_deployment)
@@ -179,17 +151,19 @@ def _longest_shared_tenancy(per_deployment: dict[str, list]) -> dict[str, list]:
 def interference(host: Host, now: dt.datetime | None = None) -> list[InterferenceReport]:
     now = now or timezone.now()
     deployments = list(_active(host))
-    history = _running([d.pk for d in deployments], now - INTERFERENCE_WINDOW)
+    history = queries.engine_minutes([d.pk for d in deployments], now - INTERFERENCE_WINDOW, now)
     label = {d.pk: f"{d.served_model.name} #{d.pk}" for d in deployments}
     latencies, load = {}, {}
     for deployment in deployments:
-        rows = history.get(deployment.pk, [])
-        running = [r for _, r, _ in rows if r is not None]
+        minutes = history.get(deployment.pk, [])
+        running = [m.running_max for m in minutes if m.running_max is not None]
         if not running:
             continue
         typical = percentile(running, 95) or 1.0
-        load[label[deployment.pk]] = [(at, (r or 0) / typical) for at, r, _ in rows]
-        latencies[label[deployment.pk]] = [(at, p99) for at, _, p99 in rows if p99 is not None]
+        load[label[deployment.pk]] = [(m.at, (m.running_max or 0) / typical) for m in minutes]
+        latencies[label[deployment.pk]] = [
+            (m.at, m.latency_p99_max) for m in minutes if m.latency_p99_max is not None
+        ]
     placement: dict[str, list[str]] = {}
     for deployment in deployments:
         if deployment.mig_slice_id:  # a MIG instance shares no SMs with anyone

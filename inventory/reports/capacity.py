@@ -10,12 +10,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db import connection
 from django.utils import timezone
 
 from inventory.analytics.stats import percentile
 from inventory.models import Gpu
 from inventory.reports.thresholds import fragmentation_thresholds
+from inventory.timeseries import queries
 
 WINDOW = dt.timedelta(days=7)
 
@@ -41,43 +41,24 @@ class CardCapacity:
 
 def card_capacity(gpu: Gpu, *, window: dt.timedelta = WINDOW, now=None) -> CardCapacity:
     now = now or timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT ts, deployment_id,
-                   sum(coalesce(alloc_allocated_last, used_max)) AS allocated,
-                   sum(greatest(coalesce(alloc_reserved_last - alloc_allocated_last, 0), 0))
-                       AS held,
-                   max(frag_index_max) AS frag
-            FROM inventory_process_sample
-            WHERE gpu_id = %s AND ts > %s AND ts <= %s
-            GROUP BY ts, deployment_id
-            """,
-            [gpu.pk, now - window, now],
-        )
-        rows = cursor.fetchall()
-        cursor.execute(
-            "SELECT reserved_last FROM inventory_card_sample WHERE gpu_id = %s AND ts <= %s "
-            "ORDER BY ts DESC LIMIT 1",
-            [gpu.pk, now],
-        )
-        reserved = cursor.fetchone()
+    reserved = queries.driver_reserved_at(gpu.pk, now)
     per_deployment: dict[int, list[int]] = {}
     joint: dict[dt.datetime, int] = {}
     held: dict[dt.datetime, int] = {}
     frag_peak = None
-    for ts, deployment_id, allocated, held_bytes, frag in rows:
-        if deployment_id is not None and allocated is not None:
-            per_deployment.setdefault(deployment_id, []).append(int(allocated))
+    for row in queries.deployment_demand(gpu.pk, now - window, now):
+        ts, allocated = row["ts"], row["allocated"]
+        if row["deployment_id"] is not None and allocated is not None:
+            per_deployment.setdefault(row["deployment_id"], []).append(int(allocated))
         joint[ts] = joint.get(ts, 0) + int(allocated or 0)
-        held[ts] = held.get(ts, 0) + int(held_bytes or 0)
-        if frag is not None:
-            frag_peak = frag if frag_peak is None else max(frag_peak, frag)
+        held[ts] = held.get(ts, 0) + int(row["held"] or 0)
+        if row["frag"] is not None:
+            frag_peak = row["frag"] if frag_peak is None else max(frag_peak, row["frag"])
     return CardCapacity(
         gpu_id=gpu.pk,
         card=str(gpu),
         total_bytes=gpu.memory_total_bytes,
-        driver_reserved_bytes=int(reserved[0]) if reserved and reserved[0] else 0,
+        driver_reserved_bytes=int(reserved or 0),
         samples=len(joint),
         demand_p95={d: int(percentile(v, 95)) for d, v in per_deployment.items()},
         demand_peak={d: max(v) for d, v in per_deployment.items()},

@@ -9,15 +9,15 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db import connection
-from django.db.models import Count, Q
 from django.utils import timezone
 
-from inventory.models import Event, Host
+from inventory.analytics.headroom import largest_headroom
+from inventory.models import Host
 from inventory.reports.collector import collector_health
+from inventory.reports.headroom import RECENT, recent_card_headroom
+from inventory.reports.oom import OOM_WINDOW, oom_counts
 from inventory.reports.thresholds import fragmentation_thresholds
-
-RECENT = dt.timedelta(hours=2)
+from inventory.timeseries import queries
 
 
 @dataclass
@@ -43,68 +43,34 @@ class HostRow:
         )
 
 
-def _fetch(sql: str, params: list) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
 def fleet_rows(hosts: list[Host], now: dt.datetime | None = None) -> list[HostRow]:
     now = now or timezone.now()
     ids = [host.pk for host in hosts]
-    cards = {}
-    for host_id, gpu_index, total, reserved, used, frag in _fetch(
-        """
-        SELECT g.host_id, g.index, g.memory_total_bytes, r.reserved, r.used, r.frag
-        FROM inventory_gpu g
-        LEFT JOIN (
-            SELECT gpu_id, max(reserved_max) AS reserved, max(used_max) AS used,
-                   max(frag_index_max) AS frag
-            FROM inventory_card_rollup_1h WHERE bucket > %s GROUP BY gpu_id
-        ) r ON r.gpu_id = g.id
-        WHERE g.host_id = ANY(%s)
-        """,
-        [now - RECENT, ids],
-    ):
-        cards.setdefault(host_id, []).append((gpu_index, total, reserved, used, frag))
-    latency = {}
-    for host_id, name, p99, slo in _fetch(
-        """
-        SELECT d.host_id, m.name, max(e.latency_p99_max), m.p99_latency_slo_ms
-        FROM inventory_engine_rollup_1h e
-        JOIN inventory_deployment d ON d.id = e.deployment_id
-        JOIN inventory_servedmodel m ON m.id = d.served_model_id
-        WHERE d.host_id = ANY(%s) AND e.bucket > %s AND d.status <> 'stopped'
-        GROUP BY d.host_id, m.name, m.p99_latency_slo_ms
-        """,
-        [ids, now - RECENT],
-    ):
-        latency.setdefault(host_id, []).append((name, p99, slo))
-    ooms = dict(
-        Event.objects.filter(host_id__in=ids, kind=Event.Kind.OOM)
-        .values("host_id")
-        .annotate(n=Count("id", filter=Q(at__gte=now - dt.timedelta(hours=24))))
-        .values_list("host_id", "n")
-    )
+    cards: dict[int, list] = {}
+    for card in recent_card_headroom(ids, now):
+        cards.setdefault(card.peaks.host_id, []).append(card)
+    latency: dict[int, list] = {}
+    for row in queries.latency_p99_peaks(ids, now - RECENT, now):
+        latency.setdefault(row["host_id"], []).append((row["name"], row["p99_s"], row["slo_ms"]))
+    ooms = oom_counts("host", ids, now - OOM_WINDOW, now)
     thresholds = fragmentation_thresholds()
     rows = []
     for host in hosts:
         host_cards = cards.get(host.pk, [])
-        headroom = [
-            (total - (reserved or 0) - used, index)
-            for index, total, reserved, used, _ in host_cards
-            if used is not None
+        best = largest_headroom((card.headroom_bytes, card.peaks.index) for card in host_cards)
+        frags = [
+            card.peaks.fragmentation_index_peak
+            for card in host_cards
+            if card.peaks.fragmentation_index_peak is not None
         ]
-        best = max(headroom, default=(None, None))
-        frags = [frag for *_, frag in host_cards if frag is not None]
         worst = max(frags, default=None)
         p99_status, p99_detail = _p99(latency.get(host.pk, []))
         rows.append(
             HostRow(
                 host=host,
                 cards=len(host_cards),
-                largest_headroom_bytes=best[0],
-                headroom_card="" if best[1] is None else f"card {best[1]}",
+                largest_headroom_bytes=None if best is None else best[0],
+                headroom_card=f"card {best[1]}" if best else "",
                 worst_fragmentation=worst,
                 fragmentation_status=None if worst is None else thresholds.classify(worst).value,
                 p99_status=p99_status,

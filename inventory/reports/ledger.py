@@ -3,7 +3,8 @@
 The newest card sample at or before the moment (raw samples, within a few intervals) gives
 NVML's card figures; the process samples of the same batch give per-process memory and
 allocator statistics; the deployment's spec fills in weights, KV reservation and the rest as
-estimates; the engine's KV usage splits the reservation into used and reserved-unused.
+estimates; the engine's KV usage splits the reservation into used and reserved-unused. Beside
+the ledger, each card's headroom over the two hours before the moment (reports.headroom).
 """
 
 from __future__ import annotations
@@ -11,21 +12,22 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db import connection
 from django.utils import timezone
 
 from inventory.analytics.fragmentation import CardStatus, card_status
 from inventory.analytics.ledger import CardLedger, build_ledger
 from inventory.analytics.snapshot import (
-    AllocatorStats,
     Basis,
     CardSnapshot,
     DeploymentSpec,
     EngineKvCache,
     ProcessSnapshot,
+    read_allocator_stats,
 )
 from inventory.models import Deployment, Gpu, Host
+from inventory.reports.headroom import recent_card_headroom
 from inventory.reports.thresholds import fragmentation_thresholds, usage_thresholds
+from inventory.timeseries import queries
 
 # A sample older than this (before the moment asked for) says nothing about that moment...
 FRESHNESS = dt.timedelta(minutes=10)
@@ -39,28 +41,7 @@ class CardView:
     at: dt.datetime | None  # when the figures were sampled; None: no telemetry
     ledger: CardLedger
     status: CardStatus
-
-
-def _rows(sql: str, params: list) -> list[dict]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        names = [column.name for column in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
-def _allocator(row: dict) -> AllocatorStats | None:
-    reserved, allocated = row["alloc_reserved_last"], row["alloc_allocated_last"]
-    if reserved is None or allocated is None or allocated > reserved:
-        return None
-    pool_free = reserved - allocated
-    inactive = row["alloc_inactive_split_last"]
-    largest = row["alloc_largest_free_last"]
-    return AllocatorStats(
-        reserved,
-        allocated,
-        inactive if inactive is None or inactive <= pool_free else pool_free,
-        largest if largest is None or largest <= pool_free else pool_free,
-    )
+    headroom_bytes: int | None  # over the two hours before the moment; None: not measured
 
 
 def card_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
@@ -68,39 +49,21 @@ def card_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
     at = at or timezone.now()
     gpus = list(host.gpus.order_by("index"))
     ids = [gpu.pk for gpu in gpus]
-    cards = {
-        row["gpu_id"]: row
-        for row in _rows(
-            """
-            SELECT DISTINCT ON (gpu_id) gpu_id, ts, batch_id, total_bytes, used_last,
-                   reserved_last, free_last
-            FROM inventory_card_sample
-            WHERE gpu_id = ANY(%s) AND ts <= %s AND ts > %s
-            ORDER BY gpu_id, ts DESC
-            """,
-            [ids, at, at - freshness],
-        )
-    }
+    cards = queries.card_samples_at(ids, at, freshness)
     processes: dict[int, list[dict]] = {}
     batches = list({row["batch_id"] for row in cards.values()})
-    if batches:
-        for row in _rows(
-            """
-            SELECT gpu_id, pid, deployment_id, used_last, alloc_reserved_last,
-                   alloc_allocated_last, alloc_inactive_split_last, alloc_largest_free_last
-            FROM inventory_process_sample
-            WHERE gpu_id = ANY(%s) AND batch_id = ANY(%s) AND ts > %s AND ts <= %s
-            """,
-            [ids, batches, at - freshness, at],
-        ):
-            processes.setdefault(row["gpu_id"], []).append(row)
+    for row in queries.process_samples_of_batches(ids, batches, at - freshness, at):
+        processes.setdefault(row["gpu_id"], []).append(row)
     deployments = {
         d.pk: d
         for d in Deployment.objects.filter(host=host)
         .select_related("served_model")
         .prefetch_related("gpus")
     }
-    kv_usage = _kv_usage(list(deployments), at, freshness)
+    kv_usage = queries.kv_usage_at(list(deployments), at, freshness)
+    headroom = {
+        card.peaks.gpu_id: card.headroom_bytes for card in recent_card_headroom([host.pk], at)
+    }
     views = []
     for gpu in gpus:
         card = cards.get(gpu.pk)
@@ -130,7 +93,15 @@ def card_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
             usage_thresholds=usage_thresholds(),
             fragmentation_thresholds=fragmentation_thresholds(),
         )
-        views.append(CardView(gpu, card["ts"] if card else None, build_ledger(snapshot), status))
+        views.append(
+            CardView(
+                gpu,
+                card["ts"] if card else None,
+                build_ledger(snapshot),
+                status,
+                headroom.get(gpu.pk),
+            )
+        )
     return views
 
 
@@ -142,22 +113,6 @@ _UNMEASURED = {
     "alloc_inactive_split_last": None,
     "alloc_largest_free_last": None,
 }
-
-
-def _kv_usage(deployment_ids: list[int], at: dt.datetime, freshness) -> dict[int, float]:
-    return {
-        row["deployment_id"]: row["kv_usage_last"]
-        for row in _rows(
-            """
-            SELECT DISTINCT ON (deployment_id) deployment_id, kv_usage_last
-            FROM inventory_engine_sample
-            WHERE deployment_id = ANY(%s) AND ts <= %s AND ts > %s
-              AND kv_usage_last IS NOT NULL
-            ORDER BY deployment_id, ts DESC
-            """,
-            [deployment_ids, at, at - freshness],
-        )
-    }
 
 
 def _process(row: dict, deployment: Deployment | None, kv_usage: dict) -> ProcessSnapshot:
@@ -182,7 +137,12 @@ def _process(row: dict, deployment: Deployment | None, kv_usage: dict) -> Proces
         pid=row["pid"],
         deployment=deployment.served_model.name if deployment else None,
         used_bytes=row["used_last"],
-        allocator=_allocator(row),
+        allocator=read_allocator_stats(
+            row["alloc_reserved_last"],
+            row["alloc_allocated_last"],
+            row["alloc_inactive_split_last"],
+            row["alloc_largest_free_last"],
+        ),
         kv_cache=kv,
         spec=spec,
     )

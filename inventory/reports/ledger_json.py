@@ -15,6 +15,7 @@ def ledger_json(views: list[CardView]) -> list[dict]:
             "total_bytes": view.ledger.total_bytes,
             "status": view.status.status.value,
             "status_reason": view.status.reason,
+            "headroom_bytes": view.headroom_bytes,
             "lines": [
                 {
                     "kind": line.kind.value,

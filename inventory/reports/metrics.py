@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 
 from django.conf import settings
-from django.db import connection
-from django.db.models import Count, Q
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
-from inventory.models import Event, Host
-from inventory.reports.fleet import RECENT
-
-KV_WINDOW = dt.timedelta(days=7)
-
-
-def _fetch(sql: str, params: list) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
+from inventory.analytics.kv import kv_reservation_gap_bytes, recommended_kv_reservation_bytes
+from inventory.models import Deployment, Host
+from inventory.reports.analysis import KV_WINDOW
+from inventory.reports.headroom import recent_card_headroom
+from inventory.reports.oom import OOM_WINDOW, oom_counts
+from inventory.timeseries import queries
 
 
 class ConsoleCollector:
@@ -39,8 +32,8 @@ class ConsoleCollector:
     def _cards(self):
         fragmentation = GaugeMetricFamily(
             "gpu_console_card_fragmentation_index",
-            "Worst allocator fragmentation index on the card (1 - largest free block / free "
-            "bytes in the pool), last two hours",
+            "Worst allocator fragmentation index of a process on the card (1 - largest free "
+            "block / free bytes in its pool, else inactive split / reserved), last two hours",
             labels=["host", "card"],
         )
         headroom = GaugeMetricFamily(
@@ -48,84 +41,52 @@ class ConsoleCollector:
             "Card total - driver reserved - peak used over the last two hours",
             labels=["host", "card"],
         )
-        for host, index, total, reserved, used, frag in _fetch(
-            """
-            SELECT h.name, g.index, g.memory_total_bytes, max(r.reserved_max), max(r.used_max),
-                   max(r.frag_index_max)
-            FROM inventory_gpu g
-            JOIN inventory_host h ON h.id = g.host_id
-            JOIN inventory_card_rollup_1h r ON r.gpu_id = g.id AND r.bucket > %s
-            WHERE g.host_id = ANY(%s)
-            GROUP BY h.name, g.index, g.memory_total_bytes
-            """,
-            [self.now - RECENT, [h.pk for h in self.hosts]],
-        ):
-            labels = [host, str(index)]
-            if frag is not None:
-                fragmentation.add_metric(labels, frag)
-            if used is not None:
-                headroom.add_metric(labels, total - (reserved or 0) - used)
+        for card in recent_card_headroom([h.pk for h in self.hosts], self.now):
+            labels = [card.peaks.host, str(card.peaks.index)]
+            if card.peaks.fragmentation_index_peak is not None:
+                fragmentation.add_metric(labels, card.peaks.fragmentation_index_peak)
+            if card.headroom_bytes is not None:
+                headroom.add_metric(labels, card.headroom_bytes)
         yield fragmentation
         yield headroom
 
     def _kv_gap(self) -> GaugeMetricFamily:
         gap = GaugeMetricFamily(
             "gpu_console_kv_reservation_gap_bytes",
-            "Recommended KV reservation (P95 concurrency x tokens x bytes/token x (1 + buffer),"
-            " 7 days) minus the current one; positive means under-reserved",
+            "Recommended KV reservation (ceil(P95 of the one-minute peaks of running requests,"
+            " 7 days) x tokens x bytes/token x (1 + buffer)) minus the current one; positive "
+            "means under-reserved",
             labels=["host", "deployment", "model"],
         )
-        for host, deployment, model, current, tokens, p95 in _fetch(
-            """
-            SELECT h.name, d.id, m.name, d.kv_reservation_bytes, d.kv_tokens_per_request,
-                   percentile_cont(0.95) WITHIN GROUP (ORDER BY e.running_max)
-            FROM inventory_engine_rollup_1h e
-            JOIN inventory_deployment d ON d.id = e.deployment_id
-            JOIN inventory_servedmodel m ON m.id = d.served_model_id
-            JOIN inventory_host h ON h.id = d.host_id
-            WHERE d.host_id = ANY(%s) AND e.bucket > %s AND d.status <> 'stopped'
-              AND e.running_max IS NOT NULL
-            GROUP BY h.name, d.id, m.name, d.kv_reservation_bytes, d.kv_tokens_per_request
-            """,
-            [[h.pk for h in self.hosts], self.now - KV_WINDOW],
-        ):
-            per_token = self._bytes_per_token.get(deployment)
-            if not tokens or not per_token or p95 is None:
+        deployments = list(
+            Deployment.objects.filter(host__in=self.hosts)
+            .exclude(status=Deployment.Status.STOPPED)
+            .select_related("host", "served_model")
+        )
+        p95 = queries.running_percentile(
+            [d.pk for d in deployments], self.now - KV_WINDOW, self.now, 95
+        )
+        for deployment in deployments:
+            tokens = deployment.kv_tokens_per_request
+            per_token = deployment.served_model.effective_kv_bytes_per_token
+            if not tokens or not per_token or deployment.pk not in p95:
                 continue
-            recommended = math.ceil(p95) * tokens * per_token * (1 + settings.KV_BUFFER)
-            gap.add_metric([host, str(deployment), model], recommended - current)
+            recommended = recommended_kv_reservation_bytes(
+                p95[deployment.pk], tokens, per_token, settings.KV_BUFFER
+            )
+            gap.add_metric(
+                [deployment.host.name, str(deployment.pk), deployment.served_model.name],
+                kv_reservation_gap_bytes(recommended, deployment.kv_reservation_bytes),
+            )
         return gap
-
-    @property
-    def _bytes_per_token(self) -> dict[int, int]:
-        if not hasattr(self, "_per_token"):
-            from inventory.models import Deployment
-
-            self._per_token = {
-                d.pk: d.served_model.effective_kv_bytes_per_token
-                for d in Deployment.objects.filter(host__in=self.hosts).select_related(
-                    "served_model"
-                )
-            }
-        return self._per_token
 
     def _ooms(self) -> GaugeMetricFamily:
         ooms = GaugeMetricFamily(
             "gpu_console_ooms_24h", "OOM events in the last 24 hours", labels=["host"]
         )
-        counts = dict(
-            Event.objects.filter(host__in=self.hosts)
-            .values("host__name")
-            .annotate(
-                n=Count(
-                    "id",
-                    filter=Q(kind=Event.Kind.OOM, at__gte=self.now - dt.timedelta(hours=24)),
-                )
-            )
-            .values_list("host__name", "n")
-        )
+        counts = oom_counts("host", [h.pk for h in self.hosts], self.now - OOM_WINDOW, self.now)
         for host in self.hosts:
-            ooms.add_metric([host.name], counts.get(host.name, 0))
+            ooms.add_metric([host.name], counts.get(host.pk, 0))
         return ooms
 
     def _collector_age(self) -> GaugeMetricFamily:

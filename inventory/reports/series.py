@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db import connection
 from django.utils import timezone
 
 from inventory.models import Deployment, Host
@@ -55,23 +54,11 @@ def host_charts(host: Host, window: str, now: dt.datetime | None = None) -> dict
 
 def deployment_lines(host, gpus_by_id, start, end, step, source) -> list[dict]:
     """Each deployment's peak memory per card per step (its processes summed; PIDs change)."""
-    time_column = "ts" if source is queries.RAW else "bucket"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            SELECT gpu_id, deployment_id, date_bin(make_interval(secs => %s), {time_column}, %s),
-                   max(used_max)
-            FROM {source.process_table}
-            WHERE gpu_id = ANY(%s) AND {time_column} > %s AND {time_column} < %s
-              AND deployment_id IS NOT NULL
-            GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-            """,
-            [step, queries.EPOCH, list(gpus_by_id), queries._window_start(start, source), end],
-        )
-        rows = cursor.fetchall()
+    rows = queries.deployment_memory_series(list(gpus_by_id), start, end, step, source)
     names = dict(Deployment.objects.filter(host=host).values_list("pk", "served_model__name"))
     lines: dict[tuple[int, int], dict] = {}
-    for gpu_id, deployment_id, ts, used in rows:
+    for row in rows:
+        gpu_id, deployment_id, used = row["gpu_id"], row["deployment_id"], row["used_max"]
         line = lines.setdefault(
             (gpu_id, deployment_id),
             {
@@ -81,6 +68,6 @@ def deployment_lines(host, gpus_by_id, start, end, step, source) -> list[dict]:
                 "used_gib": [],
             },
         )
-        line["times"].append(ts.isoformat())
+        line["times"].append(row["ts"].isoformat())
         line["used_gib"].append(None if used is None else round(used / GIB, 2))
     return list(lines.values())

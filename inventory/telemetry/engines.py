@@ -24,6 +24,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from inventory.analytics.stats import histogram_quantile
 from inventory.telemetry.readings import CollectorFault
 
 Fetch = Callable[[str, float], str]
@@ -55,9 +56,9 @@ class LatencySummary:
             count,
             sum_s,
             buckets,
-            histogram_quantile(0.50, buckets),
-            histogram_quantile(0.95, buckets),
-            histogram_quantile(0.99, buckets),
+            latency_quantile(0.50, buckets),
+            latency_quantile(0.95, buckets),
+            latency_quantile(0.99, buckets),
         )
 
 
@@ -153,28 +154,13 @@ def _histogram(samples, base: str, model_name: str | None) -> LatencySummary | N
     )
 
 
-def histogram_quantile(q: float, buckets: tuple[Bucket, ...] | list[Bucket]) -> float | None:
-    """Prometheus' histogram_quantile: linear interpolation inside the bucket holding rank q."""
-    if not buckets or not 0.0 <= q <= 1.0:
+def latency_quantile(q: float, buckets: tuple[Bucket, ...] | list[Bucket]) -> float | None:
+    """PromQL's histogram_quantile (inventory.analytics.stats), or None when the histogram
+    holds no observations: an idle interval has no latency, not a latency of zero."""
+    try:
+        return histogram_quantile(q, buckets)
+    except ValueError:
         return None
-    total = buckets[-1][1]
-    if total <= 0:
-        return None
-    rank = q * total
-    previous_le, previous_count = 0.0, 0.0
-    for index, (le, count) in enumerate(buckets):
-        if count >= rank:
-            if math.isinf(le):
-                # the rank lies above every finite bound: the largest finite bound is all we know
-                return buckets[index - 1][0] if index > 0 else None
-            if index == 0 and le <= 0:
-                return le
-            in_bucket = count - previous_count
-            if in_bucket <= 0:
-                return le
-            return previous_le + (le - previous_le) * (rank - previous_count) / in_bucket
-        previous_le, previous_count = le, count
-    return None
 
 
 def histogram_delta(

@@ -78,7 +78,7 @@ from inventory.telemetry.batch_schema import SCHEMA
 from inventory.telemetry.engines import (
     EngineReading,
     histogram_delta,
-    histogram_quantile,
+    latency_quantile,
 )
 from inventory.telemetry.readings import CollectorFault, PollResult, TelemetryEvent
 
@@ -391,9 +391,9 @@ class IntervalSampler:
             self._previous_buckets[(deployment_id, key)] = buckets
             latency[key] = {
                 "count": interval[-1][1] if interval else 0.0,
-                "p50_s": histogram_quantile(0.50, interval),
-                "p95_s": histogram_quantile(0.95, interval),
-                "p99_s": histogram_quantile(0.99, interval),
+                "p50_s": latency_quantile(0.50, interval),
+                "p95_s": latency_quantile(0.95, interval),
+                "p99_s": latency_quantile(0.99, interval),
             }
         return {
             "deployment_id": deployment_id,

@@ -18,7 +18,9 @@ from django.db import connection, transaction
 
 from console.audit import record as audit_record
 from console.audit import snapshot
+from inventory.analytics.fragmentation import fragmentation_index
 from inventory.analytics.oom_triage import triage_snapshot
+from inventory.analytics.snapshot import allocator_from_batch
 from inventory.models import (
     CollectorFault,
     CollectorStatus,
@@ -311,15 +313,10 @@ def _discover_card(host: Host, card: dict) -> Gpu:
 
 
 def _fragmentation(row: dict) -> float | None:
-    alloc = row.get("allocator") or {}
-    reserved, allocated = alloc.get("reserved_bytes"), alloc.get("allocated_bytes")
-    largest = alloc.get("largest_free_block_bytes")
-    if reserved is None or allocated is None or largest is None:
-        return alloc.get("fragmentation_max")
-    free = reserved - allocated
-    if free <= 0:
-        return 0.0
-    return max(0.0, 1.0 - largest / free)
+    """The process's fragmentation index, as the host page defines it; None without one."""
+    stats = allocator_from_batch(row.get("allocator"))
+    index = fragmentation_index(stats) if stats else None
+    return None if index is None else index.value
 
 
 def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_Rows") -> int:

@@ -1,4 +1,5 @@
-"""Reading telemetry back: latest values, and series at a step, from the right resolution.
+"""Reading telemetry back: every query the reports, the API and the gates make over samples
+and rollups, one named function each (ingest, partitions and rollups write their own).
 
 A series comes from raw samples, the 1-minute or the 1-hour rollup, whichever is the coarsest
 table still finer than the step and still holding the start of the window. Every point keeps
@@ -13,6 +14,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from inventory.analytics.stats import interpolate_percentile, percentile_ranks
+
 
 @dataclass(frozen=True)
 class Source:
@@ -21,6 +24,11 @@ class Source:
     card_table: str
     process_table: str
     engine_table: str
+
+    @property
+    def time_column(self) -> str:
+        """Raw samples carry their time in `ts`, rollups label each bucket by its start."""
+        return "ts" if self.resolution_s == 0 else "bucket"
 
 
 RAW = Source("raw", 0, "inventory_card_sample", "inventory_process_sample",
@@ -96,7 +104,7 @@ def card_series(
     gpu_ids: list[int], start: dt.datetime, end: dt.datetime, step_s: int, source: Source
 ) -> list[dict]:
     """One row per card and step: gpu_id, ts (bucket start) and the point's figures."""
-    time_column = "ts" if source is RAW else "bucket"
+    time_column = source.time_column
     point = _CARD_POINT["raw" if source is RAW else "rollup"]
     return _rows(
         f"""
@@ -113,7 +121,7 @@ def process_series(
     gpu_ids: list[int], start: dt.datetime, end: dt.datetime, step_s: int, source: Source
 ) -> list[dict]:
     """One row per card, process and step: the process's peak memory in the step."""
-    time_column = "ts" if source is RAW else "bucket"
+    time_column = source.time_column
     return _rows(
         f"""
         SELECT gpu_id, pid, max(name) AS name, max(deployment_id) AS deployment_id,
@@ -146,3 +154,241 @@ def latest_process_memory(gpu_ids: list[int], within: dt.timedelta) -> dict[tupl
         key = (row["gpu_id"], row["deployment_id"])
         held[key] = held.get(key, 0) + row["used_last"]
     return held
+
+
+# --- Named queries the reports compose (the ledger, capacity, charts, KV, the fleet board).
+
+
+def card_samples_at(gpu_ids: list[int], at: dt.datetime, within: dt.timedelta) -> dict[int, dict]:
+    """Each card's newest raw sample at or before `at`, if it is younger than `within` then."""
+    rows = _rows(
+        """
+        SELECT DISTINCT ON (gpu_id) gpu_id, ts, batch_id, total_bytes, used_last,
+               reserved_last, free_last
+        FROM inventory_card_sample
+        WHERE gpu_id = ANY(%s) AND ts <= %s AND ts > %s
+        ORDER BY gpu_id, ts DESC
+        """,
+        [gpu_ids, at, at - within],
+    )
+    return {row["gpu_id"]: row for row in rows}
+
+
+def process_samples_of_batches(
+    gpu_ids: list[int], batch_ids: list, start: dt.datetime, end: dt.datetime
+) -> list[dict]:
+    """The process samples (NVML memory and allocator statistics) that came in these batches."""
+    if not batch_ids:
+        return []
+    return _rows(
+        """
+        SELECT gpu_id, pid, deployment_id, used_last, alloc_reserved_last,
+               alloc_allocated_last, alloc_inactive_split_last, alloc_largest_free_last
+        FROM inventory_process_sample
+        WHERE gpu_id = ANY(%s) AND batch_id = ANY(%s) AND ts > %s AND ts <= %s
+        """,
+        [gpu_ids, batch_ids, start, end],
+    )
+
+
+def kv_usage_at(deployment_ids: list[int], at: dt.datetime, within: dt.timedelta) -> dict:
+    """Each deployment's newest KV cache usage (a fraction) at or before `at`."""
+    rows = _rows(
+        """
+        SELECT DISTINCT ON (deployment_id) deployment_id, kv_usage_last
+        FROM inventory_engine_sample
+        WHERE deployment_id = ANY(%s) AND ts <= %s AND ts > %s AND kv_usage_last IS NOT NULL
+        ORDER BY deployment_id, ts DESC
+        """,
+        [deployment_ids, at, at - within],
+    )
+    return {row["deployment_id"]: row["kv_usage_last"] for row in rows}
+
+
+def driver_reserved_at(gpu_id: int, at: dt.datetime) -> int | None:
+    """What the driver held on the card in its newest sample at or before `at`."""
+    rows = _rows(
+        "SELECT reserved_last FROM inventory_card_sample WHERE gpu_id = %s AND ts <= %s "
+        "ORDER BY ts DESC LIMIT 1",
+        [gpu_id, at],
+    )
+    return rows[0]["reserved_last"] if rows else None
+
+
+def deployment_demand(gpu_id: int, start: dt.datetime, end: dt.datetime) -> list[dict]:
+    """Per sample time and deployment on the card: bytes allocated (NVML's per-process figure
+    where no allocator statistics exist), bytes the allocators held unallocated, and the worst
+    fragmentation index."""
+    return _rows(
+        """
+        SELECT ts, deployment_id,
+               sum(coalesce(alloc_allocated_last, used_max)) AS allocated,
+               sum(greatest(coalesce(alloc_reserved_last - alloc_allocated_last, 0), 0)) AS held,
+               max(frag_index_max) AS frag
+        FROM inventory_process_sample
+        WHERE gpu_id = %s AND ts > %s AND ts <= %s
+        GROUP BY ts, deployment_id
+        """,
+        [gpu_id, start, end],
+    )
+
+
+def deployment_memory_series(
+    gpu_ids: list[int], start: dt.datetime, end: dt.datetime, step_s: int, source: Source
+) -> list[dict]:
+    """Per deployment, card and step: the highest memory any of its processes held (by
+    deployment, not PID, so a restart continues the line)."""
+    time_column = source.time_column
+    return _rows(
+        f"""
+        SELECT gpu_id, deployment_id,
+               date_bin(make_interval(secs => %s), {time_column}, %s) AS ts,
+               max(used_max) AS used_max
+        FROM {source.process_table}
+        WHERE gpu_id = ANY(%s) AND {time_column} > %s AND {time_column} < %s
+          AND deployment_id IS NOT NULL
+        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        """,
+        [step_s, EPOCH, gpu_ids, _window_start(start, source), end],
+    )
+
+
+def deployment_memory_minutes(gpu_ids: list[int], start: dt.datetime, step_s: int) -> list[dict]:
+    """As `deployment_memory_series`, from the minute rollups since `start`, steps labelled in
+    epoch seconds (what the co-peak analysis reads)."""
+    return _rows(
+        """
+        SELECT gpu_id, deployment_id,
+               extract(epoch FROM date_bin(make_interval(secs => %s), bucket, %s))::float8 AS at,
+               max(used_max) AS used_max
+        FROM inventory_process_rollup_1m
+        WHERE gpu_id = ANY(%s) AND bucket > %s AND deployment_id IS NOT NULL
+        GROUP BY 1, 2, 3
+        """,
+        [step_s, EPOCH, gpu_ids, start],
+    )
+
+
+@dataclass(frozen=True)
+class EngineMinute:
+    deployment_id: int
+    at: float  # epoch seconds of the minute's start
+    running_max: float | None
+    running_sum: float
+    running_count: int
+    requests: float
+    latency_p99_max: float | None
+
+
+def engine_minutes(
+    deployment_ids: list[int], start: dt.datetime, end: dt.datetime
+) -> dict[int, list[EngineMinute]]:
+    """Per deployment, its engine's one-minute rollups in (start, end], oldest first.
+
+    The basis of every concurrency figure: the KV advice, the KV gate and the KV gap in
+    /metrics all take the P95 over these minutes' peaks of running requests.
+    """
+    rows = _rows(
+        """
+        SELECT deployment_id, extract(epoch FROM bucket)::float8 AS at, running_max,
+               running_sum, running_count, requests, latency_p99_max
+        FROM inventory_engine_rollup_1m
+        WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
+        ORDER BY deployment_id, bucket
+        """,
+        [deployment_ids, start, end],
+    )
+    minutes: dict[int, list[EngineMinute]] = {}
+    for row in rows:
+        minutes.setdefault(row["deployment_id"], []).append(EngineMinute(**row))
+    return minutes
+
+
+def running_percentile(
+    deployment_ids: list[int], start: dt.datetime, end: dt.datetime, pct: int
+) -> dict[int, float]:
+    """Per deployment, `percentile(pct)` of the minutes' peaks of running requests in
+    (start, end] (the minutes `engine_minutes` returns), without fetching every minute.
+
+    The database ranks the peaks and returns the two the definition in
+    `inventory.analytics.stats` interpolates between, so the figure is the very number that
+    `percentile` gives over the full list (PostgreSQL's percentile_cont multiplies by a
+    binary 0.95 and can differ in the last bits). `pct` is whole so that the ranks can be
+    computed in integers on both sides.
+    """
+    rows = _rows(
+        """
+        SELECT deployment_id, n, i, running_max FROM (
+            SELECT deployment_id, running_max,
+                   row_number() OVER (PARTITION BY deployment_id ORDER BY running_max) - 1 AS i,
+                   count(*) OVER (PARTITION BY deployment_id) AS n
+            FROM inventory_engine_rollup_1m
+            WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
+              AND running_max IS NOT NULL
+        ) ranked
+        WHERE i IN ((n - 1) * %s / 100, least((n - 1) * %s / 100 + 1, n - 1))
+        """,
+        [deployment_ids, start, end, int(pct), int(pct)],
+    )
+    ranked: dict[int, tuple[int, dict[int, float]]] = {}
+    for row in rows:
+        ranked.setdefault(row["deployment_id"], (row["n"], {}))[1][row["i"]] = row["running_max"]
+    answer = {}
+    for deployment_id, (count, values) in ranked.items():
+        below, above = percentile_ranks(count, pct)
+        answer[deployment_id] = interpolate_percentile(count, pct, values[below], values[above])
+    return answer
+
+
+@dataclass(frozen=True)
+class CardPeaks:
+    """A card's highest figures over a recent window, from the hourly rollups."""
+
+    host_id: int
+    host: str
+    gpu_id: int
+    index: int
+    total_bytes: int  # the card's memory, as the inventory knows it
+    driver_reserved_bytes: int | None
+    used_peak_bytes: int | None  # None: no rollup in the window
+    fragmentation_index_peak: float | None
+
+
+def card_peaks(host_ids: list[int], start: dt.datetime, end: dt.datetime) -> list[CardPeaks]:
+    """Every card of these hosts with its peaks over the hourly buckets that start in
+    (start, end]: one query for a whole fleet, so the board and /metrics stay fast."""
+    rows = _rows(
+        """
+        SELECT g.host_id, h.name AS host, g.id AS gpu_id, g.index,
+               g.memory_total_bytes AS total_bytes, r.reserved AS driver_reserved_bytes,
+               r.used AS used_peak_bytes, r.frag AS fragmentation_index_peak
+        FROM inventory_gpu g
+        JOIN inventory_host h ON h.id = g.host_id
+        LEFT JOIN (
+            SELECT gpu_id, max(reserved_max) AS reserved, max(used_max) AS used,
+                   max(frag_index_max) AS frag
+            FROM inventory_card_rollup_1h WHERE bucket > %s AND bucket <= %s GROUP BY gpu_id
+        ) r ON r.gpu_id = g.id
+        WHERE g.host_id = ANY(%s)
+        ORDER BY g.host_id, g.index
+        """,
+        [start, end, host_ids],
+    )
+    return [CardPeaks(**row) for row in rows]
+
+
+def latency_p99_peaks(host_ids: list[int], start: dt.datetime, end: dt.datetime) -> list[dict]:
+    """Per host and served model running there: the highest P99 latency (s) over the hourly
+    buckets in (start, end], beside the model's SLO (ms)."""
+    return _rows(
+        """
+        SELECT d.host_id, m.name, max(e.latency_p99_max) AS p99_s,
+               m.p99_latency_slo_ms AS slo_ms
+        FROM inventory_engine_rollup_1h e
+        JOIN inventory_deployment d ON d.id = e.deployment_id
+        JOIN inventory_servedmodel m ON m.id = d.served_model_id
+        WHERE d.host_id = ANY(%s) AND e.bucket > %s AND e.bucket <= %s AND d.status <> 'stopped'
+        GROUP BY d.host_id, m.name, m.p99_latency_slo_ms
+        """,
+        [host_ids, start, end],
+    )

@@ -69,6 +69,7 @@ def host_detail(request, name: str):
             "placement": diagram.draw(diagram.build(*current_placement(host))),
             "ledger_data": ledger_json(ledgers),
             "card_status": {view.gpu.pk: view.status for view in ledgers},
+            "card_headroom": {view.gpu.pk: view.headroom_bytes for view in ledgers},
             "mps_groups": analysis.mps_groups(host),
             "ooms": ooms,
             "oom_points": [

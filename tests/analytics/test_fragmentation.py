@@ -4,7 +4,6 @@ from inventory.analytics.fragmentation import (
     Status,
     Thresholds,
     card_status,
-    deployment_fragmentation,
     fragmentation_index,
     worst_status,
 )
@@ -98,18 +97,3 @@ def test_card_thresholds_are_parameters():
         _card(used=40 * GiB), usage_thresholds=Thresholds(amber=0.4, red=0.5)
     )  # 40.5 / 80 = 0.506
     assert status.status is Status.RED
-
-
-def test_each_deployment_reports_its_most_fragmented_process():
-    processes = (
-        ProcessSnapshot(1, "chat", None, AllocatorStats(10 * GiB, 9 * GiB, GiB // 10)),
-        ProcessSnapshot(2, "chat", None, AllocatorStats(10 * GiB, 5 * GiB, 4 * GiB)),
-        ProcessSnapshot(3, "code", None, AllocatorStats(10 * GiB, 9 * GiB, 0)),
-        ProcessSnapshot(4, None, None, AllocatorStats(10 * GiB, 1 * GiB, 9 * GiB)),
-    )
-    worst = deployment_fragmentation(_card(*processes))
-    assert set(worst) == {"chat", "code"}
-    assert worst["chat"].pid == 2
-    assert worst["chat"].index.value == pytest.approx(0.4)
-    assert worst["chat"].status is Status.AMBER
-    assert worst["code"].status is Status.GREEN

@@ -6,11 +6,10 @@ from inventory.analytics.kv import (
     UnknownDtypeError,
     bytes_per_element,
     kv_bytes_per_token,
-    kv_pool_bytes_from_cache_config,
-    kv_pool_bytes_from_memory_utilization,
     kv_reservation_bytes,
+    kv_reservation_gap_bytes,
+    recommended_kv_reservation_bytes,
 )
-from inventory.analytics.units import GiB
 
 
 def test_mla_caches_one_latent_per_layer_without_factor_two():
@@ -77,13 +76,13 @@ def test_reservation_grows_with_buffer_and_covers_the_unbuffered_need(c, t, b, x
     assert c * t * b <= kv_reservation_bytes(c, t, b, low) <= kv_reservation_bytes(c, t, b, high)
 
 
-def test_pool_from_cache_config_is_blocks_times_block_size_tokens():
-    # 4096 blocks x 16 tokens x 327,680 B = 65,536 tokens x 320 KiB = 20 GiB.
-    assert kv_pool_bytes_from_cache_config(4096, 16, 327_680) == 20 * GiB
+def test_recommended_reservation_rounds_concurrency_up_to_whole_requests():
+    # 12.4 requests need 13: 13 x 1,000 tokens x 1,000 B x 1.2, exactly.
+    assert recommended_kv_reservation_bytes(12.4, 1000, 1000, 0.2) == 15_600_000
+    # Float noise is no request: 12.000000000000002 stays 12.
+    assert recommended_kv_reservation_bytes(12.000000000000002, 1000, 1000, 0.2) == 14_400_000
 
 
-def test_pool_from_memory_utilization_is_what_the_claim_leaves():
-    # 0.9 x 80 GiB = 72 GiB claimed; 40 GiB of weights and activations leave 32 GiB.
-    assert kv_pool_bytes_from_memory_utilization(80 * GiB, 0.9, 40 * GiB) == 32 * GiB
-    with pytest.raises(ValueError, match="no KV pool fits"):
-        kv_pool_bytes_from_memory_utilization(80 * GiB, 0.5, 41 * GiB)
+def test_gap_is_positive_when_under_reserved():
+    assert kv_reservation_gap_bytes(15_600_000, 10_000_000) == 5_600_000
+    assert kv_reservation_gap_bytes(10_000_000, 15_600_000) == -5_600_000

@@ -14,8 +14,8 @@ from inventory.telemetry.engines import (
     EngineScrapeError,
     ScrapeTarget,
     histogram_delta,
-    histogram_quantile,
     http_fetch,
+    latency_quantile,
     parse_ollama_ps,
     parse_sglang_metrics,
     parse_tgi_metrics,
@@ -23,7 +23,8 @@ from inventory.telemetry.engines import (
     scrape,
     scrape_all,
 )
-from inventory.telemetry.simulator.fleet import demo_fleet
+from inventory.telemetry.simulator.fleet import Fleet
+from inventory.telemetry.simulator.scenarios import demo_fleet_specs
 
 from .conftest import ENGINES
 
@@ -55,7 +56,7 @@ def test_vllm_live_sample_older_kv_name_and_latency_histograms():
 
 
 def test_vllm_newer_kv_name_from_the_simulator_parses_with_the_same_code():
-    fleet = demo_fleet(seed=1)
+    fleet = Fleet(demo_fleet_specs(), seed=1)
     fleet.advance_to(14 * 3600, max_step_s=60)
     v1 = fleet.fetch("sim://infer-01/chat-large/metrics")
     assert "vllm:kv_cache_usage_perc" in v1 and "gpu_cache_usage_perc" not in v1
@@ -70,7 +71,7 @@ def test_vllm_newer_kv_name_from_the_simulator_parses_with_the_same_code():
 
 
 def test_sglang_and_tgi_pages_from_the_simulator():
-    fleet = demo_fleet(seed=2)
+    fleet = Fleet(demo_fleet_specs(), seed=2)
     fleet.advance_to(15 * 3600, max_step_s=60)
     host = fleet.hosts["infer-01"]
     sglang = parse_sglang_metrics(fleet.fetch("sim://infer-01/code-medium/metrics"))
@@ -137,14 +138,12 @@ def test_sglang_and_tgi_reject_pages_of_other_engines():
         parse_tgi_metrics(fixture("vllm_metrics.txt"))
 
 
-def test_histogram_quantile_interpolates_like_prometheus():
+def test_latency_quantile_is_none_for_an_interval_without_requests():
+    # The interpolation itself is tested with inventory.analytics.stats.histogram_quantile.
     buckets = ((0.1, 10.0), (0.5, 60.0), (1.0, 100.0), (math.inf, 100.0))
-    assert histogram_quantile(0.05, buckets) == pytest.approx(0.05)
-    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1 + 0.4 * 40 / 50)
-    assert histogram_quantile(0.99, buckets) == pytest.approx(0.5 + 0.5 * 39 / 40)
-    beyond = ((0.1, 1.0), (math.inf, 10.0))
-    assert histogram_quantile(0.99, beyond) == 0.1  # above the last finite bound
-    assert histogram_quantile(0.5, ((1.0, 0.0), (math.inf, 0.0))) is None
+    assert latency_quantile(0.5, buckets) == pytest.approx(0.1 + 0.4 * 40 / 50)
+    assert latency_quantile(0.5, ((1.0, 0.0), (math.inf, 0.0))) is None
+    assert latency_quantile(0.5, ()) is None
 
 
 def test_histogram_delta_gives_the_interval_and_survives_a_restart():
@@ -207,7 +206,7 @@ def test_http_fetch_reads_a_local_endpoint_and_reports_a_dead_one():
 
 
 def test_simulated_allocator_stats_have_torch_keys():
-    fleet = demo_fleet(seed=3)
+    fleet = Fleet(demo_fleet_specs(), seed=3)
     fleet.advance_to(6 * 3600, max_step_s=120)
     stats = json.loads(fleet.fetch("sim://infer-01/chat-large/memory_stats"))
     assert len(stats) == 3  # one process per card of its group

@@ -11,7 +11,6 @@ from inventory.telemetry import fake_nvml
 from inventory.telemetry.collector import NvmlCollector
 from inventory.telemetry.fake_nvml import FakeNvml
 from inventory.telemetry.simulator.catalogue import MIB, gpu_type
-from inventory.telemetry.simulator.clock import AcceleratedClock, SimulatedClock
 from inventory.telemetry.simulator.fleet import Fleet
 from inventory.telemetry.simulator.host import SimulatedHost
 from inventory.telemetry.simulator.scenarios import (
@@ -193,20 +192,6 @@ def test_contained_tenant_quirks_reach_the_collector():
     assert reading.name is None and reading.name_error == "NVMLError_NotFound"
     assert reading.used_bytes is None and reading.gpu_instance_id == 9
     assert poll.cards[0].util_gpu is None  # MIG: NotSupported, tolerated
-
-
-def test_simulated_clock_and_accelerated_clock():
-    clock = SimulatedClock(epoch=1000.0)
-    clock.advance(5)
-    clock.advance_to(3)  # never backwards
-    assert (clock.now(), clock.epoch_time()) == (5.0, 1005.0)
-    with pytest.raises(ValueError):
-        clock.advance(-1)
-    real = [100.0]
-    fast = AcceleratedClock(speed=2000, epoch=0.0, real_clock=lambda: real[0])
-    real[0] += 43.2
-    assert fast.now() == pytest.approx(DAY)  # a simulated day in 43 real seconds
-    assert fast.real_seconds_until(DAY + 2000) == pytest.approx(1.0)
 
 
 def test_a_lost_card_keeps_nvml_errors_faithful():

@@ -11,15 +11,17 @@ happens to demand above it (P95 is not a ceiling: queue, shed, shrink or evict a
 model, or refuse).
 """
 
-import math
 from dataclasses import dataclass
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus
-from inventory.analytics.kv import kv_reservation_bytes
+from inventory.analytics.kv import (
+    MEAN_TOLERANCE,
+    kv_reservation_bytes,
+    kv_reservation_gap_bytes,
+    recommended_kv_reservation_bytes,
+    whole_requests,
+)
 from inventory.analytics.units import format_gib
-
-# A reservation within 10% of the mean need is a mean-level reservation whatever its label.
-MEAN_TOLERANCE = 0.10
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,6 @@ class KvRequest:
     bytes_per_token: float | None
     tokens_per_request: float | None
     concurrency: Concurrency | None
-
-
-def _whole_requests(concurrency: float) -> int:
-    return math.ceil(round(concurrency, 9))
 
 
 def evaluate_kv(request: KvRequest) -> GateOutcome:
@@ -96,15 +94,19 @@ def evaluate_kv(request: KvRequest) -> GateOutcome:
         )
 
     if concurrency is not None and request.bytes_per_token and request.tokens_per_request:
-        per_request = request.tokens_per_request * request.bytes_per_token
         use_peak = request.basis == "peak" and concurrency.peak is not None
         sized = concurrency.peak if use_peak else concurrency.p95
         label = "peak" if use_peak else "P95"
-        requests = _whole_requests(sized)
-        required = kv_reservation_bytes(
-            requests, request.tokens_per_request, request.bytes_per_token, request.buffer
+        requests = whole_requests(sized)
+        required = recommended_kv_reservation_bytes(
+            sized, request.tokens_per_request, request.bytes_per_token, request.buffer
         )
-        numbers.update(sized_on=label, sized_requests=requests, required_bytes=required)
+        numbers.update(
+            sized_on=label,
+            sized_requests=requests,
+            required_bytes=required,
+            gap_bytes=kv_reservation_gap_bytes(required, reservation),
+        )
         formula = (
             f"ceil({label} {sized:.1f}) = {requests} requests x "
             f"{request.tokens_per_request:,.0f} tokens x {request.bytes_per_token:,.0f} B/token x "
@@ -116,7 +118,9 @@ def evaluate_kv(request: KvRequest) -> GateOutcome:
                 f"The reservation of {format_gib(reservation)} is below the need: {formula}."
             )
         if concurrency.mean is not None:
-            mean_need = math.ceil(concurrency.mean * per_request)
+            mean_need = kv_reservation_bytes(
+                concurrency.mean, request.tokens_per_request, request.bytes_per_token, 0
+            )
             numbers["mean_need_bytes"] = mean_need
             if request.basis != "mean" and 0 < reservation <= mean_need * (1 + MEAN_TOLERANCE):
                 reasons.append(

@@ -14,7 +14,7 @@ from inventory.telemetry.simulator.engine_render import (
     render_vllm,
 )
 from inventory.telemetry.simulator.host import HostSpec, SimulatedHost
-from inventory.telemetry.simulator.scenarios import DEMO_EPOCH, demo_fleet_specs
+from inventory.telemetry.simulator.scenarios import DEMO_EPOCH
 
 
 class Fleet:
@@ -70,7 +70,3 @@ class Fleet:
         if engine == "tgi":
             return render_tgi(replica)
         raise EngineScrapeError(f"GET {url}: {engine} serves no /metrics")
-
-
-def demo_fleet(seed: int = 0) -> Fleet:
-    return Fleet(demo_fleet_specs(), seed)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from inventory.telemetry.engines import latency_quantile
+
 _FIRST_EDGE_S = 0.005
 _RATIO = 1.04
 _BINS = 260  # 5 ms .. ~130 s
@@ -86,16 +88,9 @@ class LatencyHistogram:
         return self._bins
 
     def quantile(self, q: float) -> float | None:
-        if self.count <= 0:
-            return None
-        rank = q * self.count
-        running = 0.0
-        for index, value in enumerate(self.bins):
-            if running + value >= rank and value > 0:
-                lower = UPPER_EDGES[index - 1] if index else 0.0
-                return lower + (UPPER_EDGES[index] - lower) * (rank - running) / value
-            running += value
-        return UPPER_EDGES[-1]
+        """The estimate a Prometheus reader of this histogram gets (its bins as buckets)."""
+        bounds = (*UPPER_EDGES, math.inf)
+        return latency_quantile(q, list(zip(bounds, self.cumulative_at(bounds), strict=True)))
 
     def cumulative_at(self, bounds: Iterable[float]) -> list[float]:
         """Cumulative counts at each bound (ascending), as a Prometheus histogram exposes them."""
@@ -106,5 +101,6 @@ class LatencyHistogram:
             while index < _BINS and UPPER_EDGES[index] <= bound * (1 + 1e-9):
                 running += bins[index]
                 index += 1
-            result.append(self.count if math.isinf(bound) else running)
+            # The bins' float sum can pass the count by a rounding error; +Inf never falls below.
+            result.append(max(self.count, running) if math.isinf(bound) else running)
         return result
