@@ -3,11 +3,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from console import health
+from console.audit import api as audit_api
 from console.audit import views as audit
 from console.proposals import api as proposal_api
 from console.proposals import urls as proposal_urls
 from inventory.api import metrics
 from inventory.views import dead_letters, events, fleet, hosts, models, oom
+from runbooks import urls as runbook_urls
 
 urlpatterns = [
     path("", fleet.fleet, name="fleet"),
@@ -39,6 +41,8 @@ urlpatterns = [
     path("runbooks/", include("runbooks.urls")),
     path("proposals/", include("console.proposals.urls")),
     path("api/proposals/", include(proposal_urls.api_urlpatterns)),
+    path("api/audit/", audit_api.AuditList.as_view(), name="api-audit"),
+    path("api/runbooks/", include(runbook_urls.api_urlpatterns)),
     path("api/placement/", proposal_api.Placement.as_view(), name="api-placement"),
     path("api/", include("inventory.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

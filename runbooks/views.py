@@ -1,10 +1,11 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
-from django.db.models import Q
 from django.shortcuts import get_object_or_404, redirect, render
 
 from console.access import get_changeable_or_403, get_visible_or_404, require_permission
+from console.pagination import page_of
 from runbooks.diff import diff_lines
+from runbooks.filters import NoteFilter
 from runbooks.forms import NoteForm
 from runbooks.models import RunbookNote, RunbookRevision
 from runbooks.rendering import render_markdown
@@ -13,16 +14,13 @@ from runbooks.services import StaleNoteError, do_create_note, do_update_note
 
 @permission_required("runbooks.view_runbooknote", raise_exception=True)
 def note_list(request):
-    notes = RunbookNote.objects.visible_to(request.user).select_related("host", "served_model")
-    scope = request.GET.get("scope", "")
-    if scope in RunbookNote.Scope.values:
-        notes = notes.filter(scope=scope)
-    tag = request.GET.get("tag", "").strip().lower()
-    if tag:
-        notes = notes.filter(tags__contains=[tag])
-    query = request.GET.get("q", "").strip()
-    if query:
-        notes = notes.filter(Q(title__icontains=query) | Q(body__icontains=query))
+    notes = NoteFilter(
+        request.GET,
+        queryset=RunbookNote.objects.visible_to(request.user)
+        .select_related("host", "served_model")
+        .order_by("title", "pk"),
+        request=request,
+    )
     all_tags = sorted(
         {t for tags in RunbookNote.objects.values_list("tags", flat=True) for t in tags}
     )
@@ -30,11 +28,8 @@ def note_list(request):
         request,
         "runbooks/note_list.html",
         {
-            "notes": notes,
-            "scopes": RunbookNote.Scope.choices,
-            "scope": scope,
-            "tag": tag,
-            "q": query,
+            "page": page_of(request, notes.qs),
+            "form": notes.form,
             "all_tags": all_tags,
             "can_add": request.user.has_perm("runbooks.add_runbooknote"),
         },

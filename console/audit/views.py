@@ -1,20 +1,20 @@
 from django.contrib.auth.decorators import permission_required
-from django.core.paginator import Paginator
 from django.shortcuts import render
 
+from console.audit.filters import AuditFilter
 from console.models import AuditEntry
+from console.pagination import page_of
 
 
 @permission_required("console.view_auditentry", raise_exception=True)
 def audit_list(request):
-    entries = AuditEntry.objects.visible_to(request.user).select_related("host", "content_type")
-    action = request.GET.get("action", "").strip()
-    if action:
-        entries = entries.filter(action__startswith=action)
-    actor = request.GET.get("actor", "").strip()
-    if actor:
-        entries = entries.filter(actor_name=actor)
-    page = Paginator(entries, 50).get_page(request.GET.get("page"))
+    entries = AuditFilter(
+        request.GET,
+        queryset=AuditEntry.objects.visible_to(request.user).select_related("host", "content_type"),
+        request=request,
+    )
     return render(
-        request, "console/audit_list.html", {"page": page, "action": action, "actor": actor}
+        request,
+        "console/audit_list.html",
+        {"page": page_of(request, entries.qs), "form": entries.form},
     )

@@ -8,6 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
+from rest_framework.generics import ListAPIView
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -15,6 +16,7 @@ from rest_framework.views import APIView
 from console.access import get_visible_or_404, permission_name
 from console.placement import PlacementInputError, solve
 from console.proposals import services
+from console.proposals.filters import ProposalFilter
 from console.proposals.models import Proposal
 from inventory.api.permissions import CanView
 from inventory.models import Deployment, Host, MigSlice, ServedModel
@@ -174,22 +176,23 @@ def _status(request, proposal: Proposal) -> dict:
 
 
 _PROPOSALS = Proposal.objects.select_related("served_model", "host", "author")
-LIST_LIMIT = 200
 
 
-class ProposalList(APIView):
+class ProposalList(ListAPIView):
     model = Proposal
     permission_classes = [CanView, CanPropose]
+    serializer_class = ProposalStatusSerializer
+    filterset_class = ProposalFilter
 
-    @extend_schema(
-        responses=ProposalStatusSerializer(many=True),
-        summary="Proposals, the most recently changed first",
-        description=f"At most {LIST_LIMIT}.",
-    )
+    def get_queryset(self):
+        return _PROPOSALS.visible_to(self.request.user)
+
+    @extend_schema(summary="Proposals, the most recently changed first")
     def get(self, request):
-        proposals = _PROPOSALS.visible_to(request.user)[:LIST_LIMIT]
-        return Response(ProposalStatusSerializer([_status(request, p) for p in proposals],
-                                                 many=True).data)  # fmt: skip
+        proposals = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(
+            ProposalStatusSerializer([_status(request, p) for p in proposals], many=True).data
+        )
 
     @extend_schema(
         request=ProposalCreateSerializer,

@@ -1,18 +1,18 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
 from django.db.models import Q
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from console.access import get_changeable_or_403, get_visible_or_404, require_permission
 from console.models import AuditEntry
+from console.pagination import page_of
 from console.proposals import placement, services
+from console.proposals.filters import ProposalFilter
 from console.proposals.forms import CommentForm, DecisionForm, LoadTestForm, ProposalForm
 from console.proposals.models import Decision, Proposal
 from console.proposals.transitions import Event, IllegalTransition, State, allowed
-from inventory.models import Host
 
 _DETAIL = Proposal.objects.select_related(
     "served_model", "host", "deployment__served_model", "author", "mig_slice__gpu"
@@ -28,28 +28,19 @@ def _require_author(user, proposal: Proposal, doing: str) -> None:
 
 @permission_required("proposals.view_proposal", raise_exception=True)
 def proposal_list(request):
-    proposals = Proposal.objects.visible_to(request.user).select_related(
-        "served_model", "host", "author"
+    proposals = ProposalFilter(
+        request.GET,
+        queryset=Proposal.objects.visible_to(request.user).select_related(
+            "served_model", "host", "author"
+        ),
+        request=request,
     )
-    filters = {key: request.GET.get(key, "").strip() for key in ("state", "host", "author", "q")}
-    if filters["state"] in {state.value for state in State}:
-        proposals = proposals.filter(state=filters["state"])
-    if filters["host"]:
-        proposals = proposals.filter(host__name=filters["host"])
-    if filters["author"]:
-        proposals = proposals.filter(author__username=filters["author"])
-    if filters["q"]:
-        proposals = proposals.filter(
-            Q(rationale__icontains=filters["q"]) | Q(served_model__name__icontains=filters["q"])
-        )
     return render(
         request,
         "proposals/proposal_list.html",
         {
-            "page": Paginator(proposals, 50).get_page(request.GET.get("page")),
-            "filters": filters,
-            "states": Proposal.STATES,
-            "hosts": Host.objects.visible_to(request.user).values_list("name", flat=True),
+            "page": page_of(request, proposals.qs),
+            "form": proposals.form,
             "can_add": request.user.has_perm("proposals.add_proposal"),
         },
     )
@@ -61,9 +52,9 @@ def inbox(request):
         Proposal.objects.visible_to(request.user)
         .awaiting(request.user)
         .select_related("served_model", "host", "author")
-        .order_by("updated_at")
+        .order_by("updated_at", "id")
     )
-    return render(request, "proposals/inbox.html", {"proposals": waiting})
+    return render(request, "proposals/inbox.html", {"page": page_of(request, waiting)})
 
 
 def proposal_create(request):

@@ -2,6 +2,8 @@
 
 from rest_framework import serializers
 
+from inventory.models import Event
+
 
 class CollectorHealthSerializer(serializers.Serializer):
     last_sample_at = serializers.DateTimeField(allow_null=True)
@@ -40,6 +42,22 @@ class HostSummarySerializer(serializers.Serializer):
     last_sample_at = serializers.DateTimeField(allow_null=True)
     collector = CollectorHealthSerializer()
     cards = CardNowSerializer(many=True)
+
+
+class OomEventSerializer(serializers.ModelSerializer):
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    card = serializers.IntegerField(source="gpu.index", allow_null=True, read_only=True)
+    model = serializers.CharField(
+        source="deployment.served_model.name",
+        allow_null=True,
+        read_only=True,
+        help_text="null: no deployment recorded on the card.",
+    )
+    cause = serializers.CharField(read_only=True, help_text="Empty: not triaged.")
+
+    class Meta:
+        model = Event
+        fields = ["id", "at", "host", "card", "model", "cause", "cause_explanation"]
 
 
 class SamplesQuerySerializer(serializers.Serializer):

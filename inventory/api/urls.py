@@ -10,6 +10,7 @@ urlpatterns = [
     path("hosts/", views.HostList.as_view(), name="api-hosts"),
     path("hosts/<str:name>/samples/", views.HostSamples.as_view(), name="api-host-samples"),
     path("hosts/<str:name>/ledger/", views.HostLedger.as_view(), name="api-host-ledger"),
+    path("oom/", views.OomEventList.as_view(), name="api-oom"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path(
         "docs/",

@@ -6,6 +6,7 @@ from itertools import groupby
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import ValidationError
+from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -15,14 +16,17 @@ from inventory.api.serializers import (
     CardLedgerSerializer,
     HostSummarySerializer,
     LedgerQuerySerializer,
+    OomEventSerializer,
     SamplesQuerySerializer,
     SamplesSerializer,
 )
-from inventory.models import Gpu, Host
+from inventory.filters import HostFilter, OomEventFilter
+from inventory.models import Event, Gpu, Host
 from inventory.reports.collector import collector_health
 from inventory.reports.headroom import recent_card_headroom
 from inventory.reports.ledger import card_views
 from inventory.reports.ledger_json import ledger_json
+from inventory.reports.oom_history import DEFAULT_WINDOW_WEEKS
 from inventory.timeseries import queries
 
 MAX_POINTS = 5000
@@ -30,41 +34,70 @@ MAX_POINTS = 5000
 _STEPS = (10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
 
 
-class HostList(APIView):
+@extend_schema(summary="Hosts and their cards now, by name")
+class HostList(ListAPIView):
     model = Host
     permission_classes = [CanView]
+    serializer_class = HostSummarySerializer
+    filterset_class = HostFilter
 
-    @extend_schema(responses=HostSummarySerializer(many=True), summary="Hosts and their cards now")
-    def get(self, request):
-        now = timezone.now()
-        hosts = list(
-            Host.objects.visible_to(request.user)
+    def get_queryset(self):
+        return (
+            Host.objects.visible_to(self.request.user)
             .select_related("collector_status")
             .prefetch_related("gpus")
         )
-        gpu_ids = [gpu.pk for host in hosts for gpu in host.gpus.all()]
-        latest = queries.latest_card_samples(gpu_ids, within=dt.timedelta(days=1))
-        headroom = {
-            card.peaks.gpu_id: card.headroom_bytes
-            for card in recent_card_headroom([host.pk for host in hosts], now)
-        }
-        answer = []
-        for host in hosts:
-            status = getattr(host, "collector_status", None)
-            answer.append(
-                {
-                    "name": host.name,
-                    "status": host.status,
-                    "url": request.build_absolute_uri(host.get_absolute_url()),
-                    "last_sample_at": status.last_sample_at if status else None,
-                    "collector": collector_health(status, now),
-                    "cards": [
-                        _card_now(gpu, latest.get(gpu.pk), headroom.get(gpu.pk))
-                        for gpu in host.gpus.all()
-                    ],
-                }
-            )
-        return Response(HostSummarySerializer(answer, many=True).data)
+
+    def list(self, request):
+        hosts = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(_host_summaries(request, hosts))
+
+
+def _host_summaries(request, hosts: list[Host]) -> list[dict]:
+    now = timezone.now()
+    gpu_ids = [gpu.pk for host in hosts for gpu in host.gpus.all()]
+    latest = queries.latest_card_samples(gpu_ids, within=dt.timedelta(days=1))
+    headroom = {
+        card.peaks.gpu_id: card.headroom_bytes
+        for card in recent_card_headroom([host.pk for host in hosts], now)
+    }
+    answer = []
+    for host in hosts:
+        status = getattr(host, "collector_status", None)
+        answer.append(
+            {
+                "name": host.name,
+                "status": host.status,
+                "url": request.build_absolute_uri(host.get_absolute_url()),
+                "last_sample_at": status.last_sample_at if status else None,
+                "collector": collector_health(status, now),
+                "cards": [
+                    _card_now(gpu, latest.get(gpu.pk), headroom.get(gpu.pk))
+                    for gpu in host.gpus.all()
+                ],
+            }
+        )
+    return HostSummarySerializer(answer, many=True).data
+
+
+@extend_schema(
+    summary="OOM events, the newest first",
+    description="The OOMs the OOM history page counts: the last "
+    f"{DEFAULT_WINDOW_WEEKS} ISO weeks up to now unless weeks says otherwise, narrowed by host, "
+    "model and triaged cause.",
+)
+class OomEventList(ListAPIView):
+    model = Event
+    permission_classes = [CanView]
+    serializer_class = OomEventSerializer
+    filterset_class = OomEventFilter
+
+    def get_queryset(self):
+        return (
+            Event.objects.visible_to(self.request.user)
+            .select_related("host", "gpu", "deployment__served_model")
+            .order_by("-at", "-pk")
+        )
 
 
 def _card_now(gpu: Gpu, sample: dict | None, headroom_bytes: int | None) -> dict:

@@ -3,69 +3,28 @@
 import csv
 import datetime as dt
 
-from django import forms
 from django.contrib.auth.decorators import permission_required
 from django.http import StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
 from console.models import AuditEntry
-from inventory.models import Event, Host, ServedModel
+from inventory.filters import OomEventFilter
+from inventory.models import Event
 from inventory.reports import oom_history
-from inventory.reports.oom_history import CAUSE_LABELS, DEFAULT_WINDOW_WEEKS, WINDOW_WEEKS
+from inventory.reports.oom_history import CAUSE_LABELS
 
 # More lines than this turn the trend chart into a tangle; the table below lists every host.
 TREND_HOSTS = 8
 EXPORT_CHUNK = 2000
 
 
-class OomFilterForm(forms.Form):
-    weeks = forms.TypedChoiceField(
-        label="Window",
-        choices=[(weeks, f"Last {weeks} weeks") for weeks in WINDOW_WEEKS],
-        coerce=int,
-    )
-    host = forms.ModelChoiceField(
-        queryset=Host.objects.none(), to_field_name="name", required=False, empty_label="All"
-    )
-    model = forms.ModelChoiceField(
-        queryset=ServedModel.objects.none(),
-        to_field_name="name",
-        required=False,
-        empty_label="All",
-    )
-    cause = forms.ChoiceField(choices=[("", "All"), *CAUSE_LABELS.items()], required=False)
-
-    def __init__(self, user, query):
-        data = query.copy()
-        data.setdefault("weeks", str(DEFAULT_WINDOW_WEEKS))
-        super().__init__(data)
-        self.fields["host"].queryset = Host.objects.visible_to(user)
-        self.fields["model"].queryset = ServedModel.objects.visible_to(user)
-
-    def selection(self, now: dt.datetime) -> oom_history.Selection:
-        """The valid filters; an invalid one is dropped (the form shows why) rather than
-        emptying the page."""
-        self.is_valid()
-        chosen = self.cleaned_data
-        start, end = oom_history.window(chosen.get("weeks", DEFAULT_WINDOW_WEEKS), now)
-        return oom_history.Selection(
-            start=start,
-            end=end,
-            host=chosen.get("host"),
-            served_model=chosen.get("model"),
-            cause=chosen.get("cause", ""),
-        )
-
-
 @permission_required("inventory.view_event", raise_exception=True)
 def oom_history_page(request):
-    form = OomFilterForm(request.user, request.GET)
-    selection = form.selection(timezone.now())
     visible_events = Event.objects.visible_to(request.user)
-    history = oom_history.weekly_history(
-        oom_history.oom_events(visible_events, selection), selection.weeks
-    )
+    ooms = OomEventFilter(request.GET, queryset=visible_events, request=request)
+    selection = ooms.selection
+    history = oom_history.weekly_history(ooms.qs, selection.weeks)
     entries = oom_history.change_entries(AuditEntry.objects.visible_to(request.user), selection)
     changes = oom_history.group_changes(entries)
     comparisons = oom_history.compare_changes(changes, visible_events, selection)
@@ -73,7 +32,7 @@ def oom_history_page(request):
         request,
         "inventory/oom_history.html",
         {
-            "form": form,
+            "form": ooms.form,
             "selection": selection,
             "history": history,
             "changes": list(zip(changes, comparisons, strict=True)),
@@ -145,18 +104,16 @@ class _Echo:
 
 @permission_required("inventory.view_event", raise_exception=True)
 def oom_export(request):
-    selection = OomFilterForm(request.user, request.GET).selection(timezone.now())
-    rows = (
-        oom_history.oom_events(Event.objects.visible_to(request.user), selection)
-        .order_by("at", "pk")
-        .values_list(
-            "at",
-            "host__name",
-            "gpu__index",
-            "deployment__served_model__name",
-            "cause",
-            "cause_explanation",
-        )
+    ooms = OomEventFilter(
+        request.GET, queryset=Event.objects.visible_to(request.user), request=request
+    )
+    rows = ooms.qs.order_by("at", "pk").values_list(
+        "at",
+        "host__name",
+        "gpu__index",
+        "deployment__served_model__name",
+        "cause",
+        "cause_explanation",
     )
     writer = csv.writer(_Echo())
 

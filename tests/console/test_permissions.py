@@ -218,6 +218,9 @@ MATRIX = [
         _editors(302, outsider=404),
     ),
     Row("api-hosts", lambda o: "/api/hosts/", "get", {**_readers(), "anonymous": 401}),
+    Row("api-oom", lambda o: "/api/oom/", "get", {**_readers(), "anonymous": 401}),
+    Row("api-audit", lambda o: "/api/audit/", "get", {**_readers(), "anonymous": 401}),
+    Row("api-runbooks", lambda o: "/api/runbooks/", "get", {**_readers(), "anonymous": 401}),
     Row(
         "api-host-samples",
         lambda o: f"/api/hosts/{o['host'].name}/samples/",

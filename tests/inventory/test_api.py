@@ -52,7 +52,7 @@ def telemetry():
 
 def test_hosts_lists_each_card_now_and_the_collectors_health(api, telemetry):
     answer = api.get("/api/hosts/").json()
-    (host,) = answer
+    (host,) = answer["results"]
     assert host["name"] == telemetry["host"].name
     cards = {card["index"]: card for card in host["cards"]}
     assert cards[0]["used_bytes"] == 49 * GIB

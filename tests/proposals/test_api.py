@@ -56,10 +56,10 @@ def test_bad_input_answers_400_with_the_reason_per_field(personas):
     gpu, model = GpuFactory(), ServedModelFactory()
     client = token_client(personas["oncall"])
     response = client.post(
-        "/api/proposals/", body(gpu, model, cards=[7], host=gpu.host.name), format="json"
+        "/api/proposals/", body(gpu, model, cards=[8], host=gpu.host.name), format="json"
     )
     assert response.status_code == 400
-    assert response.json() == {"cards": [f"{gpu.host.name} has no card 7."]}
+    assert response.json() == {"cards": [f"{gpu.host.name} has no card 8."]}
     response = client.post(
         "/api/proposals/",
         body(

@@ -127,8 +127,8 @@ def test_the_inbox_holds_what_waits_and_never_ones_own(client_as, personas):
     own = ready_proposal(personas["approver"])
     create_proposal(personas["oncall"])
     response = client_as("approver").get("/proposals/inbox/")
-    assert [p.pk for p in response.context["proposals"]] == [theirs.pk]
-    assert own.pk not in [p.pk for p in response.context["proposals"]]
+    assert [p.pk for p in response.context["page"]] == [theirs.pk]
+    assert own.pk not in [p.pk for p in response.context["page"]]
 
 
 def test_the_detail_shows_gates_with_runbook_links_and_both_diagrams(client_as, personas):

@@ -1,0 +1,49 @@
+"""GET /api/runbooks/: the notes the runbook list shows, with the same filters."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.generics import ListAPIView
+
+from inventory.api.permissions import CanView
+from runbooks.filters import NoteFilter
+from runbooks.models import RunbookNote
+
+
+class NoteSerializer(serializers.ModelSerializer):
+    url = serializers.SerializerMethodField()
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    served_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = RunbookNote
+        fields = [
+            "slug",
+            "url",
+            "title",
+            "scope",
+            "host",
+            "served_model",
+            "tags",
+            "from_library",
+            "body",
+            "version",
+            "updated_at",
+        ]
+
+    def get_url(self, note: RunbookNote) -> str:
+        return self.context["request"].build_absolute_uri(note.get_absolute_url())
+
+
+@extend_schema(summary="Runbook notes by title, their Markdown bodies included")
+class NoteList(ListAPIView):
+    model = RunbookNote
+    permission_classes = [CanView]
+    serializer_class = NoteSerializer
+    filterset_class = NoteFilter
+
+    def get_queryset(self):
+        return (
+            RunbookNote.objects.visible_to(self.request.user)
+            .select_related("host", "served_model")
+            .order_by("title", "pk")
+        )

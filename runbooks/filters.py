@@ -1,0 +1,23 @@
+"""The runbook list's filters, shared by /runbooks/ and GET /api/runbooks/."""
+
+import django_filters
+from django.db.models import Q
+
+from runbooks.models import RunbookNote
+
+
+class NoteFilter(django_filters.FilterSet):
+    scope = django_filters.ChoiceFilter(choices=RunbookNote.Scope.choices, empty_label="Any scope")
+    tag = django_filters.CharFilter(method="tagged", label="Tag")
+    q = django_filters.CharFilter(method="search", label="Search")
+
+    class Meta:
+        model = RunbookNote
+        fields = []
+
+    def tagged(self, notes, name, value):
+        # Tags are stored lower-case (the note form folds them).
+        return notes.filter(tags__contains=[value.lower()])
+
+    def search(self, notes, name, value):
+        return notes.filter(Q(title__icontains=value) | Q(body__icontains=value))
