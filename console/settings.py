@@ -10,7 +10,7 @@ import plotly
 from dotenv import load_dotenv
 
 from console.broker import broker_transport_options, broker_url
-from console.database import database_settings, embedded_database_url
+from console.database import database_settings
 from console.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -89,7 +89,7 @@ TEMPLATES = [
 
 DATABASES = {
     "default": database_settings(
-        env_str("DATABASE_URL") or embedded_database_url(),
+        env_str("DATABASE_URL"),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
     )
 }
