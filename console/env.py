@@ -4,6 +4,11 @@ Every variable read here is listed, with its default, in `.env.example`.
 """
 
 import os
+from pathlib import Path
+
+from dotenv import load_dotenv
+
+ENV_FILE = Path(__file__).resolve().parent.parent / ".env"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -11,6 +16,14 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 class EnvError(ValueError):
     pass
+
+
+def load_env_file() -> None:
+    """Read the checkout's .env, if any, into the environment (read only, never written).
+
+    The real environment wins over .env, so CI and one-off overrides behave as expected.
+    """
+    load_dotenv(ENV_FILE, override=False)
 
 
 def env_str(name: str, default: str = "") -> str:

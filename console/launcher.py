@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from dotenv import load_dotenv
+from console.env import load_env_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -148,6 +148,8 @@ def run() -> int:
     port = os.environ.get("WEB_PORT", "8000")
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
+    # Beat keeps its schedule state here (the database and the broker make their own folders).
+    (BASE_DIR / "var").mkdir(exist_ok=True)
     with database() as url:
         env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
         supervisor = Supervisor(env)
@@ -287,7 +289,7 @@ def clean_data() -> int:
 
 
 def main(argv: list[str]) -> int:
-    load_dotenv(BASE_DIR / ".env", override=False)
+    load_env_file()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     commands = {"run": run, "bench": bench, "clean-data": clean_data}
     if argv and argv[0] == "test":

@@ -2,6 +2,12 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from console.env import load_env_file
+from console.secret_key import ensure_local_key
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+# Every web worker must sign sessions with the same key, and one that outlives it.
+load_env_file()
+ensure_local_key()
 
 application = get_wsgi_application()
