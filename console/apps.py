@@ -9,5 +9,5 @@ class ConsoleConfig(AppConfig):
         # Makes the console's Celery app current, so shared tasks sent from web and command
         # processes go to its broker. Here rather than in console/__init__.py: host agents
         # import console.env and console.broker, and must not set DJANGO_SETTINGS_MODULE,
-        # which makes Celery load Django (and, with no DATABASE_URL, start a database).
+        # which makes Celery load Django and the whole console on a GPU host.
         from console import celery  # noqa: F401

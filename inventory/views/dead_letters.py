@@ -4,11 +4,11 @@ import json
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
-from django.core.paginator import Paginator
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from console.access import get_changeable_or_403, get_visible_or_404
+from console.pagination import page_of
 from inventory.models import DeadLetter
 from inventory.services import AlreadyResolved, do_discard_dead_letter, do_replay_dead_letter
 from inventory.timeseries.dead_letters import decoded
@@ -25,7 +25,7 @@ def dead_letter_list(request):
         status = ""
     if status:
         letters = letters.filter(status=status)
-    page = Paginator(letters.defer("body"), 50).get_page(request.GET.get("page"))
+    page = page_of(request, letters.defer("body"))
     return render(
         request,
         "inventory/dead_letter_list.html",

@@ -219,9 +219,9 @@ def test_an_agent_restarted_during_an_outage_publishes_what_waited_on_disk(simul
 
 
 def test_the_agent_process_leaves_django_and_its_database_alone():
-    """Celery loads Django in any process where DJANGO_SETTINGS_MODULE is set, and the
-    console's settings start an embedded PostgreSQL when DATABASE_URL is unset: a GPU host
-    must never get there by importing the agent."""
+    """Celery loads Django in any process where DJANGO_SETTINGS_MODULE is set, and with it
+    the console and its database settings: a GPU host must never get there by importing the
+    agent."""
     probe = (
         "import json, os, sys; import inventory.agent.app; "
         "print(json.dumps([os.environ.get('DJANGO_SETTINGS_MODULE'), "
