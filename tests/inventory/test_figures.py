@@ -5,11 +5,11 @@ import datetime as dt
 import math
 
 import pytest
-from console.proposals.gates.gather import _recent_ooms, check_kv
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
+from console.proposals.gate_checks import _recent_ooms, check_kv
 from inventory.analytics.stats import percentile
 from inventory.models import Deployment, Event
 from inventory.timeseries import queries
