@@ -1,9 +1,9 @@
-"""State changes to inventory records, each in one transaction with its audit row."""
+"""State changes to inventory records, each one change (transaction and change id) audited."""
 
-from django.db import transaction
 from django.utils import timezone
 
-from console import audit
+from console.audit import Action, snapshot
+from console.audit.changes import atomic_change, record
 from inventory.models import Event
 
 
@@ -11,23 +11,23 @@ class AlreadyAcknowledged(Exception):
     pass
 
 
-@transaction.atomic
+@atomic_change
 def do_acknowledge_event(event: Event, *, acting_user) -> Event:
     locked = Event.objects.select_for_update().get(pk=event.pk)
     if locked.acknowledged_at is not None:
         raise AlreadyAcknowledged(
             f"already acknowledged by {locked.acknowledged_by} at {locked.acknowledged_at:%H:%M}"
         )
-    before = audit.snapshot(locked)
+    before = snapshot(locked)
     locked.acknowledged_by = acting_user
     locked.acknowledged_at = timezone.now()
     locked.save(update_fields=["acknowledged_by", "acknowledged_at"])
-    audit.record(
+    record(
         actor=acting_user,
-        action="event.acknowledge",
+        action=Action.EVENT_ACKNOWLEDGE,
         obj=locked,
         before=before,
-        after=audit.snapshot(locked),
+        after=snapshot(locked),
         host=locked.host,
     )
     return locked

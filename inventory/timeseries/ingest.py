@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
-from console.audit import record as audit_record
-from console.audit import snapshot
+from console.audit import Action, snapshot
+from console.audit.changes import record as audit_record
 from inventory.models import (
     CollectorFault,
     CollectorStatus,
@@ -261,7 +261,7 @@ def _discover_card(host: Host, card: dict) -> Gpu:
     )
     audit_record(
         actor=None,
-        action="gpu.discover",
+        action=Action.GPU_DISCOVER,
         obj=gpu,
         before=None,
         after=snapshot(gpu),
