@@ -1,3 +1,5 @@
+import uuid
+
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
 from django.shortcuts import render
@@ -14,7 +16,19 @@ def audit_list(request):
     actor = request.GET.get("actor", "").strip()
     if actor:
         entries = entries.filter(actor_name=actor)
+    change = _change_id(request.GET.get("change", ""))
+    if change is not None:
+        entries = entries.filter(change_id=change)
     page = Paginator(entries, 50).get_page(request.GET.get("page"))
     return render(
-        request, "console/audit_list.html", {"page": page, "action": action, "actor": actor}
+        request,
+        "console/audit_list.html",
+        {"page": page, "action": action, "actor": actor, "change": change},
     )
+
+
+def _change_id(raw: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(raw.strip())
+    except ValueError:
+        return None
