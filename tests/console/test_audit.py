@@ -18,7 +18,13 @@ from console.models import AuditEntry
 from console.roles import APPROVER, ONCALL
 from inventory.models import Deployment, Event, Gpu, Host
 from inventory.services import do_acknowledge_event
-from tests.factories import DeploymentFactory, GpuFactory, HostFactory, UserFactory
+from tests.factories import (
+    DeploymentFactory,
+    GpuFactory,
+    HostFactory,
+    MigSliceFactory,
+    UserFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -148,6 +154,49 @@ def test_changing_and_deleting_inline_cards_is_one_change_with_befores(admin_cli
     assert rows["admin.change", "host", str(host.pk)].changed_fields == ["description"]
     assert len({row.change_id for row in rows.values()}) == 1
     assert not Gpu.objects.filter(pk=dropped.pk).exists()
+
+
+def _form_value(value):
+    return "" if value is None else value
+
+
+def test_a_mig_slice_added_on_its_card_is_one_change_with_the_card(admin_client):
+    existing = MigSliceFactory()
+    gpu = existing.gpu
+    slice_fields = {"profile_name": "3g.71gb", "start_slot": 4, "size_slots": 4,
+                    "memory_bytes": existing.memory_bytes, "uuid": "", "gpu_instance_id": "",
+                    "compute_instance_id": ""}  # fmt: skip
+    data = {
+        "host": gpu.host_id, "index": gpu.index, "uuid": gpu.uuid,
+        "product_name": gpu.product_name, "memory_total_bytes": gpu.memory_total_bytes,
+        "mig_mode": gpu.mig_mode, "compute_mode": gpu.compute_mode,
+        **inline_management("mig_slices", 2, 1),
+        "mig_slices-0-id": existing.pk, "mig_slices-0-gpu": gpu.pk,
+        **{f"mig_slices-0-{key}": _form_value(getattr(existing, key)) for key in slice_fields},
+        "mig_slices-1-gpu": gpu.pk,
+        **{f"mig_slices-1-{key}": value for key, value in slice_fields.items()},
+    }  # fmt: skip
+    response = admin_client.post(f"/admin/inventory/gpu/{gpu.pk}/change/", data)
+    assert response.status_code == 302, response.content.decode()
+    rows = AuditEntry.objects.all()
+    assert sorted(row.content_type.model for row in rows) == ["gpu", "migslice"]
+    added = rows.get(content_type__model="migslice")
+    assert (added.action, added.after["start_slot"], added.host) == ("admin.add", 4, gpu.host)
+    assert rows.values("change_id").distinct().count() == 1
+
+
+def test_setting_a_password_in_the_admin_is_audited_without_the_hash(admin_client):
+    alice = UserFactory(username="alice")
+    response = admin_client.post(
+        f"/admin/auth/user/{alice.pk}/password/",
+        {"password1": "a new long passphrase", "password2": "a new long passphrase",
+         "usable_password": "true"},
+    )  # fmt: skip
+    assert response.status_code == 302, response.content.decode()
+    entry = AuditEntry.objects.get(object_id=str(alice.pk))
+    assert (entry.action, entry.actor_name, entry.before, entry.after) == (
+        "admin.change", "root", None, None
+    )  # fmt: skip
 
 
 def test_a_host_with_cards_cannot_be_deleted_and_one_without_leaves_its_before(admin_client):
