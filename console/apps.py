@@ -11,3 +11,6 @@ class ConsoleConfig(AppConfig):
         # import console.env and console.broker, and must not set DJANGO_SETTINGS_MODULE,
         # which makes Celery load Django and the whole console on a GPU host.
         from console import celery  # noqa: F401
+        from console.audit import tokens
+
+        tokens.connect()

@@ -1,44 +1,5 @@
-from django.conf import settings
-from django.contrib.contenttypes.models import ContentType
-from django.db import models
+"""The console app's models, where Django looks for them; the audit trail's live in its package."""
 
-from console.access import VisibleQuerySet
+from console.audit.models import AuditEntry
 
-
-class AuditEntry(models.Model):
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    # Kept as text too, so the trail still says who after a user is deleted.
-    actor_name = models.CharField(max_length=150)
-    action = models.CharField(max_length=64, db_index=True)
-    content_type = models.ForeignKey(ContentType, on_delete=models.PROTECT)
-    object_id = models.CharField(max_length=64)
-    object_repr = models.CharField(max_length=200)
-    host = models.ForeignKey(
-        "inventory.Host",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="audit_entries",
-    )
-    before = models.JSONField(null=True, blank=True)
-    after = models.JSONField(null=True, blank=True)
-    comment = models.TextField(blank=True)
-
-    objects = VisibleQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-at", "-id"]
-        verbose_name_plural = "audit entries"
-        indexes = [models.Index(fields=["content_type", "object_id", "-at"])]
-
-    def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.object_repr}"
-
-    @property
-    def changed_fields(self) -> list[str]:
-        from console.audit import changed_fields
-
-        return changed_fields(self.before, self.after)
+__all__ = ["AuditEntry"]

@@ -2,6 +2,7 @@ from django import forms
 from django.contrib import admin
 
 from console.admin import AuditedModelAdmin
+from console.audit import Action
 from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel
 
 
@@ -110,7 +111,9 @@ class DeploymentAdmin(AuditedModelAdmin):
     search_fields = ["served_model__name", "host__name"]
     list_select_related = ["served_model", "host"]
     filter_horizontal = ["gpus"]
-    audit_action_prefix = "deployment"
+    # Deployment actions, not admin ones: the OOM history marks placement changes by them.
+    audit_actions = {"add": Action.DEPLOYMENT_CREATE, "change": Action.DEPLOYMENT_CHANGE,
+                     "delete": Action.DEPLOYMENT_DELETE}  # fmt: skip
 
     def audit_host(self, obj):
         return obj.host

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import transaction
 
+from console.audit import Action, snapshot
+from console.audit.changes import open_change, record
 from console.placement.mig_profiles import CATALOGUE as MIG_CATALOGUE
 from console.roles import APPROVER, MANAGER, ONCALL
 from inventory.analytics.kv import POLICY_BUFFER_MAX, POLICY_BUFFER_MIN
@@ -37,28 +38,39 @@ def ensure_demo_users(password: str) -> list[str]:
     """Create the demo logins that do not exist yet; never touch an existing account."""
     users = get_user_model()
     created = []
-    for username, role in DEMO_ROLES.items():
-        if users.objects.filter(username=username).exists():
-            continue
-        user = users.objects.create_user(username, password=password)
-        user.groups.add(Group.objects.get(name=role))
-        created.append(username)
-    if not users.objects.filter(username="admin").exists():
-        users.objects.create_superuser("admin", "admin@localhost", password)
-        created.append("admin")
+    with open_change():
+        for username, role in DEMO_ROLES.items():
+            if users.objects.filter(username=username).exists():
+                continue
+            user = users.objects.create_user(username, password=password)
+            user.groups.add(Group.objects.get(name=role))
+            _record_seeded(user, {"username": username, "groups": [role]})
+            created.append(username)
+        if not users.objects.filter(username="admin").exists():
+            admin = users.objects.create_superuser("admin", "admin@localhost", password)
+            _record_seeded(admin, {"username": "admin", "is_superuser": True})
+            created.append("admin")
     return created
 
 
-@transaction.atomic
 def ensure_demo_fleet() -> list[str]:
     """Create the demo hosts that do not exist yet; a host already there is left as it is."""
     created = []
-    for spec in demo_fleet_specs():
-        if Host.objects.filter(name=spec.name).exists():
-            continue
-        _create_host(spec)
-        created.append(spec.name)
+    with open_change():
+        for spec in demo_fleet_specs():
+            if Host.objects.filter(name=spec.name).exists():
+                continue
+            host = _create_host(spec)
+            _record_seeded(host, snapshot(host), host=host,
+                           comment=f"{host.gpus.count()} cards, "
+                           f"{host.deployments.count()} deployments")  # fmt: skip
+            created.append(spec.name)
     return created
+
+
+def _record_seeded(obj, after: dict, *, host=None, comment: str = "") -> None:
+    record(actor=None, action=Action.DEMO_SEED, obj=obj, before=None, after=after, host=host,
+           comment=comment or "demo data")  # fmt: skip
 
 
 def _create_host(spec: HostSpec) -> Host:

@@ -14,10 +14,8 @@ import datetime as dt
 import logging
 from dataclasses import replace
 
-from django.db import transaction
-
-from console import audit
-from console.models import AuditEntry
+from console.audit import Action, snapshot
+from console.audit.changes import open_change, record
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.sources import FleetSimulator
 from inventory.collection import collection_plan
@@ -55,7 +53,7 @@ def backfill(
             continue  # it has history already
         if host.name == SWITCHED_HOST:
             switch = now - days * 86400 / 2
-            before = _before_deployments(host)
+            before = _before_deployments(host, _at(start))
             written[host.name] = _simulate(
                 host, replace(before_host(xid_per_card_day=0.02), name=host.name), start,
                 switch, seed, plan=_plan_for(host, before),
@@ -119,7 +117,7 @@ def _write(batches: list[dict]) -> int:
     return count
 
 
-def _before_deployments(host: Host) -> list[Deployment]:
+def _before_deployments(host: Host, start: dt.datetime) -> list[Deployment]:
     """The time-shared replicas of the field report's starting point, stopped since the switch."""
     existing = list(host.deployments.filter(status=Deployment.Status.STOPPED))
     if existing:
@@ -127,31 +125,38 @@ def _before_deployments(host: Host) -> list[Deployment]:
     spec = before_host()
     gpus = list(host.gpus.order_by("index"))
     shared = {card for deployment in spec.deployments for card in deployment.cards}
-    created = [
-        create_deployment(host, gpus, {}, deployment, shared) for deployment in spec.deployments
-    ]
-    Deployment.objects.filter(pk__in=[d.pk for d in created]).update(
-        status=Deployment.Status.STOPPED
-    )
-    return list(Deployment.objects.filter(pk__in=[d.pk for d in created]))
-
-
-@transaction.atomic
-def _record_switch(host: Host, before: list[Deployment], at: float) -> None:
-    """The switch as the audit trail would have it: each model's placement before and after."""
-    moment = _at(at)
-    entries = []
-    for deployment in host.deployments.exclude(status=Deployment.Status.STOPPED):
-        replaced = [d for d in before if d.served_model_id == deployment.served_model_id]
-        entries.append(
-            audit.record(
+    # Seeded as they stood at the window's start, in one change dated then.
+    with open_change(at=start):
+        created = [
+            create_deployment(host, gpus, {}, deployment, shared) for deployment in spec.deployments
+        ]
+        stopped = Deployment.objects.filter(pk__in=[d.pk for d in created])
+        stopped.update(status=Deployment.Status.STOPPED)
+        for deployment in stopped:
+            record(
                 actor=None,
-                action="deployment.change",
+                action=Action.DEMO_SEED,
                 obj=deployment,
-                before=audit.snapshot(replaced[0]) if replaced else None,
-                after=audit.snapshot(deployment),
+                before=None,
+                after=snapshot(deployment),
+                host=host,
+                comment="time-shared replica of the field report, stopped since the switch",
+            )
+    return list(stopped)
+
+
+def _record_switch(host: Host, before: list[Deployment], at: float) -> None:
+    """The switch as the audit trail would have it: each model's placement before and after,
+    as one change dated when it happened."""
+    with open_change(at=_at(at)):
+        for deployment in host.deployments.exclude(status=Deployment.Status.STOPPED):
+            replaced = [d for d in before if d.served_model_id == deployment.served_model_id]
+            record(
+                actor=None,
+                action=Action.DEPLOYMENT_CHANGE,
+                obj=deployment,
+                before=snapshot(replaced[0]) if replaced else None,
+                after=snapshot(deployment),
                 host=host,
                 comment="isolated to its own GPU group; KV reserved at P95 + 20%, excess queued",
-            ).pk
-        )
-    AuditEntry.objects.filter(pk__in=entries).update(at=moment)
+            )

@@ -1,9 +1,9 @@
-"""State changes to inventory records, each in one transaction with its audit row."""
+"""State changes to inventory records, each one change (transaction and change id) audited."""
 
-from django.db import transaction
 from django.utils import timezone
 
-from console import audit
+from console.audit import Action, snapshot
+from console.audit.changes import atomic_change, open_change, record
 from inventory.models import DeadLetter, Event
 from inventory.telemetry.batch_schema import BatchRejected
 from inventory.timeseries import dead_letters
@@ -13,23 +13,23 @@ class AlreadyAcknowledged(Exception):
     pass
 
 
-@transaction.atomic
+@atomic_change
 def do_acknowledge_event(event: Event, *, acting_user) -> Event:
     locked = Event.objects.select_for_update().get(pk=event.pk)
     if locked.acknowledged_at is not None:
         raise AlreadyAcknowledged(
             f"already acknowledged by {locked.acknowledged_by} at {locked.acknowledged_at:%H:%M}"
         )
-    before = audit.snapshot(locked)
+    before = snapshot(locked)
     locked.acknowledged_by = acting_user
     locked.acknowledged_at = timezone.now()
     locked.save(update_fields=["acknowledged_by", "acknowledged_at"])
-    audit.record(
+    record(
         actor=acting_user,
-        action="event.acknowledge",
+        action=Action.EVENT_ACKNOWLEDGE,
         obj=locked,
         before=before,
-        after=audit.snapshot(locked),
+        after=snapshot(locked),
         host=locked.host,
     )
     return locked
@@ -76,7 +76,7 @@ def do_replay_dead_letter(letter: DeadLetter, *, acting_user) -> BatchRejected |
         outcome = dead_letters.replay(letter)
     except Exception as error:  # the same failure the worker met: it stays a dead letter
         outcome = BatchRejected("write_failed", f"{type(error).__name__}: {error}")
-    with transaction.atomic():
+    with open_change(acting_user):
         locked = _pending_dead_letter(letter)
         before = _dead_letter_state(locked)
         locked.replays += 1
@@ -86,9 +86,9 @@ def do_replay_dead_letter(letter: DeadLetter, *, acting_user) -> BatchRejected |
         else:
             _resolve(locked, DeadLetter.Status.REPLAYED, acting_user)
         locked.save()
-        audit.record(
+        record(
             actor=acting_user,
-            action="dead_letter.replay",
+            action=Action.DEAD_LETTER_REPLAY,
             obj=locked,
             before=before,
             after=_dead_letter_state(locked),
@@ -96,15 +96,15 @@ def do_replay_dead_letter(letter: DeadLetter, *, acting_user) -> BatchRejected |
     return outcome if isinstance(outcome, BatchRejected) else None
 
 
-@transaction.atomic
+@atomic_change
 def do_discard_dead_letter(letter: DeadLetter, *, acting_user, comment: str = "") -> None:
     locked = _pending_dead_letter(letter)
     before = _dead_letter_state(locked)
     _resolve(locked, DeadLetter.Status.DISCARDED, acting_user)
     locked.save()
-    audit.record(
+    record(
         actor=acting_user,
-        action="dead_letter.discard",
+        action=Action.DEAD_LETTER_DISCARD,
         obj=locked,
         before=before,
         after=_dead_letter_state(locked),

@@ -1,12 +1,12 @@
 """Every change to a runbook note goes through here.
 
-One transaction, one revision, one audit row per change.
+One change (transaction and change id), one revision, one audit row per edit.
 """
 
-from django.db import transaction
 from django.utils.text import slugify
 
-from console import audit
+from console.audit import Action, changed_fields, snapshot
+from console.audit.changes import atomic_change, record
 from runbooks.models import RunbookNote, RunbookRevision
 
 
@@ -44,7 +44,7 @@ def _audit_host(note: RunbookNote):
     return note.host if note.scope == RunbookNote.Scope.HOST else None
 
 
-@transaction.atomic
+@atomic_change
 def do_create_note(*, acting_user, summary: str = "Created", **fields) -> RunbookNote:
     fields["tags"] = _normalise_tags(fields.get("tags", []))
     slug = fields.pop("slug", None) or unique_slug(fields["title"])
@@ -52,19 +52,19 @@ def do_create_note(*, acting_user, summary: str = "Created", **fields) -> Runboo
     note.full_clean()
     note.save()
     _add_revision(note, acting_user, summary)
-    audit.record(
+    record(
         actor=acting_user,
-        action="runbook.create",
+        action=Action.RUNBOOK_CREATE,
         obj=note,
         before=None,
-        after=audit.snapshot(note),
+        after=snapshot(note),
         host=_audit_host(note),
         comment=summary,
     )
     return note
 
 
-@transaction.atomic
+@atomic_change
 def do_update_note(
     note: RunbookNote, *, acting_user, expected_version: int, summary: str = "", **changes
 ) -> RunbookNote:
@@ -75,24 +75,24 @@ def do_update_note(
     current = RunbookNote.objects.select_for_update().get(pk=note.pk)
     if current.version != expected_version:
         raise StaleNoteError(current)
-    before = audit.snapshot(current)
+    before = snapshot(current)
     if "tags" in changes:
         changes["tags"] = _normalise_tags(changes["tags"])
     for field, value in changes.items():
         setattr(current, field, value)
-    if audit.changed_fields(before, audit.snapshot(current)) == []:
+    if changed_fields(before, snapshot(current)) == []:
         return current
     current.version += 1
     current.updated_by = acting_user
     current.full_clean()
     current.save()
     _add_revision(current, acting_user, summary)
-    audit.record(
+    record(
         actor=acting_user,
-        action="runbook.update",
+        action=Action.RUNBOOK_UPDATE,
         obj=current,
         before=before,
-        after=audit.snapshot(current),
+        after=snapshot(current),
         host=_audit_host(current),
         comment=summary,
     )

@@ -5,7 +5,7 @@ from rest_framework import serializers
 from rest_framework.generics import ListAPIView
 
 from console.audit.filters import AuditFilter
-from console.models import AuditEntry
+from console.audit.models import AuditEntry
 from inventory.api.permissions import CanView
 
 

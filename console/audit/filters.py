@@ -2,7 +2,7 @@
 
 import django_filters
 
-from console.models import AuditEntry
+from console.audit.models import AuditEntry
 from inventory.models import Host
 
 
@@ -20,6 +20,10 @@ class AuditFilter(django_filters.FilterSet):
         to_field_name="name",
         empty_label="Any host",
         help_text="A host's name.",
+    )
+
+    change = django_filters.UUIDFilter(
+        field_name="change_id", label="Change", help_text="One change's id: all its rows."
     )
 
     class Meta:

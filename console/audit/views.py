@@ -2,7 +2,7 @@ from django.contrib.auth.decorators import permission_required
 from django.shortcuts import render
 
 from console.audit.filters import AuditFilter
-from console.models import AuditEntry
+from console.audit.models import AuditEntry
 from console.pagination import page_of
 
 

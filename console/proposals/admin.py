@@ -1,5 +1,7 @@
 from django.contrib import admin
 
+from console.admin import AuditedModelAdmin
+from console.audit import Action
 from console.proposals.models import Decision, GateResult, LoadTest, Notification, Proposal
 
 
@@ -50,8 +52,14 @@ class ProposalAdmin(admin.ModelAdmin):
 
 
 @admin.register(LoadTest)
-class LoadTestAdmin(admin.ModelAdmin):
+class LoadTestAdmin(AuditedModelAdmin):
+    """Load tests can only be deleted here (a wrong upload); the deletion is audited."""
+
     list_display = ["__str__", "source_format", "uploaded_by", "uploaded_at"]
+    audit_actions = {"delete": Action.LOAD_TEST_DELETE}
+
+    def audit_host(self, obj):
+        return obj.proposal.host
 
     def has_add_permission(self, request) -> bool:
         return False

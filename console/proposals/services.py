@@ -1,7 +1,8 @@
 """Every change to a proposal, and the inventory changes it makes, goes through here.
 
-One transaction per change, with its audit row; notifications and gate checks are queued to
-run after the commit, so a broker or mail server that is down never blocks the workflow.
+One change (a durable transaction and one change id) per action, with its audit rows;
+notifications and gate checks are queued to run after the commit, so a broker or mail
+server that is down never blocks the workflow.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from console import audit
+from console.audit import Action, changed_fields, snapshot
+from console.audit.changes import atomic_change, record
 from console.proposals import notifications, queue
 from console.proposals.gate_checks import Checked
 from console.proposals.gates import Gate
@@ -73,13 +75,13 @@ def _locked(proposal: Proposal) -> Proposal:
     )
 
 
-def _record(proposal: Proposal, *, actor, action: str, before, comment: str = "") -> None:
-    audit.record(
+def _record(proposal: Proposal, *, actor, action: Action, before, comment: str = "") -> None:
+    record(
         actor=actor,
-        action=f"proposal.{action}",
+        action=action,
         obj=proposal,
         before=before,
-        after=audit.snapshot(proposal),
+        after=snapshot(proposal),
         host=proposal.host,
         comment=comment,
     )
@@ -103,7 +105,7 @@ def _acknowledge(proposal: Proposal, acting_user, acknowledged: bool | None) -> 
         proposal.mps_acknowledged_by, proposal.mps_acknowledged_at = acting_user, timezone.now()
 
 
-@transaction.atomic
+@atomic_change
 def do_create_proposal(
     *, acting_user, gpus=(), mps_acknowledged: bool = False, submit: bool = False, **fields
 ) -> Proposal:
@@ -116,7 +118,7 @@ def do_create_proposal(
     proposal.validate_cards(list(gpus))
     proposal.save()
     proposal.gpus.set(gpus)
-    _record(proposal, actor=acting_user, action="create", before=None)
+    _record(proposal, actor=acting_user, action=Action.PROPOSAL_CREATE, before=None)
     if submit:
         _submit(proposal, acting_user)
     return proposal
@@ -128,7 +130,7 @@ def _void_approvals(proposal: Proposal, reason: str) -> int:
     ).update(voided_at=timezone.now(), voided_reason=reason[:200])
 
 
-def _revise(proposal: Proposal, *, acting_user, action: str, before, comment: str = "") -> None:
+def _revise(proposal: Proposal, *, acting_user, action: Action, before, comment: str = "") -> None:
     """A new revision: earlier checks and approvals stop counting; checks run again."""
     proposal.state = next_state(proposal.state, Event.EDIT)
     proposal.revision += 1
@@ -141,7 +143,7 @@ def _revise(proposal: Proposal, *, acting_user, action: str, before, comment: st
         _queue_checks(proposal)
 
 
-@transaction.atomic
+@atomic_change
 def do_edit_proposal(
     proposal: Proposal, *, acting_user, gpus=None, mps_acknowledged: bool | None = None, **changes
 ) -> Proposal:
@@ -150,7 +152,7 @@ def do_edit_proposal(
         raise TypeError(f"not editable: {', '.join(sorted(unknown))}")
     current = _locked(proposal)
     next_state(current.state, Event.EDIT)  # refuses an edit after the decision, before changing
-    before = audit.snapshot(current)
+    before = snapshot(current)
     for field, value in changes.items():
         setattr(current, field, value)
     _acknowledge(current, acting_user, mps_acknowledged)
@@ -158,34 +160,34 @@ def do_edit_proposal(
     current.full_clean()
     current.validate_cards(cards)
     current.gpus.set(cards)
-    if not audit.changed_fields(before, audit.snapshot(current)):
+    if not changed_fields(before, snapshot(current)):
         return current
-    _revise(current, acting_user=acting_user, action="edit", before=before)
+    _revise(current, acting_user=acting_user, action=Action.PROPOSAL_EDIT, before=before)
     return current
 
 
 def _submit(proposal: Proposal, acting_user) -> None:
-    before = audit.snapshot(proposal)
+    before = snapshot(proposal)
     _move(proposal, Event.SUBMIT)
     proposal.save()
-    _record(proposal, actor=acting_user, action="submit", before=before)
+    _record(proposal, actor=acting_user, action=Action.PROPOSAL_SUBMIT, before=before)
     _queue_checks(proposal)
 
 
-@transaction.atomic
+@atomic_change
 def do_submit(proposal: Proposal, *, acting_user) -> Proposal:
     current = _locked(proposal)
     _submit(current, acting_user)
     return current
 
 
-@transaction.atomic
+@atomic_change
 def do_attach_load_test(
     proposal: Proposal, *, acting_user, run: LoadTestRun, files: list[str]
 ) -> LoadTest:
     current = _locked(proposal)
     next_state(current.state, Event.EDIT)
-    before = audit.snapshot(current)
+    before = snapshot(current)
     load_test = LoadTest.objects.create(
         proposal=current,
         uploaded_by=acting_user,
@@ -196,14 +198,14 @@ def do_attach_load_test(
     _revise(
         current,
         acting_user=acting_user,
-        action="load_test",
+        action=Action.PROPOSAL_LOAD_TEST,
         before=before,
         comment=f"attached {', '.join(files)}",
     )
     return load_test
 
 
-@transaction.atomic
+@atomic_change
 def do_start_checks(proposal_id: int, revision: int) -> Proposal | None:
     """Submitted -> checking; None when the proposal moved on (a later edit, a late message)."""
     current = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
@@ -213,20 +215,20 @@ def do_start_checks(proposal_id: int, revision: int) -> Proposal | None:
         return current  # redelivered after a worker died mid-check: check again
     if current.state != State.SUBMITTED:
         return None
-    before = audit.snapshot(current)
+    before = snapshot(current)
     _move(current, Event.START_CHECKS)
     current.save()
-    _record(current, actor=None, action="start_checks", before=before)
+    _record(current, actor=None, action=Action.PROPOSAL_START_CHECKS, before=before)
     return current
 
 
-@transaction.atomic
+@atomic_change
 def do_record_gate_results(proposal_id: int, revision: int, checked: Checked) -> Proposal | None:
     """Store the gates' results; ready for approval when all pass, else back to the author."""
     current = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
     if current is None or current.revision != revision or current.state != State.CHECKING:
         return None
-    before = audit.snapshot(current)
+    before = snapshot(current)
     GateResult.objects.filter(proposal=current, revision=revision).delete()
     GateResult.objects.bulk_create(
         GateResult(
@@ -251,7 +253,7 @@ def do_record_gate_results(proposal_id: int, revision: int, checked: Checked) ->
     _record(
         current,
         actor=None,
-        action="checks_failed" if failed else "checks_passed",
+        action=Action.PROPOSAL_CHECKS_FAILED if failed else Action.PROPOSAL_CHECKS_PASSED,
         before=before,
         comment=comment,
     )
@@ -266,9 +268,16 @@ def current_results(proposal: Proposal) -> list[GateResult]:
     return list(proposal.gate_results.filter(revision=proposal.revision).order_by("id"))
 
 
+_DECISION_ACTIONS = {
+    Decision.Kind.APPROVE: Action.PROPOSAL_APPROVE,
+    Decision.Kind.REJECT: Action.PROPOSAL_REJECT,
+    Decision.Kind.REQUEST_CHANGES: Action.PROPOSAL_REQUEST_CHANGES,
+}
+
+
 def _decide(proposal: Proposal, *, acting_user, kind: str, event: Event, comment: str) -> Proposal:
     current = _locked(proposal)
-    before = audit.snapshot(current)
+    before = snapshot(current)
     _move(current, event)
     Decision.objects.create(
         proposal=current,
@@ -279,12 +288,14 @@ def _decide(proposal: Proposal, *, acting_user, kind: str, event: Event, comment
         evidence=[result.as_evidence() for result in current_results(current)],
     )
     current.save()
-    _record(current, actor=acting_user, action=kind, before=before, comment=comment)
+    _record(
+        current, actor=acting_user, action=_DECISION_ACTIONS[kind], before=before, comment=comment
+    )
     notifications.notify_author(current, comment, decided_by=acting_user)
     return current
 
 
-@transaction.atomic
+@atomic_change
 def do_approve_proposal(proposal: Proposal, *, acting_user, comment: str = "") -> Proposal:
     if proposal.author_id == acting_user.pk:
         raise FourEyesError("You wrote this proposal: someone else must approve it (four eyes).")
@@ -313,7 +324,7 @@ def _require_comment(comment: str, what: str) -> str:
     return comment
 
 
-@transaction.atomic
+@atomic_change
 def do_reject(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
     comment = _require_comment(comment, "A rejection")
     return _decide(
@@ -321,7 +332,7 @@ def do_reject(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
     )
 
 
-@transaction.atomic
+@atomic_change
 def do_request_changes(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
     comment = _require_comment(comment, "Sending a proposal back")
     return _decide(
@@ -338,27 +349,27 @@ def _placement_json(host) -> list:
     return [request, answer]
 
 
-def _record_deployment(deployment, *, actor, action, before, proposal: Proposal) -> None:
+def _record_deployment(deployment, *, actor, action: Action, before, proposal: Proposal) -> None:
     hosts = {deployment.host_id}
     if before is not None:
         hosts.add(before["host_id"])  # a move between hosts shows on both host pages
     for host_id in sorted(hosts):
-        audit.record(
+        record(
             actor=actor,
-            action=f"deployment.{action}",
+            action=action,
             obj=deployment,
             before=before,
-            after=audit.snapshot(deployment),
+            after=snapshot(deployment),
             host=Host.objects.get(pk=host_id),
             comment=f"Proposal #{proposal.pk}: {proposal}",
         )
 
 
-@transaction.atomic
+@atomic_change
 def do_apply(proposal: Proposal, *, acting_user) -> Proposal:
     """Make the approved change in the inventory: create, move, resize or stop a deployment."""
     current = _locked(proposal)
-    before = audit.snapshot(current)
+    before = snapshot(current)
     _move(current, Event.APPLY)
     approved = current.decisions.filter(
         kind=Decision.Kind.APPROVE, revision=current.revision, voided_at__isnull=True
@@ -378,11 +389,16 @@ def do_apply(proposal: Proposal, *, acting_user) -> Proposal:
         deployment.save()
         deployment.gpus.set(targets)
         deployment_before = None
-        _record_deployment(deployment, actor=acting_user, action="create", before=None,
-                           proposal=current)  # fmt: skip
+        _record_deployment(
+            deployment,
+            actor=acting_user,
+            action=Action.DEPLOYMENT_CREATE,
+            before=None,
+            proposal=current,
+        )
     else:
         deployment = Deployment.objects.select_for_update().get(pk=current.deployment_id)
-        deployment_before = audit.snapshot(deployment)
+        deployment_before = snapshot(deployment)
         if current.action == Proposal.Action.REMOVE:
             deployment.status = Deployment.Status.STOPPED
         else:
@@ -393,52 +409,64 @@ def do_apply(proposal: Proposal, *, acting_user) -> Proposal:
         deployment.save()
         if current.action != Proposal.Action.REMOVE:
             deployment.gpus.set(targets)
-        action = {"move": "move", "resize": "resize", "remove": "stop"}[current.action]
+        action = {
+            Proposal.Action.MOVE: Action.DEPLOYMENT_MOVE,
+            Proposal.Action.RESIZE: Action.DEPLOYMENT_RESIZE,
+            Proposal.Action.REMOVE: Action.DEPLOYMENT_STOP,
+        }[current.action]
         _record_deployment(deployment, actor=acting_user, action=action,
                            before=deployment_before, proposal=current)  # fmt: skip
     current.deployment = deployment
     current.deployment_before = deployment_before
     current.placement_after = _placement_json(current.host)
     current.save()
-    _record(current, actor=acting_user, action="apply", before=before)
+    _record(current, actor=acting_user, action=Action.PROPOSAL_APPLY, before=before)
     return current
 
 
-@transaction.atomic
+@atomic_change
 def do_verify(proposal: Proposal, *, acting_user, comment: str = "") -> Proposal:
     current = _locked(proposal)
-    before = audit.snapshot(current)
+    before = snapshot(current)
     _move(current, Event.VERIFY)
     current.save()
-    _record(current, actor=acting_user, action="verify", before=before, comment=comment.strip())
+    _record(
+        current,
+        actor=acting_user,
+        action=Action.PROPOSAL_VERIFY,
+        before=before,
+        comment=comment.strip(),
+    )
     return current
 
 
 _RESTORED = ("id", "created_at", "updated_at", "gpus")
 
 
-@transaction.atomic
+@atomic_change
 def do_roll_back(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
     """Undo an applied change: stop what it created, or put the deployment back as it was."""
     comment = _require_comment(comment, "A roll-back")
     current = _locked(proposal)
-    before = audit.snapshot(current)
+    before = snapshot(current)
     _move(current, Event.ROLL_BACK)
     deployment = Deployment.objects.select_for_update().get(pk=current.deployment_id)
-    deployment_before = audit.snapshot(deployment)
+    deployment_before = snapshot(deployment)
     if current.deployment_before is None:
         deployment.status = Deployment.Status.STOPPED
         deployment.save()
     else:
-        snapshot = current.deployment_before
-        for attname, value in snapshot.items():
+        restored = current.deployment_before
+        for attname, value in restored.items():
             if attname not in _RESTORED:
                 setattr(deployment, attname, value)
         deployment.full_clean()
         deployment.save()
-        deployment.gpus.set(snapshot.get("gpus", []))
-    _record_deployment(deployment, actor=acting_user, action="roll_back",
+        deployment.gpus.set(restored.get("gpus", []))
+    _record_deployment(deployment, actor=acting_user, action=Action.DEPLOYMENT_ROLL_BACK,
                        before=deployment_before, proposal=current)  # fmt: skip
     current.save()
-    _record(current, actor=acting_user, action="roll_back", before=before, comment=comment)
+    _record(
+        current, actor=acting_user, action=Action.PROPOSAL_ROLL_BACK, before=before, comment=comment
+    )
     return current

@@ -1,7 +1,7 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Q
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -110,11 +110,12 @@ def proposal_edit(request, pk: int):
 
 
 def _audit_trail(proposal: Proposal):
+    """The proposal's own rows and every row written in the same changes (apply's deployments)."""
+    own = AuditEntry.objects.filter(
+        content_type=ContentType.objects.get_for_model(Proposal), object_id=str(proposal.pk)
+    )
     return (
-        AuditEntry.objects.filter(
-            Q(content_type__app_label="proposals", object_id=str(proposal.pk))
-            | Q(comment__startswith=f"Proposal #{proposal.pk}:")
-        )
+        AuditEntry.objects.filter(change_id__in=own.values("change_id"))
         .select_related("host", "content_type")
         .order_by("-at", "-id")
     )

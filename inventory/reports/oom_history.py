@@ -35,8 +35,6 @@ UNATTRIBUTED_LABEL = "No deployment recorded"
 
 # Placement and isolation changes: admin and service edits of deployments, applied proposals.
 CHANGE_ACTION_PREFIXES = ("deployment.", "proposal.apply")
-# The audit rows of one apply (one per deployment) land moments apart; they are one change.
-CHANGE_GAP = dt.timedelta(minutes=5)
 # Only the newest rows: a fleet-wide year can hold thousands of routine edits.
 CHANGE_ENTRIES_SHOWN = 200
 
@@ -161,7 +159,7 @@ def weekly_history(ooms: QuerySet, weeks: list[dt.date]) -> WeeklyHistory:
 
 @dataclass(frozen=True)
 class Change:
-    """Audit rows on one host that landed together: one marker, one before/after comparison."""
+    """Audit rows of one change id on one host: one marker, one before/after comparison."""
 
     host: Host
     entries: tuple[AuditEntry, ...]  # oldest first
@@ -189,15 +187,14 @@ def change_entries(audit_entries: QuerySet, selection: Selection) -> list[AuditE
 
 
 def group_changes(entries: Iterable[AuditEntry]) -> list[Change]:
-    """Rows on the same host less than CHANGE_GAP apart become one change; newest first."""
-    changes: list[list[AuditEntry]] = []
-    for entry in sorted(entries, key=lambda entry: (entry.host_id, entry.at, entry.pk)):
-        latest = changes[-1][-1] if changes else None
-        if latest and latest.host_id == entry.host_id and entry.at - latest.at < CHANGE_GAP:
-            changes[-1].append(entry)
-        else:
-            changes.append([entry])
-    grouped = [Change(host=rows[0].host, entries=tuple(rows)) for rows in changes]
+    """Rows of one change id on one host become one change; newest first.
+
+    A move between hosts is one change id with rows on both: each host gets its marker.
+    """
+    changes: dict[tuple, list[AuditEntry]] = {}
+    for entry in sorted(entries, key=lambda entry: (entry.at, entry.pk)):
+        changes.setdefault((entry.change_id, entry.host_id), []).append(entry)
+    grouped = [Change(host=rows[0].host, entries=tuple(rows)) for rows in changes.values()]
     return sorted(grouped, key=lambda change: change.at, reverse=True)
 
 

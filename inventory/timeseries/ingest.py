@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection, transaction
 
-from console.audit import record as audit_record
-from console.audit import snapshot
+from console.audit import Action, snapshot
+from console.audit.changes import record as audit_record
 from inventory.analytics.fragmentation import fragmentation_index
 from inventory.analytics.oom_triage import triage_snapshot
 from inventory.analytics.snapshot import allocator_from_batch
@@ -302,7 +302,7 @@ def _discover_card(host: Host, card: dict) -> Gpu:
     )
     audit_record(
         actor=None,
-        action="gpu.discover",
+        action=Action.GPU_DISCOVER,
         obj=gpu,
         before=None,
         after=snapshot(gpu),

@@ -8,8 +8,7 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from console import audit
-from console.models import AuditEntry
+from console.audit.changes import open_change, record
 from inventory.models import Event, IngestedBatch
 from inventory.reports import oom_history
 from inventory.reports.oom_history import BeforeAfter, Selection, comparison_span
@@ -52,17 +51,17 @@ def collected(host, start, end):
 
 
 def audited(deployment, at, *, action="deployment.change", actor=None, comment=""):
-    entry = audit.record(
-        actor=actor,
-        action=action,
-        obj=deployment,
-        before={"isolation_mode": "time_slicing"},
-        after={"isolation_mode": "gpu_group"},
-        host=deployment.host,
-        comment=comment,
-    )
-    AuditEntry.objects.filter(pk=entry.pk).update(at=at)
-    return entry
+    """A placement change at `at`; inside an open change, one more row of that change."""
+    with open_change(actor, at=at):
+        return record(
+            actor=actor,
+            action=action,
+            obj=deployment,
+            before={"isolation_mode": "time_slicing"},
+            after={"isolation_mode": "gpu_group"},
+            host=deployment.host,
+            comment=comment,
+        )
 
 
 def series(breakdown, label):
@@ -225,12 +224,12 @@ def test_markers_come_from_placement_changes_in_the_audit_trail(client_as, perso
     monday = this_monday()
     switch = monday - 3 * WEEK + 2 * DAY
     alice = personas["approver"]
-    # One apply writes a row per deployment, moments apart: one change.
-    audited(fleet["llama"], switch, actor=alice, comment="isolated to its own GPU group")
     second = DeploymentFactory(host=fleet["infer"], served_model=ServedModelFactory(name="m2"))
-    audited(second, switch + dt.timedelta(seconds=2), action="deployment.create")
+    with open_change(alice, at=switch):  # one apply writes a row per deployment: one change
+        audited(fleet["llama"], switch, actor=alice, comment="isolated to its own GPU group")
+        audited(second, switch, action="deployment.create")
     audited(fleet["qwen"], monday - WEEK, action="proposal.apply")
-    audited(fleet["llama"], monday - 2 * WEEK, action="runbook.edit")  # not a placement change
+    audited(fleet["llama"], monday - 2 * WEEK, action="runbook.update")  # not a placement change
     audited(fleet["llama"], monday - 20 * WEEK)  # before the window
     oom(fleet["infer"], switch - DAY)
 
@@ -248,6 +247,16 @@ def test_markers_come_from_placement_changes_in_the_audit_trail(client_as, perso
 
     on_infer = client_as("manager").get("/oom/?host=infer-01").context["chart_data"]["changes"]
     assert [change["host"] for change in on_infer] == ["infer-01"]
+
+
+@pytest.mark.django_db
+def test_two_changes_moments_apart_are_two_markers(client_as, fleet):
+    switch = this_monday() - 2 * WEEK
+    audited(fleet["llama"], switch, comment="first")
+    audited(fleet["llama"], switch + dt.timedelta(seconds=30), comment="second")
+
+    changes = client_as("manager").get("/oom/").context["chart_data"]["changes"]
+    assert [change["what"][0].rpartition(": ")[2] for change in changes] == ["second", "first"]
 
 
 @pytest.mark.django_db

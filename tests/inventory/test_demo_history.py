@@ -1,5 +1,6 @@
 """The demo's history: the 8-card host's switch to P95 reservations ends its OOMs."""
 
+import datetime as dt
 import time
 
 import pytest
@@ -20,6 +21,10 @@ def test_ooms_before_the_switch_and_none_after():
     host = Host.objects.get(name="infer-01")
     switches = AuditEntry.objects.filter(host=host, action="deployment.change")
     assert switches.count() == 3  # one per model
+    # Written as one change, dated half-way through the window rather than when it ran.
+    assert switches.values("change_id").distinct().count() == 1
+    half_way = dt.datetime.fromtimestamp(now - 3 * 86400 / 2, tz=dt.UTC)
+    assert {entry.at for entry in switches} == {half_way}
     switch = switches.first()
     assert switch.before["isolation_mode"] == "time_slicing"
     assert switch.before["kv_reservation_basis"] == "mean"

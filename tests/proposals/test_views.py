@@ -1,9 +1,14 @@
 """The pages: list and filters, the inbox, the form, the detail with gates and diagrams."""
 
+import datetime as dt
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from console.proposals.models import Proposal
+from console.audit import Action
+from console.audit.changes import record
+from console.models import AuditEntry
+from console.proposals.models import LoadTest, Proposal
 from console.proposals.transitions import State
 from inventory.models import Deployment
 from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory, UserFactory
@@ -266,3 +271,39 @@ def test_after_apply_the_host_page_shows_the_deployment_and_the_change(client_as
     actions = [entry.action for entry in detail.context["audit"]]
     assert "deployment.create" in actions and "proposal.apply" in actions
     assert Deployment.objects.get(served_model=model).host == gpu.host
+
+
+def test_a_proposals_trail_is_found_by_its_change_ids(client_as, personas):
+    gpu = GpuFactory()
+    proposal = applied_proposal(personas["oncall"], personas["approver"], host=gpu.host, gpus=[gpu])
+    applied = AuditEntry.objects.get(action="proposal.apply")
+    deployment_row = AuditEntry.objects.get(action="deployment.create")
+    assert deployment_row.change_id == applied.change_id
+    # Neither the comment nor the moment ties them: the change id does.
+    AuditEntry.objects.filter(pk=deployment_row.pk).update(
+        comment="", at=applied.at - dt.timedelta(weeks=1)
+    )
+    elsewhere = DeploymentFactory(host=gpu.host)
+    record(actor=None, action=Action.DEPLOYMENT_CHANGE, obj=elsewhere, before=None, after=None,
+           host=gpu.host, comment=f"Proposal #{proposal.pk}: not really")  # fmt: skip
+
+    trail = client_as("manager").get(f"/proposals/{proposal.pk}/").context["audit"]
+    assert deployment_row in trail
+    assert all(entry.object_id != str(elsewhere.pk) for entry in trail)
+
+
+def test_deleting_a_load_test_in_the_admin_is_audited(client, personas):
+    proposal = create_proposal(personas["oncall"])
+    load_test = LoadTest.objects.create(
+        proposal=proposal,
+        uploaded_by=personas["oncall"],
+        source_format="vllm-json",
+        files=["run.json"],
+        run={},
+    )
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    client.post(f"/admin/proposals/loadtest/{load_test.pk}/delete/", {"post": "yes"})
+    entry = AuditEntry.objects.get(action="load_test.delete")
+    assert (entry.actor_name, entry.host, entry.before["files"]) == (
+        "root", proposal.host, ["run.json"]
+    )  # fmt: skip

@@ -1,6 +1,8 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from console.audit import Action, snapshot
+from console.audit.changes import open_change, record
 from inventory.models import Host
 
 
@@ -23,5 +25,8 @@ class Command(BaseCommand):
             host.full_clean()
         except ValidationError as error:
             raise CommandError(f"cannot register {name!r}: {error}") from None
-        host.save()
+        with open_change():
+            host.save()
+            record(actor=None, action=Action.HOST_REGISTER, obj=host, before=None,
+                   after=snapshot(host), host=host, comment="manage.py register_host")  # fmt: skip
         self.stdout.write(f"registered {name} ({host.get_collector_display()})")

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from console.audit.changes import open_change
 from inventory.demo import ensure_demo_fleet, ensure_demo_users
 from inventory.tasks import backfill_demo_history
 
@@ -17,8 +18,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, history_days, **options):
-        users = ensure_demo_users(settings.DEMO_PASSWORD)
-        hosts = ensure_demo_fleet()
+        with open_change():  # one change id for the whole seed
+            users = ensure_demo_users(settings.DEMO_PASSWORD)
+            hosts = ensure_demo_fleet()
         self.stdout.write(
             f"demo users created: {', '.join(users) or 'none (all present)'}; "
             f"demo hosts created: {', '.join(hosts) or 'none (all present)'}"

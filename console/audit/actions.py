@@ -1,0 +1,42 @@
+"""Every action the audit trail knows: a row with any other action cannot be written."""
+
+from django.db import models
+
+
+class Action(models.TextChoices):
+    PROPOSAL_CREATE = "proposal.create", "proposal created"
+    PROPOSAL_EDIT = "proposal.edit", "proposal edited"
+    PROPOSAL_LOAD_TEST = "proposal.load_test", "load test attached"
+    PROPOSAL_SUBMIT = "proposal.submit", "proposal submitted"
+    PROPOSAL_START_CHECKS = "proposal.start_checks", "gate checks started"
+    PROPOSAL_CHECKS_PASSED = "proposal.checks_passed", "gate checks passed"
+    PROPOSAL_CHECKS_FAILED = "proposal.checks_failed", "gate checks failed"
+    PROPOSAL_APPROVE = "proposal.approve", "proposal approved"
+    PROPOSAL_REJECT = "proposal.reject", "proposal rejected"
+    PROPOSAL_REQUEST_CHANGES = "proposal.request_changes", "changes requested"
+    PROPOSAL_APPLY = "proposal.apply", "proposal applied"
+    PROPOSAL_VERIFY = "proposal.verify", "proposal verified"
+    PROPOSAL_ROLL_BACK = "proposal.roll_back", "proposal rolled back"
+    LOAD_TEST_DELETE = "load_test.delete", "load test deleted"
+    # Placement changes: the OOM history draws a marker for each (CHANGE_ACTION_PREFIXES).
+    DEPLOYMENT_CREATE = "deployment.create", "deployment created"
+    DEPLOYMENT_MOVE = "deployment.move", "deployment moved"
+    DEPLOYMENT_RESIZE = "deployment.resize", "deployment resized"
+    DEPLOYMENT_STOP = "deployment.stop", "deployment stopped"
+    DEPLOYMENT_ROLL_BACK = "deployment.roll_back", "deployment rolled back"
+    DEPLOYMENT_CHANGE = "deployment.change", "deployment changed"
+    DEPLOYMENT_DELETE = "deployment.delete", "deployment deleted"
+    EVENT_ACKNOWLEDGE = "event.acknowledge", "event acknowledged"
+    RUNBOOK_CREATE = "runbook.create", "runbook note created"
+    RUNBOOK_UPDATE = "runbook.update", "runbook note updated"
+    GPU_DISCOVER = "gpu.discover", "card discovered"
+    DEAD_LETTER_REPLAY = "dead_letter.replay", "dead letter replayed"
+    DEAD_LETTER_DISCARD = "dead_letter.discard", "dead letter discarded"
+    HOST_REGISTER = "host.register", "host registered"
+    DEMO_SEED = "demo.seed", "demo data loaded"
+    # Django admin: users (roles are their groups), groups, periodic tasks, inventory records.
+    ADMIN_ADD = "admin.add", "added in the admin"
+    ADMIN_CHANGE = "admin.change", "changed in the admin"
+    ADMIN_DELETE = "admin.delete", "deleted in the admin"
+    TOKEN_CREATE = "token.create", "API token created"
+    TOKEN_DELETE = "token.delete", "API token deleted"
