@@ -1,5 +1,7 @@
 """The audit trail's filters and pages, on /audit/ and GET /api/audit/."""
 
+import uuid
+
 import pytest
 from django.contrib.contenttypes.models import ContentType
 
@@ -16,6 +18,7 @@ def _entries(count, *, action="runbook.update", actor="oncall", host=None):
     note_type = ContentType.objects.get_for_model(RunbookNote)
     AuditEntry.objects.bulk_create(
         AuditEntry(
+            change_id=uuid.uuid4(),
             actor_name=actor,
             action=action,
             content_type=note_type,
@@ -83,3 +86,14 @@ def test_the_host_page_links_to_the_hosts_whole_trail(client_as):
     page = client.get(f"/hosts/{host.name}/").content.decode()
     assert 'href="/audit/?host=infer-01"' in page
     assert client.get("/audit/", {"host": "infer-01"}).context["page"].paginator.count == 25
+
+
+def test_the_page_and_api_filter_by_change_id(client_as, personas):
+    _entries(3)
+    first = AuditEntry.objects.order_by("pk").first()
+    listed = _listed(client_as("manager").get("/audit/", {"change": str(first.change_id)}))
+    assert listed == [first.object_repr]
+    page = api_page(
+        token_client(personas["manager"]), "/api/audit/", {"change": str(first.change_id)}
+    )
+    assert [row["object_repr"] for row in page["results"]] == [first.object_repr]
