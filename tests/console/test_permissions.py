@@ -10,7 +10,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
-from inventory.models import Event, Host
+from inventory.models import DeadLetter, Event, Host
 from tests.factories import DeploymentFactory, GpuFactory
 from tests.proposals import support as proposal_support
 
@@ -217,6 +217,25 @@ MATRIX = [
         "post",
         _editors(302, outsider=404),
     ),
+    Row("dead-letter-list", lambda o: "/ingest/dead-letters/", "get", _readers()),
+    Row(
+        "dead-letter-detail",
+        lambda o: f"/ingest/dead-letters/{o['letter'].pk}/",
+        "get",
+        _readers(outsider=404),
+    ),
+    Row(
+        "dead-letter-replay",
+        lambda o: f"/ingest/dead-letters/{o['letter'].pk}/replay/",
+        "post",
+        _editors(302, outsider=404),
+    ),
+    Row(
+        "dead-letter-discard",
+        lambda o: f"/ingest/dead-letters/{o['letter'].pk}/discard/",
+        "post",
+        _editors(302, outsider=404),
+    ),
     Row("api-hosts", lambda o: "/api/hosts/", "get", {**_readers(), "anonymous": 401}),
     Row("api-oom", lambda o: "/api/oom/", "get", {**_readers(), "anonymous": 401}),
     Row("api-audit", lambda o: "/api/audit/", "get", {**_readers(), "anonymous": 401}),
@@ -271,11 +290,15 @@ def objects(personas):
         batch_id="00000000-0000-4000-8000-000000000001",
         position=0,
     )
+    letter = DeadLetter.objects.create(
+        body=b'{"host": "nowhere"}', size=19, reason_code="unknown_host", reason="unknown host"
+    )
     return {
         "host": gpu.host,
         "model": deployment.served_model,
         "note": note,
         "event": event,
+        "letter": letter,
         **proposal_support.matrix_objects(personas, gpu.host),
     }
 

@@ -92,7 +92,7 @@ def test_headroom_kv_gap_and_ooms_are_one_number_everywhere(client, client_as, p
     assert page.context["ledger_data"][0]["headroom_bytes"] == headroom
     ledger_api = client_as("manager").get(f"/api/hosts/{host.name}/ledger/").json()
     assert ledger_api[0]["headroom_bytes"] == headroom
-    hosts_api = client_as("manager").get("/api/hosts/").json()
+    hosts_api = client_as("manager").get("/api/hosts/").json()["results"]
     (listed,) = [entry for entry in hosts_api if entry["name"] == host.name]
     assert listed["cards"][0]["headroom_bytes"] == headroom
     (board,) = [row for row in client_as("oncall").get("/").context["rows"] if row.host == host]
