@@ -177,11 +177,17 @@ def run() -> int:
             local_host = _local_nvml_host()
             if local_host:
                 say(f"NVIDIA GPUs found: collecting {local_host} through NVML as well")
-                _manage(env, "register_host", local_host, "--collector", "nvml")
+                secret = BASE_DIR / "var" / "agent" / f"{local_host}.secret"
+                _manage(env, "register_host", local_host, "--collector", "nvml",
+                        "--secret-file", str(secret))  # fmt: skip
                 supervisor.start(
                     "agent",
                     [*agent, "-n", f"agent@{local_host}", "-Q", f"host.{local_host}"],
-                    env={"AGENT_SOURCE": "nvml", "AGENT_HOST": local_host},
+                    env={
+                        "AGENT_SOURCE": "nvml",
+                        "AGENT_HOST": local_host,
+                        "AGENT_SECRET_FILE": str(secret),
+                    },
                 )
             supervisor.start(
                 "web",

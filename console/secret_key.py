@@ -39,15 +39,28 @@ def ensure_local_key(local_key_file: Path = LOCAL_KEY_FILE) -> None:
     """
     if env_str("SECRET_KEY") or env_str("SECRET_KEY_FILE") or local_key_file.exists():
         return
-    local_key_file.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=local_key_file.parent, prefix=".secret_key.")
+    write_private_file(local_key_file, secrets.token_urlsafe(50))
+
+
+def write_private_file(path: Path, text: str, *, replace: bool = False) -> None:
+    """Write a file only its owner may read, appearing whole (never half written).
+
+    Without `replace`, a file already there stays: of two processes racing, both keep the
+    first one's text.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(descriptor, "w") as file:  # mkstemp creates it 0600
-            file.write(secrets.token_urlsafe(50))
-        with contextlib.suppress(FileExistsError):  # the other process's key is as good
-            os.link(temporary, local_key_file)
+            file.write(text)
+        if replace:
+            os.replace(temporary, path)
+            return
+        with contextlib.suppress(FileExistsError):
+            os.link(temporary, path)
     finally:
-        os.unlink(temporary)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
 
 
 def _read_key(path: Path) -> str:

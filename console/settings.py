@@ -174,6 +174,9 @@ TELEMETRY_1M_RETENTION_DAYS = env_int("TELEMETRY_1M_RETENTION_DAYS", 90, minimum
 TELEMETRY_1H_RETENTION_DAYS = env_int("TELEMETRY_1H_RETENTION_DAYS", 730, minimum=1)
 # Ingest refuses batches older than raw retention or later than now plus this clock skew.
 INGEST_CLOCK_SKEW_S = env_float("INGEST_CLOCK_SKEW_S", 300.0, minimum=0.0)
+# Batches of NVML hosts must carry their host's HMAC (inventory.telemetry.signing). Off only
+# to read old captures made before agents signed.
+INGEST_REQUIRE_SIGNATURE = env_bool("INGEST_REQUIRE_SIGNATURE", True)
 AGENT_SAMPLE_INTERVAL_S = env_float("AGENT_SAMPLE_INTERVAL_S", 1.0, minimum=0.05)
 AGENT_FLUSH_INTERVAL_S = env_float("AGENT_FLUSH_INTERVAL_S", 10.0, minimum=1.0)
 AGENT_SCRAPE_INTERVAL_S = env_float("AGENT_SCRAPE_INTERVAL_S", 5.0, minimum=0.5)

@@ -4,7 +4,8 @@ from django.utils import timezone
 
 from console.audit import Action, snapshot
 from console.audit.changes import atomic_change, open_change, record
-from inventory.models import DeadLetter, Event
+from inventory.models import DeadLetter, Event, Host
+from inventory.models.fleet import new_agent_secret
 from inventory.telemetry.batch_schema import BatchRejected
 from inventory.timeseries import dead_letters
 
@@ -110,3 +111,21 @@ def do_discard_dead_letter(letter: DeadLetter, *, acting_user, comment: str = ""
         after=_dead_letter_state(locked),
         comment=comment,
     )
+
+
+@atomic_change
+def do_rotate_agent_secret(host: Host, *, acting_user) -> Host:
+    """A new secret for the host's agent: batches signed with the old one are refused."""
+    locked = Host.objects.select_for_update().get(pk=host.pk)
+    before = snapshot(locked)
+    locked.agent_secret = new_agent_secret()
+    locked.save(update_fields=["agent_secret", "updated_at"])
+    record(
+        actor=acting_user,
+        action=Action.HOST_ROTATE_SECRET,
+        obj=locked,
+        before=before,
+        after=snapshot(locked),
+        host=locked,
+    )
+    return locked

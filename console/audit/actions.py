@@ -33,6 +33,7 @@ class Action(models.TextChoices):
     DEAD_LETTER_REPLAY = "dead_letter.replay", "dead letter replayed"
     DEAD_LETTER_DISCARD = "dead_letter.discard", "dead letter discarded"
     HOST_REGISTER = "host.register", "host registered"
+    HOST_ROTATE_SECRET = "host.rotate_secret", "host's agent secret rotated"
     DEMO_SEED = "demo.seed", "demo data loaded"
     # Django admin: users (roles are their groups), groups, periodic tasks, inventory records.
     ADMIN_ADD = "admin.add", "added in the admin"

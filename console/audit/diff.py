@@ -5,16 +5,23 @@ console/audit/models.py imports this module, so it must not import the models ba
 
 import datetime
 import decimal
+import hashlib
 import uuid
 from typing import Any
 
 
 def snapshot(obj, *, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A JSON-safe picture of a model instance: concrete fields and many-to-many ids."""
+    """A JSON-safe picture of a model instance: concrete fields and many-to-many ids.
+
+    A model's SECRET_FIELDS appear as a fingerprint, so a rotation shows and the secret never.
+    """
     opts = obj._meta
+    hidden = getattr(type(obj), "SECRET_FIELDS", ())
     data: dict[str, Any] = {}
     for field in opts.concrete_fields:
-        if field.name not in exclude:
+        if field.name in hidden:
+            data[field.attname] = _fingerprint(field.value_from_object(obj))
+        elif field.name not in exclude:
             data[field.attname] = _json_safe(field.value_from_object(obj))
     if obj.pk is not None:
         for field in opts.many_to_many:
@@ -23,6 +30,10 @@ def snapshot(obj, *, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
                     _json_safe(pk) for pk in getattr(obj, field.name).values_list("pk", flat=True)
                 )
     return data
+
+
+def _fingerprint(secret: str) -> str:
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12] if secret else ""
 
 
 def _json_safe(value: Any) -> Any:

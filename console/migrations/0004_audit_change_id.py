@@ -32,6 +32,7 @@ ACTIONS = [
     ("dead_letter.replay", "dead letter replayed"),
     ("dead_letter.discard", "dead letter discarded"),
     ("host.register", "host registered"),
+    ("host.rotate_secret", "host's agent secret rotated"),
     ("demo.seed", "demo data loaded"),
     ("admin.add", "added in the admin"),
     ("admin.change", "changed in the admin"),

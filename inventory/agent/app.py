@@ -18,6 +18,7 @@ from celery.signals import worker_ready, worker_shutdown
 from console.broker import broker_transport_options, broker_url
 from console.env import env_int, env_str
 from inventory.agent.runtime import Agent, wall_clock
+from inventory.agent.secrets import read_secrets
 from inventory.agent.transport import batch_publisher
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def _source_factory():
 
 agent = Agent(
     _source_factory(),
-    batch_publisher(app.connection_for_write),
+    batch_publisher(app.connection_for_write, read_secrets(env_str("AGENT_SECRET_FILE"))),
     outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1),
     # Where each host's outbox file lives, so batches waiting for the broker survive a restart.
     state_dir=Path(env_str("AGENT_STATE_DIR") or "var/agent"),

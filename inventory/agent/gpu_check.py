@@ -33,6 +33,7 @@ import io
 import json
 import multiprocessing
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -44,6 +45,8 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from inventory.telemetry import signing
 
 MIB = 1024 * 1024
 PEAK_WINDOW_S = (1.0, 3.0)  # seconds into the agent run; the first flush comes after it
@@ -347,16 +350,20 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 CENTRAL_ONLY = {"CELERY_BROKER_URL", "DATABASE_URL", "DJANGO_SETTINGS_MODULE"}
 
 
-def folder_broker_batches(queue: Path) -> list[dict]:
-    """The batches waiting in a folder broker's queue directory, oldest first."""
-    batches = []
+def folder_broker_messages(queue: Path) -> list[tuple[bytes, dict]]:
+    """The bodies and headers of the batches waiting in a folder broker's queue, oldest first."""
+    messages = []
     for path in sorted(queue.glob("*.ingest.msg"), key=lambda p: int(p.name.split("_")[0])):
         envelope = json.loads(path.read_text())
         body = envelope["body"]
         if envelope["properties"].get("body_encoding") == "base64":
             body = base64.b64decode(body)
-        batches.append(json.loads(body))
-    return batches
+        messages.append((body.encode() if isinstance(body, str) else body, envelope["headers"]))
+    return messages
+
+
+def folder_broker_batches(queue: Path) -> list[dict]:
+    return [json.loads(body) for body, _ in folder_broker_messages(queue)]
 
 
 def check_agent_process(pynvml, context, args, host: str) -> dict[str, Any]:
@@ -371,8 +378,10 @@ def check_agent_process(pynvml, context, args, host: str) -> dict[str, Any]:
     for folder in (queue, broker / "control"):
         folder.mkdir()
     env = {name: value for name, value in os.environ.items() if name not in CENTRAL_ONLY}
+    secret = secrets.token_urlsafe(32)  # what register_host would have issued
+    (broker / "agent-secret").write_text(secret)
     env |= {"CELERY_FILESYSTEM_BROKER_DIR": str(broker), "AGENT_SOURCE": "nvml",
-            "AGENT_HOST": host}  # fmt: skip
+            "AGENT_HOST": host, "AGENT_SECRET_FILE": str(broker / "agent-secret")}  # fmt: skip
     collector = NvmlCollector(pynvml, host, watch_xid=False)
     card_uuid = next(c.uuid for c in collector.poll().cards if c.index == args.device)
     collector.close()
@@ -408,11 +417,15 @@ def check_agent_process(pynvml, context, args, host: str) -> dict[str, Any]:
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
         holder.release()
-    batches = folder_broker_batches(queue)
+    messages = folder_broker_messages(queue)
+    batches = [json.loads(body) for body, _ in messages]
     ok, reason = agent_verdict(batches, holder.pid, base_mib, peak_mib, args.tolerance_mib)
     mapped = {r["deployment_id"] for b in batches for r in b["processes"] if r["pid"] == holder.pid}
     if ok and mapped != {AGENT_DEPLOYMENT}:
         ok, reason = False, f"the process mapped to {sorted(map(str, mapped))}, not the plan's"
+    forged = [h for body, h in messages if not signing.verify(secret, body, h.get(signing.HEADER))]
+    if ok and forged:
+        ok, reason = False, f"{len(forged)} of {len(messages)} batches not signed with its secret"
     print(f"\n3. agent process: a Celery worker on host.{host}, plan sent through a folder "
           f"broker, polls every 0.5 s, flush every 4 s; peak +{peak_mib} MiB for 2 s")  # fmt: skip
     _print_batches(batches, holder.pid, args.device)

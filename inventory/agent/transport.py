@@ -1,31 +1,40 @@
 """How batches travel from host agents to the ingest workers: plain JSON messages on a queue.
 
 Not Celery tasks: the ingest workers take them off the queue in groups and write each group in
-one transaction, which one-task-per-message cannot do.
+one transaction, which one-task-per-message cannot do. Each body is the batch's JSON, signed
+with its host's secret in a header (inventory.telemetry.signing).
 """
 
 from collections.abc import Callable
 
 from kombu import Connection, Exchange, Queue
 
+from inventory.telemetry import signing
+
 INGEST_QUEUE = Queue("ingest", Exchange("ingest", type="direct"), routing_key="ingest")
 
 
-def batch_publisher(connect: Callable[[], Connection]):
+def batch_publisher(connect: Callable[[], Connection], secret_for: Callable[[str], str | None]):
     """A publish(batch) for the HostRuntime: raises when the broker is away, never retries.
 
-    A connection per flush (every few seconds) costs little and never leaves a dead one
-    behind after an outage.
+    `secret_for(host)` is the host's secret, or None where the agent has none (the batch then
+    goes unsigned, and ingest keeps it as a dead letter that says so). A connection per flush
+    (every few seconds) costs little and never leaves a dead one behind after an outage.
     """
 
     def publish(batch: dict) -> None:
+        body = signing.encode(batch)
+        secret = secret_for(batch["host"])
+        headers = {signing.HEADER: signing.sign(secret, body)} if secret else {}
         with connect() as connection:
             connection.Producer().publish(
-                batch,
+                body,
+                content_type="application/json",
+                content_encoding="utf-8",
+                headers=headers,
                 exchange=INGEST_QUEUE.exchange,
                 routing_key=INGEST_QUEUE.routing_key,
                 declare=[INGEST_QUEUE],
-                serializer="json",
                 delivery_mode=2,  # persistent: a broker restart keeps it
                 retry=False,
             )

@@ -32,6 +32,14 @@ class Migration(migrations.Migration):
                     models.CharField(blank=True, help_text="As the batch claims.", max_length=100),
                 ),
                 ("batch_id", models.CharField(blank=True, max_length=64)),
+                (
+                    "signature",
+                    models.CharField(
+                        blank=True,
+                        help_text="As it arrived; a replay checks it again.",
+                        max_length=100,
+                    ),
+                ),
                 ("reason_code", models.CharField(db_index=True, max_length=32)),
                 ("reason_path", models.CharField(blank=True, max_length=200)),
                 ("reason", models.TextField()),

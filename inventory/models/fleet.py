@@ -5,6 +5,7 @@ Memory is stored in bytes and accounted per card; nothing here sums capacity acr
 
 import math
 import re
+import secrets
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
@@ -21,7 +22,14 @@ host_name_validator = RegexValidator(
 )
 
 
+def new_agent_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
 class Host(models.Model):
+    # Never in the audit trail as they are: snapshots hold a fingerprint instead.
+    SECRET_FIELDS = ("agent_secret",)
+
     class Status(models.TextChoices):
         ACTIVE = "active", "Active"
         MAINTENANCE = "maintenance", "Maintenance"
@@ -42,6 +50,13 @@ class Host(models.Model):
     status = models.CharField(max_length=16, choices=Status, default=Status.ACTIVE)
     collector = models.CharField(max_length=16, choices=Collector, default=Collector.NVML)
     description = models.TextField(blank=True)
+    agent_secret = models.CharField(
+        max_length=64,
+        default=new_agent_secret,
+        editable=False,
+        help_text="Signs this host's telemetry batches (HMAC-SHA256); its agent reads it from "
+        "AGENT_SECRET_FILE. Issued at registration; manage.py host_secret shows or rotates it.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

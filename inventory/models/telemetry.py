@@ -277,6 +277,9 @@ class DeadLetter(models.Model):
     size = models.PositiveIntegerField(help_text="Bytes of the message as it arrived.")
     host_name = models.CharField(max_length=100, blank=True, help_text="As the batch claims.")
     batch_id = models.CharField(max_length=64, blank=True)
+    signature = models.CharField(
+        max_length=100, blank=True, help_text="As it arrived; a replay checks it again."
+    )
     reason_code = models.CharField(max_length=32, db_index=True)
     reason_path = models.CharField(max_length=200, blank=True)
     reason = models.TextField()

@@ -15,6 +15,7 @@ import orjson
 from inventory.models import DeadLetter
 from inventory.telemetry.batch_schema import BatchRejected
 from inventory.timeseries.ingest import IngestResult, ingest_batches
+from inventory.timeseries.signatures import Signed, check_signatures
 
 # What a dead letter keeps of a message larger than the worker accepts.
 KEPT_BYTES = 1024 * 1024
@@ -25,6 +26,7 @@ class Letter:
     body: bytes
     payload: Any  # the decoded JSON, or None where it did not decode
     rejected: BatchRejected
+    signature: str | None = None
 
 
 def keep(letters: list[Letter]) -> list[DeadLetter]:
@@ -38,6 +40,7 @@ def keep(letters: list[Letter]) -> list[DeadLetter]:
                 reason_code=letter.rejected.code[:32],
                 reason_path=letter.rejected.path[:200],
                 reason=letter.rejected.message.replace("\x00", "\\x00")[:4000],
+                signature=(letter.signature or "")[:100],
             )
             for letter in letters
         ]
@@ -45,7 +48,8 @@ def keep(letters: list[Letter]) -> list[DeadLetter]:
 
 
 def replay(letter: DeadLetter) -> IngestResult | BatchRejected:
-    """Run the stored message through ingest again; database errors propagate."""
+    """Run the stored message through the signature check and ingest again; database errors
+    propagate."""
     body = bytes(letter.body)
     if letter.size > len(body):
         return BatchRejected("too_large", "only the first MiB of this message was kept")
@@ -53,7 +57,8 @@ def replay(letter: DeadLetter) -> IngestResult | BatchRejected:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as error:
         return BatchRejected("not_json", str(error))
-    return ingest_batches([payload])[0]
+    (forged,) = check_signatures([Signed(payload, body, letter.signature or None)])
+    return forged or ingest_batches([payload])[0]
 
 
 def decoded(letter: DeadLetter) -> Any:

@@ -5,7 +5,8 @@ transaction (inventory.timeseries.ingest) and acknowledged only after the commit
 of 500 measured faster than 200 (tests/bench/bench_ingest.py).
 
 Nothing one message holds can stop the others:
-- a message that is not JSON, too large, or fails the batch check is kept as a dead letter
+- a message that is not JSON, too large, not signed by the host it names
+  (inventory.timeseries.signatures) or fails the batch check is kept as a dead letter
   (inventory.timeseries.dead_letters) with its reason, and acknowledged;
 - any other error while writing a group splits it in halves, each written on its own, down to
   the one batch that fails, which becomes a dead letter: the healthy ones land;
@@ -29,9 +30,11 @@ from kombu import Connection
 from kombu.mixins import ConsumerMixin
 
 from inventory.agent.transport import INGEST_QUEUE
+from inventory.telemetry import signing
 from inventory.telemetry.batch_schema import BatchRejected
 from inventory.timeseries.dead_letters import Letter, keep
 from inventory.timeseries.ingest import ingest_batches
+from inventory.timeseries.signatures import Signed, check_signatures
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ class _Pending:
     body: bytes
     payload: Any
     message: Any
+    signature: str | None = None
     rejected: BatchRejected | None = None
 
 
@@ -82,7 +86,9 @@ class IngestWorker(ConsumerMixin):
 
     def add(self, body: bytes, message) -> None:
         """Queue one message for the next group; what cannot be a batch is marked already."""
-        item = _Pending(body, None, message)
+        headers = getattr(message, "headers", None) or {}
+        signature = headers.get(signing.HEADER)
+        item = _Pending(body, None, message, signature if isinstance(signature, str) else None)
         if len(body) > MAX_MESSAGE_BYTES:
             item.rejected = BatchRejected(
                 "too_large", f"{len(body)} bytes, at most {MAX_MESSAGE_BYTES}"
@@ -120,15 +126,27 @@ class IngestWorker(ConsumerMixin):
         self._outage_attempts = 0
 
     def _write(self, items: list[_Pending]) -> tuple[int, list[Letter]]:
-        letters = [Letter(i.body, i.payload, i.rejected) for i in items if i.rejected]
+        self._check_signatures([item for item in items if item.rejected is None])
+        letters = [Letter(i.body, i.payload, i.rejected, i.signature) for i in items if i.rejected]
         batches = [item for item in items if item.rejected is None]
         written = 0
         for item, result in zip(batches, self._ingest_isolating(batches), strict=True):
             if isinstance(result, BatchRejected):
-                letters.append(Letter(item.body, item.payload, result))
+                letters.append(Letter(item.body, item.payload, result, item.signature))
             elif not result.duplicate:
                 written += 1
         return written, letters
+
+    @staticmethod
+    def _check_signatures(items: list[_Pending]) -> None:
+        try:
+            answers = check_signatures([Signed(i.payload, i.body, i.signature) for i in items])
+        except Exception as error:
+            if _is_outage(error):
+                raise _Outage(str(error)) from error
+            raise
+        for item, rejected in zip(items, answers, strict=True):
+            item.rejected = rejected
 
     @staticmethod
     def _keep(letters: list[Letter]) -> None:

@@ -49,6 +49,7 @@ from inventory.models import (  # noqa: E402
     ProcessSample,
     ServedModel,
 )
+from inventory.telemetry import signing  # noqa: E402
 from inventory.timeseries import partitions, rollups  # noqa: E402
 from inventory.timeseries.ingest_worker import IngestWorker  # noqa: E402
 
@@ -57,6 +58,9 @@ CARDS, PROCESSES_PER_CARD = 8, 4
 
 
 class Message:
+    def __init__(self, signature: str) -> None:
+        self.headers = {signing.HEADER: signature}
+
     def ack(self) -> None:
         pass
 
@@ -122,29 +126,31 @@ def make_batch(host, gpus, deployments, seq: int, end: float, sampler: str) -> d
     }  # fmt: skip
 
 
-def wire_batches(fleet, intervals: int, start: float) -> list[str]:
-    """The batches as JSON text, as the broker carries them."""
+def wire_batches(fleet, intervals: int, start: float) -> list[tuple[bytes, str]]:
+    """The batches as the broker carries them: JSON bodies, each signed by its host."""
     samplers = {host.name: str(uuid.uuid4()) for host, _, _ in fleet}
-    return [
-        json.dumps(make_batch(host, gpus, deps, seq, start + 10 * seq, samplers[host.name]))
-        for seq in range(1, intervals + 1)
-        for host, gpus, deps in fleet
-    ]
+    wire = []
+    for seq in range(1, intervals + 1):
+        for host, gpus, deps in fleet:
+            batch = make_batch(host, gpus, deps, seq, start + 10 * seq, samplers[host.name])
+            body = signing.encode(batch)
+            wire.append((body, signing.sign(host.agent_secret, body)))
+    return wire
 
 
-def ingest_path(wire: list[str], group: int) -> float:
+def ingest_path(wire: list[tuple[bytes, str]], group: int) -> float:
     worker = IngestWorker(connection=None, max_group=group, max_wait_s=0)
     started = time.perf_counter()
     for offset in range(0, len(wire), group):
-        for text in wire[offset : offset + group]:
-            worker.add(text.encode(), Message())
+        for body, signature in wire[offset : offset + group]:
+            worker.add(body, Message(signature))
         worker.flush()
         if worker.pending or worker.dead_lettered:
             raise RuntimeError("ingest failed during the benchmark")
     return time.perf_counter() - started
 
 
-def broker_path(url: str, wire: list[str], group: int) -> float:
+def broker_path(url: str, wire: list[tuple[bytes, str]], group: int) -> float:
     from kombu import Connection
 
     from inventory.agent.transport import INGEST_QUEUE
@@ -153,9 +159,11 @@ def broker_path(url: str, wire: list[str], group: int) -> float:
         channel = conn.channel()
         INGEST_QUEUE(channel).declare()
         INGEST_QUEUE(channel).purge()
-        producer = conn.Producer(serializer="json")
-        for text in wire:
-            producer.publish(json.loads(text), exchange=INGEST_QUEUE.exchange,
+        producer = conn.Producer()
+        for body, signature in wire:
+            producer.publish(body, content_type="application/json", content_encoding="utf-8",
+                             headers={signing.HEADER: signature},
+                             exchange=INGEST_QUEUE.exchange,
                              routing_key=INGEST_QUEUE.routing_key, delivery_mode=2)  # fmt: skip
         worker = _UntilWritten(conn, len(wire), max_group=group, max_wait_s=0.05)
         started = time.perf_counter()
@@ -189,15 +197,15 @@ class _UntilWritten(IngestWorker):
             raise RuntimeError("broker path did not finish in 10 minutes")
 
 
-def orm_path(wire: list[str], fleet) -> float:
+def orm_path(wire: list[tuple[bytes, str]], fleet) -> float:
     """The same messages written the plain Django way: decode, build models, bulk_create."""
     gpu_ids = {gpu.uuid: gpu.pk for _, gpus, _ in fleet for gpu in gpus}
     started = time.perf_counter()
     with transaction.atomic():
         for offset in range(0, len(wire), 200):
             cards, processes = [], []
-            for text in wire[offset : offset + 200]:
-                batch = json.loads(text)
+            for body, _ in wire[offset : offset + 200]:
+                batch = json.loads(body)
                 ts = dt.datetime.fromtimestamp(batch["interval_end"], tz=dt.UTC)
                 for card in batch["cards"]:
                     cards.append(CardSample(

@@ -65,7 +65,7 @@ def test_a_broker_outage_is_backfilled_in_order_through_a_real_broker():
     redis = PrivateRedis()
     redis.start()
     url = f"redis://127.0.0.1:{redis.port}/0"
-    publish = batch_publisher(lambda: Connection(url, connect_timeout=1))
+    publish = batch_publisher(lambda: Connection(url, connect_timeout=1), lambda host: None)
 
     clock = Clock(MIDNIGHT + 9 * 3600)
     simulator = FleetSimulator(seed=1, clock=clock)

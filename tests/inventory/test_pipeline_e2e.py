@@ -109,8 +109,10 @@ def test_what_a_host_agent_published_on_an_h200_is_written_by_the_ingest_worker(
             "DATABASE_URL": database_url_for_processes(),
             "CELERY_BROKER_URL": "filesystem://",
             "CELERY_FILESYSTEM_BROKER_DIR": str(tmp_path / "broker"),
-            # The run was on 2026-11-30; ingest refuses batches older than raw retention.
+            # The run was on 2026-11-30, before agents signed their batches; ingest refuses
+            # batches older than raw retention, and unsigned ones.
             "TELEMETRY_RAW_RETENTION_DAYS": "36500",
+            "INGEST_REQUIRE_SIGNATURE": "false",
         },
         tmp_path,
     )
