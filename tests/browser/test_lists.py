@@ -1,5 +1,7 @@
 """A filtered list in a real browser: the filter survives paging."""
 
+import uuid
+
 import pytest
 from django.contrib.contenttypes.models import ContentType
 
@@ -20,6 +22,7 @@ def test_the_audit_filter_survives_the_next_page(console_page):
     note_type = ContentType.objects.get_for_model(RunbookNote)
     AuditEntry.objects.bulk_create(
         AuditEntry(
+            change_id=uuid.uuid4(),
             actor_name="oncall",
             action=action,
             content_type=note_type,
@@ -40,7 +43,7 @@ def test_the_audit_filter_survives_the_next_page(console_page):
     page.page.wait_for_load_state("networkidle")
     assert "action=runbook" in page.page.url and "page=2" in page.page.url
     assert page.page.input_value("input[name=action]") == "runbook"
-    actions = page.page.locator("#audit-table tbody td.mono").all_inner_texts()
+    actions = page.page.locator("#audit-table tbody td:nth-child(4)").all_inner_texts()
     assert actions == ["runbook.update"] * 2
     assert "Page 2 of 2" in page.page.locator("nav.pagination").inner_text()
     assert page.errors == []
