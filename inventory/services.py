@@ -1,5 +1,7 @@
 """State changes to inventory records, each one change (transaction and change id) audited."""
 
+from contextlib import contextmanager
+
 from django.utils import timezone
 
 from console.audit import Action, snapshot
@@ -52,11 +54,17 @@ def _dead_letter_state(letter: DeadLetter) -> dict:
     }
 
 
-def _pending_dead_letter(letter: DeadLetter) -> DeadLetter:
+@contextmanager
+def _changing(letter: DeadLetter, action: Action, acting_user, comment: str = ""):
+    """The pending letter, locked; saved and audited once the caller has changed it."""
     locked = DeadLetter.objects.select_for_update().get(pk=letter.pk)
     if locked.status != DeadLetter.Status.PENDING:
         raise AlreadyResolved(f"already {locked.get_status_display().lower()}")
-    return locked
+    before = _dead_letter_state(locked)
+    yield locked
+    locked.save()
+    record(actor=acting_user, action=action, obj=locked, before=before,
+           after=_dead_letter_state(locked), comment=comment)  # fmt: skip
 
 
 def _resolve(letter: DeadLetter, status: str, acting_user) -> None:
@@ -77,40 +85,23 @@ def do_replay_dead_letter(letter: DeadLetter, *, acting_user) -> BatchRejected |
         outcome = dead_letters.replay(letter)
     except Exception as error:  # the same failure the worker met: it stays a dead letter
         outcome = BatchRejected("write_failed", f"{type(error).__name__}: {error}")
-    with open_change(acting_user):
-        locked = _pending_dead_letter(letter)
-        before = _dead_letter_state(locked)
+    with (
+        open_change(acting_user),
+        _changing(letter, Action.DEAD_LETTER_REPLAY, acting_user) as locked,
+    ):
         locked.replays += 1
         if isinstance(outcome, BatchRejected):
             locked.reason_code, locked.reason_path = outcome.code, outcome.path
             locked.reason = outcome.message
         else:
             _resolve(locked, DeadLetter.Status.REPLAYED, acting_user)
-        locked.save()
-        record(
-            actor=acting_user,
-            action=Action.DEAD_LETTER_REPLAY,
-            obj=locked,
-            before=before,
-            after=_dead_letter_state(locked),
-        )
     return outcome if isinstance(outcome, BatchRejected) else None
 
 
 @atomic_change
 def do_discard_dead_letter(letter: DeadLetter, *, acting_user, comment: str = "") -> None:
-    locked = _pending_dead_letter(letter)
-    before = _dead_letter_state(locked)
-    _resolve(locked, DeadLetter.Status.DISCARDED, acting_user)
-    locked.save()
-    record(
-        actor=acting_user,
-        action=Action.DEAD_LETTER_DISCARD,
-        obj=locked,
-        before=before,
-        after=_dead_letter_state(locked),
-        comment=comment,
-    )
+    with _changing(letter, Action.DEAD_LETTER_DISCARD, acting_user, comment) as locked:
+        _resolve(locked, DeadLetter.Status.DISCARDED, acting_user)
 
 
 @atomic_change

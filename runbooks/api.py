@@ -2,9 +2,8 @@
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.generics import ListAPIView
 
-from inventory.api.permissions import CanView
+from console.api_access import VisibleList
 from runbooks.filters import NoteFilter
 from runbooks.models import RunbookNote
 
@@ -35,15 +34,9 @@ class NoteSerializer(serializers.ModelSerializer):
 
 
 @extend_schema(summary="Runbook notes by title, their Markdown bodies included")
-class NoteList(ListAPIView):
+class NoteList(VisibleList):
     model = RunbookNote
-    permission_classes = [CanView]
     serializer_class = NoteSerializer
     filterset_class = NoteFilter
-
-    def get_queryset(self):
-        return (
-            RunbookNote.objects.visible_to(self.request.user)
-            .select_related("host", "served_model")
-            .order_by("title", "pk")
-        )
+    related = ("host", "served_model")
+    ordering = ("title", "pk")

@@ -2,11 +2,10 @@
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.generics import ListAPIView
 
+from console.api_access import VisibleList
 from console.audit.filters import AuditFilter
 from console.audit.models import AuditEntry
-from inventory.api.permissions import CanView
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
@@ -34,13 +33,8 @@ class AuditEntrySerializer(serializers.ModelSerializer):
 
 
 @extend_schema(summary="The audit trail, the newest entry first")
-class AuditList(ListAPIView):
+class AuditList(VisibleList):
     model = AuditEntry
-    permission_classes = [CanView]
     serializer_class = AuditEntrySerializer
     filterset_class = AuditFilter
-
-    def get_queryset(self):
-        return AuditEntry.objects.visible_to(self.request.user).select_related(
-            "host", "content_type"
-        )
+    related = ("host", "content_type")

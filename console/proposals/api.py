@@ -14,11 +14,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console.access import get_visible_or_404, permission_name
+from console.api_access import CanView
 from console.placement import PlacementInputError, solve
 from console.proposals import services
 from console.proposals.filters import ProposalFilter
 from console.proposals.models import Proposal
-from inventory.api.permissions import CanView
 from inventory.models import Deployment, Host, MigSlice, ServedModel
 
 

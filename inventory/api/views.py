@@ -6,12 +6,11 @@ from itertools import groupby
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import ValidationError
-from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console.access import get_visible_or_404
-from inventory.api.permissions import CanView
+from console.api_access import CanView, VisibleList
 from inventory.api.serializers import (
     CardLedgerSerializer,
     HostSummarySerializer,
@@ -35,18 +34,14 @@ _STEPS = (10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
 
 
 @extend_schema(summary="Hosts and their cards now, by name")
-class HostList(ListAPIView):
+class HostList(VisibleList):
     model = Host
-    permission_classes = [CanView]
     serializer_class = HostSummarySerializer
     filterset_class = HostFilter
+    related = ("collector_status",)
 
     def get_queryset(self):
-        return (
-            Host.objects.visible_to(self.request.user)
-            .select_related("collector_status")
-            .prefetch_related("gpus")
-        )
+        return super().get_queryset().prefetch_related("gpus")
 
     def list(self, request):
         hosts = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
@@ -86,18 +81,12 @@ def _host_summaries(request, hosts: list[Host]) -> list[dict]:
     f"{DEFAULT_WINDOW_WEEKS} ISO weeks up to now unless weeks says otherwise, narrowed by host, "
     "model and triaged cause.",
 )
-class OomEventList(ListAPIView):
+class OomEventList(VisibleList):
     model = Event
-    permission_classes = [CanView]
     serializer_class = OomEventSerializer
     filterset_class = OomEventFilter
-
-    def get_queryset(self):
-        return (
-            Event.objects.visible_to(self.request.user)
-            .select_related("host", "gpu", "deployment__served_model")
-            .order_by("-at", "-pk")
-        )
+    related = ("host", "gpu", "deployment__served_model")
+    ordering = ("-at", "-pk")
 
 
 def _card_now(gpu: Gpu, sample: dict | None, headroom_bytes: int | None) -> dict:
