@@ -77,7 +77,7 @@ def build_fleet(hosts: int) -> list[tuple[Host, list[Gpu], list[Deployment]]]:
                 host=host,
                 index=i,
                 defaults={
-                    "uuid": f"GPU-bench-{h:04d}-{i}",
+                    "uuid": f"GPU-00000000-0000-4000-8000-{h:08d}{i:04d}",
                     "product_name": "NVIDIA H100 80GB HBM3",
                     "memory_total_bytes": 81559 * 1024**2,
                 },
