@@ -76,6 +76,14 @@ class _Field:
     required: bool = False
 
 
+# A row's fields flattened for the hot loop: (name, kind, low, high, required, field).
+_Spec = tuple[tuple[str, type, float, float, bool, _Field], ...]
+
+
+def _spec(fields: dict[str, _Field]) -> _Spec:
+    return tuple((name, f.kind, f.low, f.high, f.required, f) for name, f in fields.items())
+
+
 _BYTES = _Field(int, 0, MAX_BYTES)
 _COUNT = _Field(int, 0, SMALLINT)
 _PERCENT = _Field(int, 0, 100)
@@ -85,105 +93,125 @@ _SECONDS = _Field(float, 0.0, 1e6)
 _TEXT = _Field(str, 0, MAX_STRING)
 _FLAG = _Field(bool)
 
-_CARD = {
-    "index": _Field(int, 0, 63, required=True),
-    "uuid": _Field(str, 0, 64),
-    "name": _Field(str, 0, 100),
-    "lost": _FLAG,
-    "samples": _COUNT,
-    "total_bytes": _BYTES,
-    "used_bytes_max": _BYTES,
-    "used_bytes_last": _BYTES,
-    "reserved_bytes_max": _BYTES,
-    "reserved_bytes_last": _BYTES,
-    "free_bytes_min": _BYTES,
-    "free_bytes_max": _BYTES,
-    "free_bytes_last": _BYTES,
-    "util_gpu_max": _PERCENT,
-    "util_gpu_last": _PERCENT,
-    "util_memory_max": _PERCENT,
-    "util_memory_last": _PERCENT,
-}
-_ALLOCATOR = {
-    "reserved_bytes": _BYTES,
-    "allocated_bytes": _BYTES,
-    "inactive_split_bytes": _BYTES,
-    "largest_free_block_bytes": _BYTES,
-    "fragmentation_max": _FRACTION,
-}
-_PROCESS = {
-    "card_index": _Field(int, 0, 63),
-    "card_uuid": _Field(str, 0, 64),
-    "pid": _Field(int, 0, INTEGER, required=True),
-    "kind": _Field(str, 0, 8),
-    "name": _TEXT,
-    # The plan's deployment id, echoed as text; ingest keeps it only where it names one of the
-    # host's deployments.
-    "deployment_id": _Field(str, 0, 64),
-    "mig_device_uuid": _Field(str, 0, 96),
-    "used_bytes_max": _BYTES,
-    "used_bytes_last": _BYTES,
-    "samples": _COUNT,
-}
-_ENGINE = {
-    "deployment_id": _Field(str, 0, 64, required=True),
-    "engine": _Field(str, 0, 32),
-    "kv_cache_usage_max": _FRACTION,
-    "kv_cache_usage_last": _FRACTION,
-    "requests_running_max": _GAUGE,
-    "requests_running_last": _GAUGE,
-    "requests_waiting_max": _GAUGE,
-    "requests_waiting_last": _GAUGE,
-    "vram_bytes_max": _BYTES,
-    "vram_bytes_last": _BYTES,
-}
-_LATENCY = {
-    "count": _GAUGE,
-    "p50_s": _SECONDS,
-    "p95_s": _SECONDS,
-    "p99_s": _SECONDS,
-}
-_MIG = {
-    "uuid": _Field(str, 1, 96, required=True),
-    "total_bytes": _BYTES,
-    "used_bytes_max": _BYTES,
-    "used_bytes_last": _BYTES,
-    "free_bytes_min": _BYTES,
-}
-_EVENT = {
-    "kind": _Field(str, 1, 32, required=True),
-    "ts": _Field(float, 0.0, 1e11, required=True),
-    "card_index": _Field(int, 0, 63),
-    "card_uuid": _Field(str, 0, 96),
-}
-_EVENT_DETAIL = {
-    "xid": _Field(int, 0, INTEGER),
-    "pid": _Field(int, 0, INTEGER),
-    "deployment_id": _Field(str, 0, 64),
-    "requested_bytes": _BYTES,
-    "free_bytes": _BYTES,
-    "capacity_bytes": _BYTES,
-}
-_FAULT = {
-    "card_index": _Field(int, 0, 63),
-    "call": _Field(str, 0, 100),
-    "error": _Field(str, 0, 100),
-    "message": _Field(str, 0, 4096),
-    "count": _Field(int, 1, INTEGER),
-    "first_ts": _Field(float, 0.0, 1e11),
-    "last_ts": _Field(float, 0.0, 1e11),
-}
-_AGENT = {"outbox_depth": _Field(int, 0, INTEGER), "outbox_dropped": _Field(int, 0, BIGINT)}
-_HEADER = {
-    "host": _Field(str, 1, 100, required=True),
-    "seq": _Field(int, 1, BIGINT, required=True),
-    "interval_start": _Field(float, 0.0, 1e11, required=True),
-    "interval_end": _Field(float, 0.0, 1e11, required=True),
-    "polls": _Field(int, 0, INTEGER),
-    "events_dropped": _Field(int, 0, INTEGER),
-    "faults_dropped": _Field(int, 0, INTEGER),
-    "driver_version": _Field(str, 0, 64),
-}
+_CARD = _spec(
+    {
+        "index": _Field(int, 0, 63, required=True),
+        "uuid": _Field(str, 0, 64),
+        "name": _Field(str, 0, 100),
+        "lost": _FLAG,
+        "samples": _COUNT,
+        "total_bytes": _BYTES,
+        "used_bytes_max": _BYTES,
+        "used_bytes_last": _BYTES,
+        "reserved_bytes_max": _BYTES,
+        "reserved_bytes_last": _BYTES,
+        "free_bytes_min": _BYTES,
+        "free_bytes_max": _BYTES,
+        "free_bytes_last": _BYTES,
+        "util_gpu_max": _PERCENT,
+        "util_gpu_last": _PERCENT,
+        "util_memory_max": _PERCENT,
+        "util_memory_last": _PERCENT,
+    }
+)
+_ALLOCATOR = _spec(
+    {
+        "reserved_bytes": _BYTES,
+        "allocated_bytes": _BYTES,
+        "inactive_split_bytes": _BYTES,
+        "largest_free_block_bytes": _BYTES,
+        "fragmentation_max": _FRACTION,
+    }
+)
+_PROCESS = _spec(
+    {
+        "card_index": _Field(int, 0, 63),
+        "card_uuid": _Field(str, 0, 64),
+        "pid": _Field(int, 0, INTEGER, required=True),
+        "kind": _Field(str, 0, 8),
+        "name": _TEXT,
+        # The plan's deployment id, echoed as text; ingest keeps it only where it names one of the
+        # host's deployments.
+        "deployment_id": _Field(str, 0, 64),
+        "mig_device_uuid": _Field(str, 0, 96),
+        "used_bytes_max": _BYTES,
+        "used_bytes_last": _BYTES,
+        "samples": _COUNT,
+    }
+)
+_ENGINE = _spec(
+    {
+        "deployment_id": _Field(str, 0, 64, required=True),
+        "engine": _Field(str, 0, 32),
+        "kv_cache_usage_max": _FRACTION,
+        "kv_cache_usage_last": _FRACTION,
+        "requests_running_max": _GAUGE,
+        "requests_running_last": _GAUGE,
+        "requests_waiting_max": _GAUGE,
+        "requests_waiting_last": _GAUGE,
+        "vram_bytes_max": _BYTES,
+        "vram_bytes_last": _BYTES,
+    }
+)
+_LATENCY = _spec(
+    {
+        "count": _GAUGE,
+        "p50_s": _SECONDS,
+        "p95_s": _SECONDS,
+        "p99_s": _SECONDS,
+    }
+)
+_MIG = _spec(
+    {
+        "uuid": _Field(str, 1, 96, required=True),
+        "total_bytes": _BYTES,
+        "used_bytes_max": _BYTES,
+        "used_bytes_last": _BYTES,
+        "free_bytes_min": _BYTES,
+    }
+)
+_EVENT = _spec(
+    {
+        "kind": _Field(str, 1, 32, required=True),
+        "ts": _Field(float, 0.0, 1e11, required=True),
+        "card_index": _Field(int, 0, 63),
+        "card_uuid": _Field(str, 0, 96),
+    }
+)
+_EVENT_DETAIL = _spec(
+    {
+        "xid": _Field(int, 0, INTEGER),
+        "pid": _Field(int, 0, INTEGER),
+        "deployment_id": _Field(str, 0, 64),
+        "requested_bytes": _BYTES,
+        "free_bytes": _BYTES,
+        "capacity_bytes": _BYTES,
+    }
+)
+_FAULT = _spec(
+    {
+        "card_index": _Field(int, 0, 63),
+        "call": _Field(str, 0, 100),
+        "error": _Field(str, 0, 100),
+        "message": _Field(str, 0, 4096),
+        "count": _Field(int, 1, INTEGER),
+        "first_ts": _Field(float, 0.0, 1e11),
+        "last_ts": _Field(float, 0.0, 1e11),
+    }
+)
+_AGENT = _spec({"outbox_depth": _Field(int, 0, INTEGER), "outbox_dropped": _Field(int, 0, BIGINT)})
+_HEADER = _spec(
+    {
+        "host": _Field(str, 1, 100, required=True),
+        "seq": _Field(int, 1, BIGINT, required=True),
+        "interval_start": _Field(float, 0.0, 1e11, required=True),
+        "interval_end": _Field(float, 0.0, 1e11, required=True),
+        "polls": _Field(int, 0, INTEGER),
+        "events_dropped": _Field(int, 0, INTEGER),
+        "faults_dropped": _Field(int, 0, INTEGER),
+        "driver_version": _Field(str, 0, 64),
+    }
+)
 
 
 def check_batch(payload: Any, window: Window) -> None:
@@ -232,7 +260,7 @@ def check_batch(payload: Any, window: Window) -> None:
     _rows(payload, "faults", _FAULT)
 
 
-def _rows(payload: dict, key: str, fields: dict[str, _Field]) -> list[dict]:
+def _rows(payload: dict, key: str, fields: _Spec) -> list[dict]:
     rows = payload.get(key)
     if rows is None:
         return []
@@ -241,28 +269,46 @@ def _rows(payload: dict, key: str, fields: dict[str, _Field]) -> list[dict]:
     if len(rows) > MAX_LIST[key]:
         raise BatchRejected("too_many", f"{len(rows)} rows, at most {MAX_LIST[key]}", key)
     for position, row in enumerate(rows):
-        path = f"{key}[{position}]"
-        _fields(_object(row, path), fields, path)
+        if type(row) is not dict:
+            _object(row, f"{key}[{position}]")
+        _fields(row, fields, key, position)
     return rows
 
 
-def _fields(row: dict, fields: dict[str, _Field], path: str) -> None:
-    for name, field in fields.items():
+def _fields(row: dict, fields: _Spec, path: str, position: int | None = None) -> None:
+    """The hot loop of ingest: a sound value costs a type test and a comparison; the path of
+    a bad one is put together only when it is refused."""
+    for name, kind, low, high, required, field in fields:
         value = row.get(name)
-        where = f"{path}.{name}" if path else name
         if value is None:
-            if field.required:
-                raise BatchRejected("missing", "required", where)
+            if required:
+                raise BatchRejected("missing", "required", _where(path, position, name))
             continue
-        if field.kind is str:
-            _string(value, field, where)
-        elif field.kind is bool:
-            if not isinstance(value, bool):
-                raise BatchRejected(
-                    "bad_type", f"expected true or false, got {_kind(value)}", where
-                )
-        else:
-            _number(value, field, where)
+        actual = type(value)
+        if actual is kind or (actual is int and kind is float):
+            if actual is str:
+                if low <= len(value) <= high and "\x00" not in value:
+                    continue
+            elif actual is bool or low <= value <= high:  # NaN fails the comparison
+                continue
+        _refuse(value, field, _where(path, position, name))
+
+
+def _where(path: str, position: int | None, name: str) -> str:
+    if position is not None:
+        path = f"{path}[{position}]"
+    return f"{path}.{name}" if path else name
+
+
+def _refuse(value: Any, field: _Field, where: str) -> None:
+    """Raise the reason a value failed its field's fast check."""
+    if field.kind is str:
+        _string(value, field, where)
+    elif field.kind is bool:
+        raise BatchRejected("bad_type", f"expected true or false, got {_kind(value)}", where)
+    else:
+        _number(value, field, where)
+    raise BatchRejected("bad_type", f"unexpected {_kind(value)}", where)
 
 
 def _number(value: Any, field: _Field, where: str) -> None:
