@@ -132,7 +132,7 @@ class Drawing:
 COLUMN_PX, CARD_PX, TITLE_PX = 100, 260, 24
 
 
-def draw(columns: list[Column]) -> Drawing:
+def to_drawing(columns: list[Column]) -> Drawing:
     """Pixel geometry for an SVG: columns side by side, blocks stacked from the top."""
     drawn, models = [], {}
     for position, column in enumerate(columns):

@@ -51,11 +51,13 @@ def planned(proposal: Proposal) -> tuple[dict, dict] | None:
 def drawings(proposal: Proposal) -> tuple[object | None, object | None]:
     """(before, after) drawings: kept from apply time once applied, else live."""
     if proposal.placement_before is not None:
-        before = diagram.draw(diagram.build(*proposal.placement_before))
-        after = proposal.placement_after and diagram.draw(diagram.build(*proposal.placement_after))
+        before = diagram.to_drawing(diagram.build(*proposal.placement_before))
+        after = proposal.placement_after and diagram.to_drawing(
+            diagram.build(*proposal.placement_after)
+        )
         return before, after
     after = planned(proposal)
     return (
-        diagram.draw(diagram.build(*current_placement(proposal.host))),
-        diagram.draw(diagram.build(*after)) if after else None,
+        diagram.to_drawing(diagram.build(*current_placement(proposal.host))),
+        diagram.to_drawing(diagram.build(*after)) if after else None,
     )

@@ -66,7 +66,7 @@ def host_detail(request, name: str):
             "events": events,
             "faults": faults,
             "can_acknowledge": request.user.has_perm("inventory.acknowledge_event"),
-            "placement": diagram.draw(diagram.build(*current_placement(host))),
+            "placement": diagram.to_drawing(diagram.build(*current_placement(host))),
             "ledger_data": ledger_json(ledgers),
             "card_status": {view.gpu.pk: view.status for view in ledgers},
             "card_headroom": {view.gpu.pk: view.headroom_bytes for view in ledgers},

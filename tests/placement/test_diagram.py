@@ -5,7 +5,7 @@ import json
 import pytest
 
 from console.placement import solve
-from console.placement.diagram import build, draw
+from console.placement.diagram import build, to_drawing
 from inventory.models import Deployment, Gpu
 from inventory.placement_state import current_placement
 from tests.factories import DeploymentFactory, GpuFactory, MigSliceFactory
@@ -34,7 +34,7 @@ def test_free_memory_beside_a_model_that_shares_with_no_one_is_stranded():
 
 def test_draw_places_columns_side_by_side():
     request = json.loads((SCENARIOS / "seed-3xa100-5models.json").read_text())
-    drawing = draw(build(request, solve(request)))
+    drawing = to_drawing(build(request, solve(request)))
     assert [column.x for column in drawing.columns] == [0, 100, 200]
     assert drawing.width == 300
     assert [label for label, _ in drawing.models] == sorted(m["name"] for m in request["models"])
