@@ -34,6 +34,7 @@ from inventory.telemetry import signing
 from inventory.telemetry.batch_schema import BatchRejected
 from inventory.timeseries.dead_letters import Letter, keep
 from inventory.timeseries.ingest import ingest_batches
+from inventory.timeseries.redis_groups import GroupTaker
 from inventory.timeseries.signatures import Signed, check_signatures
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,28 @@ class IngestWorker(ConsumerMixin):
         self._outage_attempts = 0
         self.written = 0
         self.dead_lettered = 0
+
+    def run(self, _tokens: int = 1, **kwargs) -> None:
+        """Consume until stopped; over Redis a group at a time (redis_groups), else kombu's
+        consumer with a prefetch window of one group."""
+        if self.connection.transport.driver_type == "redis":
+            return self.run_in_groups(**kwargs)
+        return super().run(_tokens, **kwargs)
+
+    def run_in_groups(self, safety_interval: float = 1.0, **kwargs) -> None:
+        taker = GroupTaker(self.connection, INGEST_QUEUE)
+        while not self.should_stop:
+            room = self.max_group - len(self.pending)
+            taken = taker.take(room) if room > 0 else []
+            for message in taken:
+                self.add(message.body, message)
+            if len(self.pending) >= self.max_group:
+                self.flush()
+            else:
+                self.on_iteration()
+            taker.flush_acks()
+            if not taken:  # the queue is empty, or the group waits for the database
+                time.sleep(min(safety_interval, max(self.max_wait_s, 0.01)))
 
     def get_consumers(self, Consumer, channel):
         # on_message, not callbacks: the body is decoded here with orjson, several times

@@ -50,7 +50,7 @@ from inventory.models import (  # noqa: E402
     ServedModel,
 )
 from inventory.telemetry import signing  # noqa: E402
-from inventory.timeseries import partitions, rollups  # noqa: E402
+from inventory.timeseries import partitions, rollups, samples  # noqa: E402
 from inventory.timeseries.ingest_worker import IngestWorker  # noqa: E402
 
 GIB = 1024**3
@@ -167,8 +167,7 @@ def broker_path(url: str, wire: list[tuple[bytes, str]], group: int) -> float:
                              routing_key=INGEST_QUEUE.routing_key, delivery_mode=2)  # fmt: skip
         worker = _UntilWritten(conn, len(wire), max_group=group, max_wait_s=0.05)
         started = time.perf_counter()
-        for _ in worker.consume(safety_interval=0.05):
-            pass
+        worker.run(safety_interval=0.05)
         return time.perf_counter() - started
 
 
@@ -195,6 +194,41 @@ class _UntilWritten(IngestWorker):
             self.should_stop = True
         elif time.monotonic() > self.deadline:
             raise RuntimeError("broker path did not finish in 10 minutes")
+
+
+def raw_copy_path(wire: list[tuple[bytes, str]], fleet) -> float:
+    """The floor: the same process rows, already built, binary-COPYed into the same table in
+    the same groups, and nothing else (no decode, check, signature, claim or status)."""
+    gpu_ids = {gpu.uuid: gpu.pk for _, gpus, _ in fleet for gpu in gpus}
+    groups = []
+    for offset in range(0, len(wire), 500):
+        rows = []
+        for body, _ in wire[offset : offset + 500]:
+            batch = json.loads(body)
+            ts = dt.datetime.fromtimestamp(batch["interval_end"], tz=dt.UTC)
+            batch_id = uuid.UUID(batch["batch_id"])
+            for p in batch["processes"]:
+                alloc = p["allocator"]
+                rows.append((gpu_ids[p["card_uuid"]], ts, batch_id, p["pid"], p["kind"],
+                             p["name"], int(p["deployment_id"]), None, p["used_bytes_max"],
+                             p["used_bytes_last"], p["samples"], alloc["reserved_bytes"],
+                             alloc["allocated_bytes"], alloc["inactive_split_bytes"],
+                             alloc["largest_free_block_bytes"], 0.5))  # fmt: skip
+        groups.append(rows)
+    columns = ", ".join(samples.PROCESS_COLUMNS)
+    started = time.perf_counter()
+    for rows in groups:
+        with (
+            transaction.atomic(),
+            connection.cursor() as wrapper,
+            wrapper.cursor.copy(
+                f"COPY inventory_process_sample ({columns}) FROM STDIN (FORMAT BINARY)"
+            ) as copy,
+        ):
+            copy.set_types(samples.PROCESS_TYPES)
+            for row in rows:
+                copy.write_row(row)
+    return time.perf_counter() - started
 
 
 def orm_path(wire: list[tuple[bytes, str]], fleet) -> float:
@@ -298,6 +332,7 @@ def main() -> None:
         ]
     ]
     orm_s = orm_path(wire_batches(fleet, args.intervals, now - 3600), fleet)
+    raw_copy_s = raw_copy_path(wire_batches(fleet, args.intervals, now - 3000), fleet)
     # Several workers at once, one per core, as a deployment runs them: each takes every
     # n-th message, so each group still mixes hosts.
     shards = args.workers
@@ -321,6 +356,8 @@ def main() -> None:
         "postgres": connection.cursor().connection.info.server_version,
     }
     report["speedup_vs_orm"] = orm_s / ingest_s
+    report["raw_copy_rows_per_s"] = process_rows / raw_copy_s
+    report["writer_fraction_of_raw_copy"] = raw_copy_s / ingest_s
     report["workers"] = shards
     # Each worker refreshes what it wrote: the figure includes the rollups.
     report["parallel_ingest_rows_per_s"] = process_rows / parallel_ingest_s
@@ -336,6 +373,8 @@ def main() -> None:
     print(f"  ORM bulk_create    {report['orm_bulk_create_rows_per_s']:>10,.0f} process rows/s "
           f"({orm_s:.2f} s)")  # fmt: skip
     print(f"  real path / ORM    {report['speedup_vs_orm']:.1f}x")
+    print(f"  raw binary COPY    {report['raw_copy_rows_per_s']:>10,.0f} process rows/s: the "
+          f"writer reaches {report['writer_fraction_of_raw_copy']:.0%} of it")  # fmt: skip
     print(f"  {shards} workers at once (ingest + rollups): real path "
           f"{report['parallel_ingest_rows_per_s']:,.0f} rows/s, ORM "
           f"{report['parallel_orm_rows_per_s']:,.0f} rows/s "

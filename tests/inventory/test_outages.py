@@ -7,6 +7,7 @@ cannot be written becomes a dead letter alone.
 import shutil
 import socket
 import subprocess
+import threading
 import time
 
 import orjson
@@ -20,6 +21,7 @@ from inventory.agent.transport import INGEST_QUEUE, batch_publisher
 from inventory.models import CardSample, DeadLetter
 from inventory.timeseries import ingest_worker
 from inventory.timeseries.ingest_worker import IngestWorker
+from inventory.timeseries.redis_groups import GroupTaker
 from tests.batches import GIB, batch, card_row
 from tests.factories import GpuFactory
 from tests.inventory.test_agent import MIDNIGHT, Clock, _plan, _run
@@ -210,3 +212,35 @@ def test_a_database_error_on_a_live_database_is_poison_not_an_outage(monkeypatch
 
 def test_retries_back_off_up_to_a_minute():
     assert [ingest_worker.backoff(n) for n in (0, 1, 2, 5, 6, 30)] == [1, 2, 4, 32, 60, 60]
+
+
+@pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_over_redis_a_group_is_taken_in_one_call_and_a_killed_workers_group_comes_back():
+    """kombu's own bookkeeping, a group at a time: what a dead worker held is restored."""
+    redis = PrivateRedis()
+    redis.start()
+    url = f"redis://127.0.0.1:{redis.port}/0"
+    gpu = GpuFactory()
+    try:
+        publish = batch_publisher(lambda: Connection(url), lambda host: None)
+        payloads = [_healthy(gpu) for _ in range(5)]
+        for payload in payloads:
+            publish(payload)
+        options = {"visibility_timeout": 1}
+        with Connection(url, transport_options=options) as dying:
+            held = GroupTaker(dying, INGEST_QUEUE).take(3)  # then the worker is gone, unacked
+            assert len(held) == 3
+            assert dying.default_channel.client.hlen("unacked") == 3
+        time.sleep(1.5)  # past the visibility timeout
+        with Connection(url, transport_options=options) as conn:
+            worker = IngestWorker(conn, max_group=10, max_wait_s=0.05)
+            stopper = threading.Timer(4.0, lambda: setattr(worker, "should_stop", True))
+            stopper.start()
+            worker.run(safety_interval=0.05)
+            assert conn.default_channel.client.hlen("unacked") == 0
+            assert conn.default_channel.client.llen("ingest") == 0
+        assert worker.written == 5, "the three restored and the two never taken, once each"
+        assert CardSample.objects.count() == 5
+    finally:
+        redis.stop()
