@@ -1,0 +1,180 @@
+"""Hostile batches against the real ingest worker process on a real broker.
+
+Healthy batches of five hosts travel with a batch of every hostile kind; each hostile one
+becomes a dead letter alone, with its reason, and every healthy one lands once. A batch that
+passes every check but breaks the database (a trigger refuses one PID) takes no healthy batch
+with it. A dead letter whose cause is fixed is replayed once.
+"""
+
+import time
+
+import orjson
+import pytest
+from django.db import connection
+from kombu import Connection
+
+from console.celery import app
+from inventory.agent.transport import INGEST_QUEUE
+from inventory.models import CardSample, CollectorStatus, DeadLetter, Host
+from inventory.services import AlreadyResolved, do_replay_dead_letter
+from inventory.telemetry import signing
+from tests.batches import GIB, batch, card_row, process_row
+from tests.factories import GpuFactory, HostFactory
+from tests.processes import Processes, database_url_for_processes, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+POISON_PID = 31337
+
+
+def _healthy(gpu, seq):
+    now = time.time()
+    return batch(gpu.host, start=now - 10, end=now, seq=seq,
+                 cards=[card_row(gpu, used_max=2 * GIB, used_last=GIB)],
+                 processes=[process_row(gpu, 1000 + seq, used_max=GIB, used_last=GIB)])  # fmt: skip
+
+
+def _deep(levels: int) -> bytes:
+    return b'{"a":' * levels + b"1" + b"}" * levels
+
+
+def _hostile(gpu) -> dict[str, bytes]:
+    """Raw message bodies, by the reason code each must be kept under."""
+
+    def mutated(**fields):
+        return orjson.dumps({**_healthy(gpu, 99), **fields})
+
+    missing_pid = _healthy(gpu, 99)
+    del missing_pid["processes"][0]["pid"]
+    wrapping = _healthy(gpu, 99)
+    wrapping["cards"][0]["samples"] = 40000
+    return {
+        "missing": orjson.dumps(missing_pid),
+        "out_of_range": mutated(seq=-5),
+        "in_the_future": mutated(interval_end=4102444800.0, interval_start=4102444790.0),
+        "too_old": mutated(
+            interval_start=time.time() - 60 * 86400, interval_end=time.time() - 60 * 86400 + 10
+        ),
+        "unknown_host": mutated(host="nobody-registered-me"),
+        "not_json": _deep(5000),
+        "bad_uuid": mutated(batch_id="robert'); DROP TABLE"),
+        "nul_byte": mutated(driver_version="590\u0000"),
+        "unknown_schema": orjson.dumps([1, 2, 3]).replace(b"[", b'{"schema":[', 1) + b"}",
+    } | {"bad_type": orjson.dumps(wrapping).replace(b'"samples":40000', b'"samples":"40000"')}
+
+
+@pytest.fixture
+def worker(tmp_path):
+    env = {"DATABASE_URL": database_url_for_processes()}
+    options = app.conf.broker_transport_options or {}
+    if "data_folder_in" in options:
+        env["CELERY_FILESYSTEM_BROKER_DIR"] = str(tmp_path / "broker")
+        url, transport = (
+            "filesystem://",
+            {
+                "data_folder_in": str(tmp_path / "broker" / "queue"),
+                "data_folder_out": str(tmp_path / "broker" / "queue"),
+                "control_folder": str(tmp_path / "broker" / "control"),
+            },
+        )
+        for folder in ("queue", "control"):
+            (tmp_path / "broker" / folder).mkdir(parents=True)
+    else:
+        url, transport = app.conf.broker_url, options
+        with Connection(url, transport_options=transport) as conn:
+            INGEST_QUEUE(conn.default_channel).declare()
+            INGEST_QUEUE(conn.default_channel).purge()
+    processes = Processes(env, tmp_path)
+    processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
+    yield processes, lambda: Connection(url, transport_options=transport)
+    processes.stop()
+
+
+def _publish(connect, bodies, headers=None):
+    with connect() as conn:
+        # kombu's folder transport remembers, for the whole process, the queues an earlier
+        # test declared in its own folder, and would route nothing in this one.
+        conn.transport.state.clear()
+        producer = conn.Producer()
+        for body in bodies:
+            producer.publish(
+                body,
+                content_type="application/json",
+                content_encoding="utf-8",
+                headers=headers or {},
+                exchange=INGEST_QUEUE.exchange,
+                routing_key=INGEST_QUEUE.routing_key,
+                declare=[INGEST_QUEUE],
+            )
+
+
+def test_each_hostile_batch_is_a_dead_letter_alone_and_every_healthy_one_lands(worker):
+    processes, connect = worker
+    gpus = [GpuFactory() for _ in range(5)]
+    hostile = _hostile(gpus[0])
+    healthy = [orjson.dumps(_healthy(gpu, seq)) for seq in (1, 2, 3) for gpu in gpus]
+    mixed = healthy[:7] + list(hostile.values()) + healthy[7:]
+    _publish(connect, mixed)
+    logs = lambda: processes.log("ingest")[-4000:]  # noqa: E731
+    wait_for(lambda: DeadLetter.objects.count() >= len(hostile), 90, "the dead letters", logs)
+    wait_for(lambda: CollectorStatus.objects.filter(batches=3).count() == 5, 60, "every host", logs)
+    assert CardSample.objects.count() == len(healthy)
+    assert sorted(DeadLetter.objects.values_list("reason_code", flat=True)) == sorted(hostile)
+
+
+def test_a_batch_that_breaks_the_database_takes_no_healthy_batch_with_it(worker):
+    processes, connect = worker
+    with connection.cursor() as cursor:  # a constraint no check can know about
+        cursor.execute(f"""
+            CREATE FUNCTION refuse_poison() RETURNS trigger AS $$
+            BEGIN
+              IF NEW.pid = {POISON_PID} THEN RAISE EXCEPTION 'pid % refused', NEW.pid; END IF;
+              RETURN NEW;
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER refuse_poison BEFORE INSERT ON inventory_process_sample
+              FOR EACH ROW EXECUTE FUNCTION refuse_poison();
+        """)  # fmt: skip
+    try:
+        gpus = [GpuFactory() for _ in range(5)]
+        poison = _healthy(gpus[1], 50)
+        poison["processes"][0]["pid"] = POISON_PID
+        healthy = [orjson.dumps(_healthy(gpu, seq)) for seq in (1, 2, 3) for gpu in gpus]
+        _publish(connect, [*healthy[:8], orjson.dumps(poison), *healthy[8:]])
+        logs = lambda: processes.log("ingest")[-4000:]  # noqa: E731
+        wait_for(lambda: DeadLetter.objects.exists(), 90, "the poison's dead letter", logs)
+        wait_for(lambda: CardSample.objects.count() == len(healthy), 60, "every healthy", logs)
+        (letter,) = DeadLetter.objects.all()
+        assert letter.reason_code == "write_failed" and "pid 31337 refused" in letter.reason
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER refuse_poison ON inventory_process_sample;"
+                           "DROP FUNCTION refuse_poison();")  # fmt: skip
+
+
+def test_a_fixed_dead_letter_is_replayed_once_and_an_nvml_host_must_sign(worker, personas):
+    processes, connect = worker
+    real = GpuFactory(host=HostFactory(name="gpu-07", collector=Host.Collector.NVML))
+    body = orjson.dumps(_healthy(real, 1))
+    _publish(connect, [body])  # unsigned: refused
+    _publish(connect, [body], {signing.HEADER: signing.sign("a guess", body)})
+    logs = lambda: processes.log("ingest")[-4000:]  # noqa: E731
+    wait_for(lambda: DeadLetter.objects.count() == 2, 90, "two dead letters", logs)
+    assert set(DeadLetter.objects.values_list("reason_code", flat=True)) == {
+        "unsigned",
+        "bad_signature",
+    }
+    good = orjson.dumps(_healthy(real, 2))
+    _publish(connect, [good], {signing.HEADER: signing.sign(real.host.agent_secret, good)})
+    wait_for(lambda: CardSample.objects.count() == 1, 60, "the signed batch", logs)
+
+    newcomer = GpuFactory()  # a simulated host's card, its batch naming a host not yet known
+    stray = {**_healthy(newcomer, 1), "host": "gpu-new"}
+    _publish(connect, [orjson.dumps(stray)])
+    wait_for(lambda: DeadLetter.objects.filter(reason_code="unknown_host").exists(), 60, "it", logs)
+    letter = DeadLetter.objects.get(reason_code="unknown_host")
+    Host.objects.filter(pk=newcomer.host.pk).update(name="gpu-new")  # the fix: registered
+    assert do_replay_dead_letter(letter, acting_user=personas["oncall"]) is None
+    assert CardSample.objects.filter(gpu=newcomer).count() == 1
+    with pytest.raises(AlreadyResolved):
+        do_replay_dead_letter(letter, acting_user=personas["oncall"])
+    assert CardSample.objects.count() == 2
