@@ -170,8 +170,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 10)
-# Exactly one beat per console (the launcher starts one): two send every periodic task twice.
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Exactly one beat per console (the launcher starts one): two would send every periodic task
+# twice, so a second one against the same database exits (console.beat).
+CELERY_BEAT_SCHEDULER = "console.beat:SingleBeatScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
