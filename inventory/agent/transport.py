@@ -14,8 +14,10 @@ INGEST_QUEUE = Queue("ingest", Exchange("ingest", type="direct"), routing_key="i
 def batch_publisher(connect: Callable[[], Connection]):
     """A publish(batch) for the HostRuntime: raises when the broker is away, never retries.
 
-    A connection per flush (every few seconds) costs little and never leaves a dead one
-    behind after an outage.
+    It returns only once the broker has the batch, so the outbox may drop it: on RabbitMQ the
+    connection confirms each publish (`confirm_publish`, console.broker) and raises on a nack;
+    on Redis the push is itself answered. A connection per flush (every few seconds) costs
+    little and never leaves a dead one behind after an outage.
     """
 
     def publish(batch: dict) -> None:
