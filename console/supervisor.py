@@ -98,10 +98,6 @@ class Supervisor:
     def starts(self, name: str) -> int:
         return self.children[name].starts
 
-    def running(self, name: str) -> bool:
-        proc = self.children[name].proc
-        return proc is not None and proc.poll() is None
-
     def _spawn(self, child: _Child) -> None:
         child.proc = subprocess.Popen(
             child.argv,

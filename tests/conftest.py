@@ -38,7 +38,8 @@ def _partitions_cache_follows_rollbacks():
 @pytest.fixture(autouse=True)
 def _telemetry_tables_emptied_after_transactional_tests(request):
     """Django's flush after a transactional test skips unmanaged models, so the partitioned
-    sample and rollup tables would carry one test's rows into the next."""
+    sample and rollup tables, and the minutes ingest marked dirty for the next rollup refresh,
+    would carry one test's rows into the next."""
     yield
     marker = request.node.get_closest_marker("django_db")
     if marker is None or not marker.kwargs.get("transaction"):
@@ -48,7 +49,8 @@ def _telemetry_tables_emptied_after_transactional_tests(request):
     from inventory.timeseries.partitions import TABLES
 
     with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {', '.join(table.name for table in TABLES)}")
+        names = [table.name for table in TABLES] + ["inventory_rollup_dirty"]
+        cursor.execute(f"TRUNCATE {', '.join(names)}")
 
 
 @pytest.fixture
