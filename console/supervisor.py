@@ -56,6 +56,10 @@ class _Child:
     starts: int = 0
 
 
+def _print_now(line: str) -> None:
+    print(line, flush=True)
+
+
 def describe_exit(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -74,8 +78,8 @@ class Supervisor:
         *,
         cwd: Path,
         policy: RestartPolicy = RestartPolicy(),
-        say: Callable[[str], None] = print,
-        echo: Callable[[str], None] = print,
+        say: Callable[[str], None] = _print_now,
+        echo: Callable[[str], None] = _print_now,
     ):
         self.env = env
         self.cwd = cwd
