@@ -4,6 +4,20 @@ Central processes read it through Django settings; host agents, which never load
 it here directly. Reading it has no side effect: the folder broker makes its folders when a
 process first opens a channel on it (`FolderTransport`), so a command that never touches the
 broker leaves the disk alone.
+
+The transport options follow the fault model: a consumer killed with its messages unacked
+must not lose them, and a publish must not be taken for delivered before the broker has it.
+- Redis keeps a delivered, unacked message aside and hands it out again only after the
+  visibility timeout (BROKER_VISIBILITY_TIMEOUT_S). It must outlast the longest time a live
+  consumer holds a message: a Celery task's run (acks_late, so up to CELERY_TASK_TIME_LIMIT;
+  `manage.py check` refuses a shorter one) and an ingest group's write. Shorter, and a task
+  still running is handed to a second worker. Every consumer of one Redis database sweeps
+  the same unacked index with its own timeout, so all processes take it from here.
+- RabbitMQ redelivers as soon as a consumer's connection drops, with no timeout; there each
+  publish waits for the broker's confirm (`confirm_publish`), so an agent keeps a batch in
+  its outbox until the broker has it.
+- The folder broker is for one machine and for tests: unacked messages live in the
+  consumer's memory, and a consumer killed with -9 loses its prefetched ones.
 """
 
 import os
@@ -11,7 +25,7 @@ from pathlib import Path
 
 from kombu.transport import TRANSPORT_ALIASES, filesystem
 
-from console.env import env_str
+from console.env import env_float, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -20,9 +34,24 @@ def broker_url() -> str:
     return env_str("CELERY_BROKER_URL") or "filesystem://"
 
 
+_REDIS_SCHEMES = {"redis", "rediss", "redis+socket", "sentinel"}
+_AMQP_SCHEMES = {"amqp", "amqps", "pyamqp"}
+
+
+def visibility_timeout_s() -> float:
+    return env_float("BROKER_VISIBILITY_TIMEOUT_S", 360.0, minimum=1.0)
+
+
 def broker_transport_options() -> dict:
-    """The folders of the server-less broker, when it is the one in use."""
-    if not broker_url().startswith("filesystem://"):
+    """kombu's transport options for the broker in use (see the module's docstring)."""
+    url = broker_url()
+    # Failover lists ("redis://a;redis://b") name one kind of broker.
+    scheme = url.split(";", 1)[0].partition("://")[0].lower()
+    if scheme in _REDIS_SCHEMES:
+        return {"visibility_timeout": visibility_timeout_s()}
+    if scheme in _AMQP_SCHEMES:
+        return {"confirm_publish": True}
+    if scheme != "filesystem":
         return {}
     folder = Path(env_str("CELERY_FILESYSTEM_BROKER_DIR") or BASE_DIR / "var" / "broker")
     return {

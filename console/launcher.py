@@ -6,36 +6,31 @@
     python -m console.launcher clean-data  stop the embedded database and delete var/
 
 Without DATABASE_URL the embedded PostgreSQL is started here and stopped again on exit.
-Every child runs in its own process group and is told to die with this process, so Ctrl-C
-(or a kill of this process) leaves nothing behind.
+`run` supervises its children (console.supervisor): one that dies is logged and started again
+with growing pauses, while the others go on. Only Ctrl-C or SIGTERM to this process stops
+them all (and the embedded database); a kill -9 of it leaves nothing behind either, since
+every child is told to die with it. Exactly one beat is started: two would send every
+periodic task twice.
 """
 
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 from console.env import load_env_file
+from console.supervisor import Supervisor
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Runs in each child before exec: ask the kernel to SIGTERM it if the launcher dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def say(message: str) -> None:
@@ -68,57 +63,6 @@ def database() -> Iterator[str]:
             stop_embedded_server()
 
 
-class Supervisor:
-    """Starts named child processes, streams their output with a prefix, stops them all."""
-
-    def __init__(self, env: dict[str, str]):
-        self.env = env
-        self.children: dict[str, subprocess.Popen] = {}
-        self._width = 6
-
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self._width = max(self._width, len(name))
-        proc = subprocess.Popen(
-            argv,
-            cwd=BASE_DIR,
-            env={**self.env, **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-        self.children[name] = proc
-        threading.Thread(target=self._pump, args=(name, proc), daemon=True).start()
-
-    def _pump(self, name: str, proc: subprocess.Popen) -> None:
-        for raw in proc.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            print(f"{name:>{self._width}} | {line}", flush=True)
-
-    def exited(self) -> str | None:
-        for name, proc in self.children.items():
-            if proc.poll() is not None:
-                return name
-        return None
-
-    def stop_all(self, grace_s: float = 15.0) -> None:
-        # The leaders first, so Celery and gunicorn shut their own workers down cleanly.
-        for proc in self.children.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for proc in self.children.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        for proc in self.children.values():
-            # The group may still hold grandchildren (pool workers) even when the leader is gone.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def _manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([PYTHON, "manage.py", *args], cwd=BASE_DIR, env=env, check=True)
 
@@ -126,8 +70,7 @@ def _manage(env: dict[str, str], *args: str) -> None:
 def _wait_for_http(url: str, timeout_s: float, supervisor: Supervisor) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if supervisor.exited():
-            return False
+        supervisor.poll()
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:
             if response.status == 200:
                 return True
@@ -152,7 +95,7 @@ def run() -> int:
     (BASE_DIR / "var").mkdir(exist_ok=True)
     with database() as url:
         env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
-        supervisor = Supervisor(env)
+        supervisor = Supervisor(env, cwd=BASE_DIR, say=say)
         try:
             say("applying migrations")
             _manage(env, "migrate", "--noinput", "-v", "0")
@@ -196,13 +139,13 @@ def run() -> int:
             )  # fmt: skip
             base = f"http://{bind}:{port}"
             if not _wait_for_http(f"{base}/healthz", 120, supervisor):
-                say(f"the console did not come up ({supervisor.exited() or 'timeout'}); stopping")
+                say("the console did not answer /healthz within 120 s; stopping")
                 return 1
             _banner(base, env)
-            while (name := supervisor.exited()) is None:
+            # A child that dies is restarted by the supervisor; only a signal ends this loop.
+            while True:
+                supervisor.poll()
                 time.sleep(0.5)
-            say(f"{name} exited unexpectedly; stopping everything")
-            return 1
         except _Stop:
             say("stopping")
             return 0

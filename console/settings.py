@@ -151,18 +151,28 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery. Without CELERY_BROKER_URL the broker is a folder on disk: real worker and beat
-# processes, no server to install.
+# processes, no server to install. The transport options (Redis visibility timeout, RabbitMQ
+# publisher confirms) and why: console.broker; console.checks holds the timeout above
+# CELERY_TASK_TIME_LIMIT.
 CELERY_BROKER_URL = broker_url()
 CELERY_BROKER_TRANSPORT_OPTIONS = broker_transport_options()
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
 CELERY_TASK_ALWAYS_EAGER = False
+# A task is acknowledged when it ends, and goes back to the queue when its worker process
+# dies under it (kill -9, OOM): every task must be safe to run twice.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A task running when the broker connection drops cannot be acknowledged any more and will be
+# delivered again: stop it rather than have two copies run.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# One message reserved per pool process: a killed worker strands no queue of prefetched tasks.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 10)
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Exactly one beat per console (the launcher starts one): two would send every periodic task
+# twice, so a second one against the same database exits (console.beat).
+CELERY_BEAT_SCHEDULER = "console.beat:SingleBeatScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

@@ -24,6 +24,10 @@ from inventory.agent.transport import batch_publisher
 log = logging.getLogger(__name__)
 
 app = Celery("agent")
+# The broker's transport options (Redis visibility timeout, RabbitMQ publisher confirms, which
+# also cover the batches this agent publishes) come from console.broker, as for the console.
+# Plans are acknowledged on receipt, not late: one lost with a killed agent is replaced by the
+# next within a plan interval, and a redelivered one would have expired (inventory.tasks).
 app.conf.update(
     broker_url=broker_url(),
     broker_transport_options=broker_transport_options(),

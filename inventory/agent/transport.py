@@ -18,8 +18,11 @@ def batch_publisher(connect: Callable[[], Connection], secret_for: Callable[[str
     """A publish(batch) for the HostRuntime: raises when the broker is away, never retries.
 
     `secret_for(host)` is the host's secret, or None where the agent has none (the batch then
-    goes unsigned, and ingest keeps it as a dead letter that says so). A connection per flush
-    (every few seconds) costs little and never leaves a dead one behind after an outage.
+    goes unsigned, and ingest keeps it as a dead letter that says so). It returns only once
+    the broker has the batch, so the outbox may drop it: on RabbitMQ the connection confirms
+    each publish (`confirm_publish`, console.broker) and raises on a nack; on Redis the push is
+    itself answered. A connection per flush (every few seconds) costs little and never leaves
+    a dead one behind after an outage.
     """
 
     def publish(batch: dict) -> None:

@@ -1,0 +1,26 @@
+"""System checks on settings that are valid one by one but wrong together."""
+
+from django.conf import settings
+from django.core.checks import Error, register
+
+
+@register("celery")
+def visibility_timeout_outlasts_tasks(app_configs, **kwargs) -> list[Error]:
+    """Redis hands an unacked message out again after the visibility timeout (console.broker).
+
+    Tasks are acknowledged when they end (acks_late), so one that runs longer than the timeout
+    would be started a second time by another worker while the first still runs.
+    """
+    timeout = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout")
+    if timeout is None or timeout > settings.CELERY_TASK_TIME_LIMIT:
+        return []
+    return [
+        Error(
+            f"BROKER_VISIBILITY_TIMEOUT_S={timeout:g} is not longer than "
+            f"CELERY_TASK_TIME_LIMIT={settings.CELERY_TASK_TIME_LIMIT}: Redis would hand a "
+            "task that is still running to a second worker.",
+            hint="Set BROKER_VISIBILITY_TIMEOUT_S above the task time limit "
+            "(and above the longest ingest group write), e.g. the time limit + 60.",
+            id="console.E001",
+        )
+    ]
