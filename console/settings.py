@@ -102,6 +102,14 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 
+# /readyz turns "not ready" when no collected host's batch has been written for
+# READYZ_MAX_INGEST_LAG_S (ingest stuck or every agent gone), or when more than
+# READYZ_MAX_DEAD_LETTERS dead letters that nobody has handled yet arrived in the last
+# READYZ_DEAD_LETTER_WINDOW_S.
+READYZ_MAX_INGEST_LAG_S = env_float("READYZ_MAX_INGEST_LAG_S", 300.0, minimum=1.0)
+READYZ_MAX_DEAD_LETTERS = env_int("READYZ_MAX_DEAD_LETTERS", 0, minimum=0)
+READYZ_DEAD_LETTER_WINDOW_S = env_float("READYZ_DEAD_LETTER_WINDOW_S", 900.0, minimum=1.0)
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = False
