@@ -91,7 +91,7 @@ def _check_dead_letters() -> str | None:
     if fresh <= settings.READYZ_MAX_DEAD_LETTERS:
         return None
     return (
-        f"{fresh} dead letters waiting from the last {window:.0f} s "
+        f"dead letters waiting from the last {window:.0f} s: {fresh} "
         f"(limit {settings.READYZ_MAX_DEAD_LETTERS})"
     )
 

@@ -135,7 +135,7 @@ def test_readyz_details_each_check_and_collector_to_a_user_who_may_see_hosts(
     assert body["database"] == "ok"
     assert body["broker"] == "ok"
     assert body["ingest_lag"] == "ok"
-    assert body["dead_letters"] == "1 dead letters waiting from the last 900 s (limit 0)"
+    assert body["dead_letters"] == "dead letters waiting from the last 900 s: 1 (limit 0)"
     assert body["status"] == "not ready"
     collectors = body["collectors"]
     assert collectors["fresh"]["stale"] is False
