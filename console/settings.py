@@ -102,6 +102,50 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 
+# Behind HTTPS (SECURE_COOKIES=true) `manage.py check --deploy` wants HSTS and the redirect to
+# https too; they stay off by default so `make run` keeps working on http://127.0.0.1. Behind a
+# reverse proxy (BEHIND_PROXY=true) the proxy's X-Forwarded-Proto says whether the request
+# came over https, and the last X-Forwarded-For address is the client's (console.login_throttle).
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+BEHIND_PROXY = env_bool("BEHIND_PROXY", False)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_PROXY else None
+
+# Login throttling (django-axes): LOGIN_FAILURE_LIMIT wrong passwords for one username from one
+# address lock that pair out for LOGIN_COOLOFF_MINUTES (429 and a page that says so). The pair,
+# not the username alone, so that nobody can lock a colleague out from everywhere by guessing
+# at their name. `manage.py axes_reset` lifts every lockout.
+INSTALLED_APPS += ["axes"]
+MIDDLEWARE += ["axes.middleware.AxesMiddleware"]  # last, as axes requires
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+# axes reads a number as hours.
+AXES_COOLOFF_TIME = env_float("LOGIN_COOLOFF_MINUTES", 15.0, minimum=1.0) / 60
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "console.login_throttle.locked_out"
+AXES_CLIENT_IP_CALLABLE = "console.login_throttle.client_ip"
+# The log says which account and which address, so on-call can act on a lockout; passwords
+# are masked whatever this says.
+AXES_SENSITIVE_PARAMETERS = []
+# No banner at the start of every command (the lockout log is not affected).
+AXES_VERBOSE = False
+# Lockouts are lifted with the axes_reset commands: in the admin they would change unaudited.
+AXES_ENABLE_ADMIN = False
+
+# /readyz turns "not ready" when no collected host's batch has been written for
+# READYZ_MAX_INGEST_LAG_S (ingest stuck or every agent gone), or when more than
+# READYZ_MAX_DEAD_LETTERS dead letters that nobody has handled yet arrived in the last
+# READYZ_DEAD_LETTER_WINDOW_S.
+READYZ_MAX_INGEST_LAG_S = env_float("READYZ_MAX_INGEST_LAG_S", 300.0, minimum=1.0)
+READYZ_MAX_DEAD_LETTERS = env_int("READYZ_MAX_DEAD_LETTERS", 0, minimum=0)
+READYZ_DEAD_LETTER_WINDOW_S = env_float("READYZ_DEAD_LETTER_WINDOW_S", 900.0, minimum=1.0)
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = False

@@ -80,7 +80,10 @@ def _queue(proposal: Proposal, *, recipients: list[str], subject: str, body: str
 def notify_approvers(proposal: Proposal) -> None:
     approvers = (
         get_user_model()
-        .objects.with_perm("proposals.approve_proposal")
+        # The backend that holds permissions; the other one (login throttling) holds none.
+        .objects.with_perm(
+            "proposals.approve_proposal", backend="django.contrib.auth.backends.ModelBackend"
+        )
         .exclude(pk=proposal.author_id)
         .exclude(email="")
         .order_by("username")
