@@ -138,6 +138,11 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "console.pagination.ListPagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "console.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU co-location console API",
@@ -194,6 +199,13 @@ KV_BUFFER = env_float("KV_BUFFER", 0.20, minimum=0.0)
 
 # The longest solve one API call may ask for; longer ones belong to the command line.
 PLACEMENT_API_MAX_TIME_S = env_float("PLACEMENT_API_MAX_TIME_S", 30.0, minimum=0.1)
+# In the database, so that every web worker sees it (one exact solve per user at a time).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "console_cache",
+    }
+}
 
 # Placement proposals. The memory gate keeps GATE_HEADROOM_BYTES free on every card beyond
 # the co-tenants' P95 and the fragmentation peak. Approvers and authors hear of proposals by
