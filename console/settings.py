@@ -154,6 +154,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "console.openapi.document_error_answers",
+    ],
 }
 
 # Celery. Without CELERY_BROKER_URL the broker is a folder on disk: real worker and beat
