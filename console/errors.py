@@ -1,4 +1,6 @@
+from django.http import JsonResponse
 from django.shortcuts import render
+from django.views.defaults import page_not_found as django_page_not_found
 
 from console.roles import DESCRIPTIONS
 
@@ -10,3 +12,10 @@ def permission_denied(request, exception=None):
         {"reason": str(exception) if exception else "", "role_descriptions": DESCRIPTIONS},
         status=403,
     )
+
+
+def page_not_found(request, exception=None):
+    # A URL under /api/ that matches no route answers as the API's own 404s do, in JSON.
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return django_page_not_found(request, exception)

@@ -46,6 +46,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "console.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -181,6 +182,11 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "console.pagination.ListPagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "console.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU co-location console API",
@@ -192,6 +198,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "console.openapi.document_error_answers",
+    ],
 }
 
 # Celery. Without CELERY_BROKER_URL the broker is a folder on disk: real worker and beat
@@ -250,6 +260,13 @@ KV_BUFFER = env_float("KV_BUFFER", 0.20, minimum=0.0)
 
 # The longest solve one API call may ask for; longer ones belong to the command line.
 PLACEMENT_API_MAX_TIME_S = env_float("PLACEMENT_API_MAX_TIME_S", 30.0, minimum=0.1)
+# In the database, so that every web worker sees it (one exact solve per user at a time).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "console_cache",
+    }
+}
 
 # Placement proposals. The memory gate keeps GATE_HEADROOM_BYTES free on every card beyond
 # the co-tenants' P95 and the fragmentation peak. Approvers and authors hear of proposals by

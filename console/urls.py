@@ -54,3 +54,4 @@ urlpatterns = [
 ]
 
 handler403 = "console.errors.permission_denied"
+handler404 = "console.errors.page_not_found"

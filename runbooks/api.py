@@ -10,8 +10,12 @@ from runbooks.models import RunbookNote
 
 class NoteSerializer(serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
-    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    served_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    host = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True, help_text="null: not a host's note."
+    )
+    served_model = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True, help_text="null: not a model's note."
+    )
 
     class Meta:
         model = RunbookNote

@@ -37,6 +37,11 @@ from console.placement.problem import (
 METHODS: tuple[Method, ...] = ("greedy", "exact", "auto")
 ISOLATIONS: tuple[Isolation, ...] = ("any", "group", "mps", "mig")
 MAX_TIME_LIMIT_S = 600
+# Bounds that keep every sum the solver forms within 64-bit integers: 16 TiB of memory on one
+# card, a model over 1024 cards, and priorities that weigh up to a million.
+MAX_MEMORY_MIB = 16 * 1024**2
+MAX_MODEL_GPUS = 1024
+MAX_PRIORITY = 1_000_000
 DEFAULT_POLICY = {"method": "auto", "time_limit_s": 5, "headroom_mib": 0, "whole_card": False}
 DEFAULT_PRIORITY = 1
 
@@ -91,12 +96,17 @@ class _Checker:
             self.fail(f"{prefix}{key}", f"unknown key (allowed: {allowed})")
         return cast(dict[str, Any], value)
 
-    def integer(self, value: object, field: str, minimum: int) -> int | None:
+    def integer(
+        self, value: object, field: str, minimum: int, maximum: int = MAX_MEMORY_MIB
+    ) -> int | None:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(field, f"must be an integer, got {_json_type(value)}")
             return None
         if value < minimum:
             self.fail(field, f"must be >= {minimum}")
+            return None
+        if value > maximum:
+            self.fail(field, f"must be <= {maximum}")
             return None
         return value
 
@@ -339,9 +349,11 @@ def _model(check: _Checker, raw: object, index: int) -> ModelRequest | None:
     errors_before = len(check.errors)
     name = check.text(fields.get("name"), f"{field}.name")
     memory = check.integer(fields.get("memory_mib"), f"{field}.memory_mib", 0)
-    gpus = check.integer(fields.get("gpus", 1), f"{field}.gpus", 1)
+    gpus = check.integer(fields.get("gpus", 1), f"{field}.gpus", 1, MAX_MODEL_GPUS)
     exclusive = check.boolean(fields.get("exclusive", False), f"{field}.exclusive")
-    priority = check.integer(fields.get("priority", DEFAULT_PRIORITY), f"{field}.priority", 0)
+    priority = check.integer(
+        fields.get("priority", DEFAULT_PRIORITY), f"{field}.priority", 0, MAX_PRIORITY
+    )
     isolation = check.choice(fields.get("isolation", "any"), f"{field}.isolation", ISOLATIONS)
     if isolation == "mig" and gpus is not None and gpus != 1:
         check.fail(f"{field}.gpus", "must be 1 when isolation is 'mig' (one slice on one card)")

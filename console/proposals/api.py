@@ -1,13 +1,17 @@
 """The proposals API: create a proposal, read its status and gates; and POST /api/placement/,
 the placement solver over HTTP (token or session auth)."""
 
+import math
+from contextlib import contextmanager
+
 from django.conf import settings
+from django.core.cache import cache
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
@@ -15,6 +19,7 @@ from rest_framework.views import APIView
 
 from console.access import get_visible_or_404, permission_name
 from console.api_access import CanView
+from console.parsers import MAX_JSON_NUMBER, BoundedJSONParser
 from console.placement import PlacementInputError, solve
 from console.proposals import services
 from console.proposals.filters import ProposalFilter
@@ -62,13 +67,20 @@ class ProposalCreateSerializer(serializers.Serializer):
         allow_null=True,
         help_text="MPS only; left out, a move or resize keeps the deployment's share.",
     )
-    kv_reservation_bytes = serializers.IntegerField(min_value=0)
+    kv_reservation_bytes = serializers.IntegerField(min_value=0, max_value=MAX_JSON_NUMBER)
     kv_reservation_basis = serializers.ChoiceField(
         Deployment.KvBasis.choices, default=Deployment.KvBasis.P95
     )
-    kv_tokens_per_request = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    expected_p95_concurrency = serializers.FloatField(min_value=0, required=False, allow_null=True)
-    expected_request_rate = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    # The columns' ranges: a PositiveIntegerField, and finite doubles.
+    kv_tokens_per_request = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, required=False, allow_null=True
+    )
+    expected_p95_concurrency = serializers.FloatField(
+        min_value=0, max_value=MAX_JSON_NUMBER, required=False, allow_null=True
+    )
+    expected_request_rate = serializers.FloatField(
+        min_value=0, max_value=MAX_JSON_NUMBER, required=False, allow_null=True
+    )
     admission_policy = serializers.ChoiceField(
         Deployment.Admission.choices, default=Deployment.Admission.NONE
     )
@@ -240,13 +252,15 @@ _EXAMPLE = {
 class Placement(APIView):
     model = Host  # whoever may read the fleet may ask where models would go
     permission_classes = [CanView]
+    parser_classes = [BoundedJSONParser]
 
     @extend_schema(
         request=OpenApiTypes.OBJECT,
         responses={200: OpenApiTypes.OBJECT},
         summary="Place models on GPU cards",
         description="The request and answer are documented in console/placement/README.md. "
-        "Memory in MiB. Bad input answers 400 with one error per field.",
+        "Memory in MiB. Bad input answers 400 with one error per field. One exact (or auto) "
+        "solve per user runs at a time; another answers 429 with Retry-After.",
         examples=[OpenApiExample("three A100s", value=_EXAMPLE, request_only=True)],
     )
     def post(self, request):
@@ -262,6 +276,28 @@ class Placement(APIView):
                              "message": f"at most {limit:g} s over the API"}]}
             )  # fmt: skip
         try:
-            return Response(solve(body))
+            if policy.get("method") == "greedy":
+                return Response(solve(body))
+            with one_exact_solve_per_user(request.user, limit):
+                return Response(solve(body))
         except PlacementInputError as invalid:
             raise ValidationError({"errors": invalid.as_dicts()}) from None
+
+
+@contextmanager
+def one_exact_solve_per_user(user, longest_s: float):
+    """A user's second exact solve while the first runs answers 429: the solver holds a CPU for
+    up to the time limit, and a script looping on the API would hold every worker. The slot is
+    in the shared cache so that all web workers see it, and expires on its own should a worker
+    die holding it."""
+    slot = f"placement-exact-solve:{user.pk}"
+    retry_after = math.ceil(longest_s)
+    if not cache.add(slot, "running", timeout=retry_after + 5):
+        raise Throttled(
+            wait=retry_after,
+            detail="An exact solve of yours is still running; one at a time per user.",
+        )
+    try:
+        yield
+    finally:
+        cache.delete(slot)

@@ -151,6 +151,7 @@ class MultipleFileField(forms.FileField):
 
 class LoadTestForm(forms.Form):
     MAX_FILE_BYTES = 5 * 1024**2
+    MAX_FILES = 32
 
     files = MultipleFileField(
         label="Result files",
@@ -168,6 +169,12 @@ class LoadTestForm(forms.Form):
     def clean(self):
         cleaned = super().clean()
         files = cleaned.get("files") or []
+        if len(files) > self.MAX_FILES:
+            self.add_error("files", f"At most {self.MAX_FILES} files (one per model).")
+            return cleaned
+        if any("\x00" in f.name for f in files):
+            self.add_error("files", "A file name holds a NUL character.")
+            return cleaned
         too_big = [f.name for f in files if f.size > self.MAX_FILE_BYTES]
         if too_big:
             self.add_error("files", f"Larger than 5 MiB: {', '.join(too_big)}.")

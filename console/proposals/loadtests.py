@@ -21,13 +21,15 @@ import csv
 import datetime as dt
 import io
 import json
-import math
 from dataclasses import asdict, dataclass, field
 
 GIB = 1024**3
 MIB = 1024**2
 _PEAK_COLUMNS = {"card_peak_gib": GIB, "card_peak_mib": MIB, "card_peak_bytes": 1}
 _CSV_REQUIRED = ("model", "card", "p99_latency_ms")
+MAX_NUMBER = 2**53
+# A benchmark run longer than this is not a load test of one placement.
+MAX_DURATION_S = 7 * 86400
 
 
 class LoadTestFormatError(ValueError):
@@ -78,22 +80,46 @@ def _number(name: str, data: dict, key: str, *, required: bool = False) -> float
         if required:
             raise LoadTestFormatError(f"{name}: no {key!r}")
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise LoadTestFormatError(f"{name}: {key!r} is {value!r}, not a number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise LoadTestFormatError(f"{name}: {key!r} is {_shown(value)}, not a number")
+    # abs() first: math.isfinite() of a 4,000-digit integer raises OverflowError.
+    if not abs(value) <= MAX_NUMBER:
+        raise LoadTestFormatError(
+            f"{name}: {key!r} is {_shown(value)}, not a finite number within ±2^53"
+        )
     return float(value)
+
+
+def _shown(value: object) -> str:
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
+    return text if len(text) <= 60 else f"{text[:60]}…"
+
+
+def _no_nul(name: str, where: str, text: str) -> None:
+    # PostgreSQL's jsonb, where the parsed run is kept, cannot hold NUL.
+    if "\x00" in text:
+        raise LoadTestFormatError(f"{name} {where}: NUL characters are not allowed")
 
 
 def parse_vllm_result(name: str, content: bytes | str) -> ModelRun:
     try:
         data = json.loads(content)
     except (ValueError, UnicodeDecodeError) as error:
+        # json's own message says where: "Expecting value: line 3 column 7 (char 31)".
         raise LoadTestFormatError(f"{name}: not JSON ({error})") from None
+    except RecursionError:
+        raise LoadTestFormatError(f"{name}: not a vLLM result (nested too deep)") from None
     if not isinstance(data, dict) or not isinstance(data.get("model_id"), str):
         raise LoadTestFormatError(
             f"{name}: no 'model_id': not a result saved by vllm bench serve --save-result"
         )
+    _no_nul(name, "model_id", data["model_id"])
     completed = _number(name, data, "completed", required=True)
     duration = _number(name, data, "duration")
+    if duration is not None and not 0 <= duration <= MAX_DURATION_S:
+        raise LoadTestFormatError(
+            f"{name}: 'duration' is {duration:g} s, not from 0 to {MAX_DURATION_S} s"
+        )
     rate = data.get("request_rate")
     ended = started = ""
     if isinstance(data.get("date"), str):
@@ -105,7 +131,12 @@ def parse_vllm_result(name: str, content: bytes | str) -> ModelRun:
             ) from None
         ended = end.isoformat()
         if duration is not None:
-            started = (end - dt.timedelta(seconds=duration)).isoformat(timespec="seconds")
+            try:
+                started = (end - dt.timedelta(seconds=duration)).isoformat(timespec="seconds")
+            except OverflowError:
+                raise LoadTestFormatError(
+                    f"{name}: 'date' minus 'duration' is before the year 1"
+                ) from None
     failed = _number(name, data, "failed")
     return ModelRun(
         model=data["model_id"],
@@ -129,14 +160,31 @@ def _float_cell(name: str, line: int, column: str, text: str) -> float:
         raise LoadTestFormatError(
             f"{name} line {line}: {column} {text!r} is not a number"
         ) from None
-    if not math.isfinite(value) or value < 0:
-        raise LoadTestFormatError(f"{name} line {line}: {column} must be a number >= 0")
+    if not 0 <= value <= MAX_NUMBER:  # also false for NaN
+        raise LoadTestFormatError(f"{name} line {line}: {column} must be a number from 0 to 2^53")
     return value
 
 
+def _csv_text(name: str, content: bytes | str) -> str:
+    try:
+        text = content.decode("utf-8-sig") if isinstance(content, bytes) else content
+    except UnicodeDecodeError as error:
+        line = content[: error.start].count(b"\n") + 1
+        raise LoadTestFormatError(f"{name} line {line}: not UTF-8 text ({error.reason})") from None
+    for line, row in enumerate(text.splitlines(), start=1):
+        _no_nul(name, f"line {line}", row)
+    return text
+
+
 def parse_csv(name: str, content: bytes | str) -> LoadTestRun:
-    text = content.decode("utf-8-sig") if isinstance(content, bytes) else content
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(_csv_text(name, content)))
+    try:
+        return _read_csv(name, reader)
+    except csv.Error as error:
+        raise LoadTestFormatError(f"{name} line {reader.line_num}: {error}") from None
+
+
+def _read_csv(name: str, reader: csv.DictReader) -> LoadTestRun:
     columns = [column.strip() for column in reader.fieldnames or []]
     reader.fieldnames = columns
     missing = [column for column in _CSV_REQUIRED if column not in columns]
@@ -147,13 +195,15 @@ def parse_csv(name: str, content: bytes | str) -> LoadTestRun:
     latency: dict[str, float] = {}
     rates: dict[str, float] = {}
     peaks: dict[str, int] = {}
-    for line, row in enumerate(reader, start=2):
+    for row in reader:
+        line = reader.line_num  # the row's last line: a quoted cell may span several
         model, card = (row.get("model") or "").strip(), (row.get("card") or "").strip()
         if not model or not card:
             raise LoadTestFormatError(f"{name} line {line}: model and card are required")
-        p99 = _float_cell(name, line, "p99_latency_ms", row["p99_latency_ms"])
+        # A short row has None for the columns it lacks.
+        p99 = _float_cell(name, line, "p99_latency_ms", row["p99_latency_ms"] or "")
         latency[model] = max(latency.get(model, 0.0), p99)
-        peak = _float_cell(name, line, peak_column, row[peak_column])
+        peak = _float_cell(name, line, peak_column, row[peak_column] or "")
         peaks[card] = max(peaks.get(card, 0), round(peak * _PEAK_COLUMNS[peak_column]))
         if (row.get("request_rate") or "").strip():
             rates[model] = _float_cell(name, line, "request_rate", row["request_rate"])
@@ -170,6 +220,7 @@ def parse_card_peaks(text: str) -> dict[str, int]:
     """``card,peak_gib`` lines (a header line and # comments allowed) -> card -> bytes."""
     peaks: dict[str, int] = {}
     for line_no, line in enumerate(text.splitlines(), start=1):
+        _no_nul("card peaks", f"line {line_no}", line)
         line = line.split("#", 1)[0].strip()
         if not line or line.replace(" ", "") == "card,peak_gib":
             continue

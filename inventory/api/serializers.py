@@ -1,8 +1,17 @@
 """Shapes of the telemetry API's answers (they also document it in the OpenAPI schema)."""
 
+import datetime as dt
+
+from django.utils import timezone
 from rest_framework import serializers
 
 from inventory.models import Event
+
+# Moments the API reads: telemetry begins after the first and ends before the second.
+EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+LATEST = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+# The coarsest step a chart reads (the 1 h rollup's day-long points).
+MAX_STEP_S = 86400
 
 
 class CollectorHealthSerializer(serializers.Serializer):
@@ -60,14 +69,31 @@ class OomEventSerializer(serializers.ModelSerializer):
         fields = ["id", "at", "host", "card", "model", "cause", "cause_explanation"]
 
 
+def within_telemetry_years(moment: dt.datetime) -> None:
+    if not EARLIEST <= moment < LATEST:
+        raise serializers.ValidationError(
+            f"must be from {EARLIEST:%Y-%m-%d} to before {LATEST:%Y-%m-%d}, "
+            f"not {timezone.localtime(moment):%Y-%m-%d}"
+        )
+
+
 class SamplesQuerySerializer(serializers.Serializer):
-    gpu = serializers.IntegerField(required=False, min_value=0, help_text="Card index.")
-    start = serializers.DateTimeField(
-        required=False, help_text="ISO 8601; default: an hour before `to`."
+    gpu = serializers.IntegerField(
+        required=False, min_value=0, max_value=255, help_text="Card index."
     )
-    end = serializers.DateTimeField(required=False, help_text="ISO 8601; default: now.")
+    start = serializers.DateTimeField(
+        required=False,
+        validators=[within_telemetry_years],
+        help_text="ISO 8601; default: an hour before `to`.",
+    )
+    end = serializers.DateTimeField(
+        required=False, validators=[within_telemetry_years], help_text="ISO 8601; default: now."
+    )
     step = serializers.IntegerField(
-        required=False, min_value=1, help_text="Seconds per point; default: a sensible one."
+        required=False,
+        min_value=1,
+        max_value=MAX_STEP_S,
+        help_text="Seconds per point; default: a sensible one.",
     )
 
     def get_fields(self):
@@ -122,7 +148,9 @@ class SamplesSerializer(serializers.Serializer):
 
 class LedgerQuerySerializer(serializers.Serializer):
     at = serializers.DateTimeField(
-        required=False, help_text="ISO 8601; default: now. The newest samples at or before it."
+        required=False,
+        validators=[within_telemetry_years],
+        help_text="ISO 8601; default: now. The newest samples at or before it.",
     )
 
 

@@ -3,6 +3,7 @@
 import datetime as dt
 from itertools import groupby
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import ValidationError
@@ -127,6 +128,11 @@ class HostSamples(APIView):
         start = query.validated_data.get("from") or end - dt.timedelta(hours=1)
         if start >= end:
             raise ValidationError({"from": "must be before to"})
+        longest = dt.timedelta(days=settings.TELEMETRY_1H_RETENTION_DAYS)
+        if end - start > longest:
+            raise ValidationError(
+                {"from": f"at most {longest.days} days before to (the longest retention)"}
+            )
         step = query.validated_data.get("step") or default_step(end - start)
         if (end - start).total_seconds() / step > MAX_POINTS:
             raise ValidationError(

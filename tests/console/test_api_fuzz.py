@@ -1,0 +1,126 @@
+"""Every operation of /api/schema/, fuzzed by schemathesis against a fleet with telemetry:
+no 5xx, and only the status codes, media types and shapes the document lists.
+
+Bounded for the suite: a few dozen examples an operation, the whole test in well under a
+minute on two cores. Hypothesis' database is off so that every run draws afresh.
+"""
+
+import datetime as dt
+import uuid
+
+import pytest
+import schemathesis
+from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rest_framework.authtoken.models import Token
+from schemathesis.core.failures import Failure, FailureGroup
+from schemathesis.generation import GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from inventory.models import Event
+from inventory.timeseries import rollups
+from inventory.timeseries.ingest import ingest_batch
+from tests.batches import GIB, batch, card_row, process_row
+from tests.factories import DeploymentFactory, GpuFactory, RunbookNoteFactory
+from tests.proposals.support import create_proposal
+
+pytestmark = pytest.mark.django_db
+
+EXAMPLES_PER_OPERATION = 25
+CHECKS = [
+    schemathesis.checks.not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+
+
+@pytest.fixture
+def fleet(personas):
+    """A host with two cards, a deployment, five minutes of samples, an OOM, a proposal (and
+    so audit entries) and a runbook note: every endpoint has rows to work on."""
+    gpu0 = GpuFactory(index=0)
+    gpu1 = GpuFactory(index=1, host=gpu0.host)
+    deployment = DeploymentFactory(host=gpu0.host, gpus=[gpu0])
+    now = timezone.now().replace(microsecond=0)
+    for minute in range(5):
+        end = (now - dt.timedelta(minutes=4 - minute)).timestamp()
+        ingest_batch(
+            batch(
+                gpu0.host,
+                start=end - 60,
+                end=end,
+                cards=[
+                    card_row(gpu0, used_max=41 * GIB, used_last=40 * GIB),
+                    card_row(gpu1, used_max=GIB, used_last=GIB),
+                ],
+                processes=[
+                    process_row(
+                        gpu0, 77, used_max=40 * GIB, used_last=40 * GIB, deployment=deployment
+                    )
+                ],
+            )
+        )
+    rollups.refresh_all()
+    Event.objects.create(
+        host=gpu0.host,
+        gpu=gpu0,
+        deployment=deployment,
+        kind=Event.Kind.OOM,
+        at=now,
+        cause="true_peak",
+        batch_id=uuid.uuid4(),
+        position=0,
+    )
+    create_proposal(personas["oncall"], host=gpu0.host, gpus=[gpu0])
+    RunbookNoteFactory()
+    return gpu0.host
+
+
+@pytest.fixture
+def wsgi_app():
+    # As Django's test client does: the test's transaction must outlive each request.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield get_wsgi_application()
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+def test_no_operation_answers_a_server_error_or_an_undocumented_answer(fleet, personas, wsgi_app):
+    auth = {"Authorization": f"Token {Token.objects.create(user=personas['oncall']).key}"}
+    schema = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_app, headers=auth)
+    failures = {}
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 10  # every endpoint, not an empty document
+    for operation in operations:
+        cases = st.one_of(
+            operation.as_strategy(GenerationMode.POSITIVE),
+            operation.as_strategy(GenerationMode.NEGATIVE),
+        )
+
+        @given(case=cases)
+        @settings(
+            max_examples=EXAMPLES_PER_OPERATION,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def call(case):
+            case.call_and_validate(headers=auth, checks=CHECKS)
+
+        try:
+            call()
+        except (Failure, FailureGroup) as failure:
+            failures[operation.label] = failure
+    assert not failures, "\n\n".join(f"{label}: {failure}" for label, failure in failures.items())
