@@ -11,7 +11,7 @@ from console.audit.models import AuditEntry
 class AuditEntrySerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_name", read_only=True)
     object_type = serializers.CharField(source="content_type.model", read_only=True)
-    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     changed_fields = serializers.ListField(child=serializers.CharField(), read_only=True)
 
     class Meta:

@@ -61,7 +61,9 @@ def test_an_ingest_worker_killed_with_sigkill_is_restarted_and_writes_the_next_b
     assert supervisor.pid("ingest") != killed
 
     options = broker_transport_options()
-    publish = batch_publisher(lambda: Connection("filesystem://", transport_options=options))
+    publish = batch_publisher(
+        lambda: Connection("filesystem://", transport_options=options), lambda host: None
+    )
     now = time.time()
     card = card_row(gpu, used_max=GIB, used_last=GIB)
     publish(batch(gpu.host, start=now - 10, end=now, cards=[card]))
