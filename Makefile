@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test bench lint format check clean-data
+.PHONY: run test bench faults lint format check clean-data
 
 $(INSTALLED): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ test: $(INSTALLED)
 ## Measure throughput, latency and memory targets; results go to docs/benchmarks.md.
 bench: $(INSTALLED)
 	$(BIN)/python -m console.launcher bench
+
+## The fault campaign (about 30 minutes): outages, kill -9s and hostile batches on private
+## servers; its table goes to docs/benchmarks.md. `make faults OUTAGE=20` for a short one.
+OUTAGE ?= 300
+faults: $(INSTALLED)
+	$(BIN)/python -m tests.bench.run_all --only faults --outage $(OUTAGE)
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .

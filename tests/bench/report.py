@@ -151,8 +151,59 @@ def placement_section(figures: dict) -> str:
     return "\n".join(lines)
 
 
+def faults_section(figures: dict) -> str:
+    from tests.bench.faults import table
+
+    phases = figures["phases"]
+    clean = all(p["batches_lost"] == 0 and p["doubled"] == 0 for p in phases)
+    kept = all(p["polls_taken"] >= p["polls_due"] for p in phases)
+    letters = sum(figures["dead_letters"].values())
+    written = sum(figures["hostile_written"].values())
+    lines = [
+        "## Fault campaign (issue 11)",
+        "",
+        f"`python tests/bench/faults.py --outage {figures['outage_s']:g}` — {figures['hosts']} "
+        f"simulated hosts ({figures['cards']} cards) collected by a real agent process "
+        f"(sample {figures['sample_interval_s']:g} s, flush {figures['flush_interval_s']:g} s), "
+        f"one real ingest worker, a private PostgreSQL and a private {figures['broker']}; "
+        f"{figures['healthy_s']:g} s of healthy traffic before and after each fault; "
+        f"{figures['wall_s'] / 60:.0f} minutes in all. RabbitMQ was not tried.",
+        "",
+        table(figures),
+        "",
+        f"- 0 lost and 0 doubled for each fault: {_ok(clean)}.",
+        f"- Every poll kept while an agent process runs: {_ok(kept)}. Polls an agent cannot take "
+        "while its process is dead are in the agent-down column, not in the due ones.",
+        f"- Hostile messages: {figures['hostile_sent']:,} sent, {letters:,} dead letters, "
+        f"{written} written: "
+        + ", ".join(f"{code} {n}" for code, n in figures["dead_letters"].items())
+        + ".",
+        f"- Left in the broker unacknowledged at the end: {figures['unacked_left_in_broker']}.",
+    ]
+    by_kind = figures.get("dead_letters_by_kind", {})
+    if by_kind:
+        lines += [
+            "",
+            "| hostile kind | sent | dead letters by reason | written |",
+            "|---|---|---|---|",
+        ]
+        for kind, sent in figures["hostile_kinds"].items():
+            reasons = ", ".join(f"{code} {n}" for code, n in by_kind.get(kind, {}).items())
+            written = figures["hostile_written"].get(kind, 0)
+            lines.append(f"| {kind} | {sent} | {reasons or '-'} | {written} |")
+        unnamed = {k: v for k, v in by_kind.items() if k not in figures["hostile_kinds"]}
+        for kind, reasons in unnamed.items():
+            lines.append(f"| ({kind}) | - | {sum(reasons.values())} | - |")
+        lines.append("")
+    for phase in phases:
+        for note in phase["notes"]:
+            lines.append(f"- {phase['name']}: {note}.")
+    return "\n".join(lines)
+
+
 SECTIONS = {"ingest": ingest_section, "collector": collector_section,
-            "pages": pages_section, "placement": placement_section}  # fmt: skip
+            "pages": pages_section, "placement": placement_section,
+            "faults": faults_section}  # fmt: skip
 
 
 def benchmarks_markdown(figures: dict) -> str:

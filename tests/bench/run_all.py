@@ -1,14 +1,17 @@
 """make bench: run every benchmark on a bench database and write docs/benchmarks.md.
 
-    python -m tests.bench.run_all [--only ingest,pages] [--broker URL]...
-    (make bench runs them all, through the broker of CELERY_BROKER_URL where set)
+    python -m tests.bench.run_all [--only ingest,pages] [--broker URL]... [--outage S]
+    (make bench runs them all but the fault campaign, through the broker of CELERY_BROKER_URL
+    where set; make faults runs the campaign alone, `--only faults`)
 
 The figures are kept in docs/benchmarks.json too, so re-running one benchmark rewrites its
 section and leaves the others as they were measured.
 
 The bench database sits on the same server as the console's (DATABASE_URL, or the embedded
 one) under the name <database>_bench, created afresh for each benchmark, so figures never mix
-with the console's data and every benchmark starts from the same empty tables.
+with the console's data and every benchmark starts from the same empty tables. The fault
+campaign (tests/bench/faults.py) brings a PostgreSQL and a broker of its own, since it stops
+and crashes them.
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ BENCHES = {
     "collector": ["tests/bench/bench_collector.py"],
     "pages": ["tests/bench/bench_pages.py"],
     "placement": ["tests/bench/bench_placement.py", "--limit", "10"],
+    "faults": ["tests/bench/faults.py"],
 }
+# Half an hour of outages: only when asked for by name.
+ON_REQUEST = {"faults"}
+# The benchmarks that start servers of their own and need no bench database.
+OWN_SERVERS = {"faults"}
 
 
 def bench_database(url: str) -> str:
@@ -71,9 +79,16 @@ def machine() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(BENCHES), help="e.g. ingest,pages")
+    parser.add_argument(
+        "--only",
+        default=",".join(name for name in BENCHES if name not in ON_REQUEST),
+        help=f"e.g. ingest,pages (default: all but {', '.join(sorted(ON_REQUEST))})",
+    )
     parser.add_argument(
         "--broker", action="append", default=[], help="ingest through this broker too"
+    )
+    parser.add_argument(
+        "--outage", type=float, default=300.0, help="seconds of each fault campaign outage"
     )
     args = parser.parse_args()
     names = [name.strip() for name in args.only.split(",") if name.strip()]
@@ -87,9 +102,14 @@ def main() -> int:
     for name in names:
         # A fresh database for each: one benchmark's fleet neither collides with nor slows
         # the next one's.
-        env = {**os.environ, "DATABASE_URL": bench_database(os.environ["DATABASE_URL"])}
-        run(["manage.py", "migrate", "-v", "0"], env)
-        extra = [f"--broker={url}" for url in args.broker] if name == "ingest" else []
+        env = dict(os.environ)
+        if name not in OWN_SERVERS:
+            env["DATABASE_URL"] = bench_database(os.environ["DATABASE_URL"])
+            run(["manage.py", "migrate", "-v", "0"], env)
+        extra = {
+            "ingest": [f"--broker={url}" for url in args.broker],
+            "faults": [f"--outage={args.outage:g}"],
+        }.get(name, [])
         run([*BENCHES[name], *extra, "--json", str(out / f"{name}.json")], env)
         figures[name] = json.loads((out / f"{name}.json").read_text())
         figures[name]["measured_on"] = dt.date.today().isoformat()

@@ -242,3 +242,27 @@ def test_the_agent_process_leaves_django_and_its_database_alone():
         check=True,
     )
     assert json.loads(result.stdout) == [None, False, False]
+
+
+def test_polls_keep_to_their_grid_when_each_one_runs_late(simulated):
+    """A poll that runs late must not push back the later ones: 60 polls at 1 s take 60 s."""
+    simulator, clock = simulated
+    runtime = HostRuntime("infer-01", simulator.source_for(_plan("infer-01")), Sink())
+    runtime.apply_plan(_plan("infer-01"))
+    start = clock.t
+    for _ in range(60):
+        clock.t = runtime.next_poll + 0.05  # the loop wakes 50 ms late each time
+        runtime.tick()
+    assert runtime.next_poll == pytest.approx(start + 60)
+    polls = sum(batch["polls"] for batch in runtime.outbox.pending()) + runtime.sampler.polls
+    assert polls == 60
+
+
+def test_a_stall_skips_the_polls_it_missed_rather_than_bursting_them(simulated):
+    simulator, clock = simulated
+    runtime = HostRuntime("infer-01", simulator.source_for(_plan("infer-01")), Sink())
+    runtime.apply_plan(_plan("infer-01"))
+    runtime.tick()
+    clock.t += 5.5  # the process was frozen for five polls
+    runtime.tick()
+    assert runtime.next_poll == clock.t + 1.0
