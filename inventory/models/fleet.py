@@ -15,8 +15,9 @@ from django.urls import reverse
 from console.access import VisibleQuerySet
 from inventory.analytics.kv import kv_bytes_per_token
 
+HOST_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 host_name_validator = RegexValidator(
-    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+    rf"^{HOST_NAME_PATTERN.pattern}$",
     "Use letters, digits, dots, dashes and underscores (at most 63), starting with a letter "
     "or digit.",
 )

@@ -30,7 +30,14 @@ from inventory.models import (
     Host,
     MigSlice,
 )
-from inventory.telemetry.batch_schema import MAX_LIST, BatchRejected, Window, check_batch
+from inventory.models.fleet import HOST_NAME_PATTERN
+from inventory.telemetry.batch_schema import (
+    CARD_UUID,
+    MAX_LIST,
+    BatchRejected,
+    Window,
+    check_batch,
+)
 from inventory.timeseries import partitions, samples
 
 log = logging.getLogger(__name__)
@@ -124,7 +131,9 @@ def _known_cards(payloads: list[dict]) -> dict[str, tuple[int, int]]:
         for payload in payloads
         if isinstance(payload, dict) and isinstance(payload.get("cards"), list)
         for card in payload["cards"]
-        if isinstance(card, dict) and isinstance(card.get("uuid"), str)
+        if isinstance(card, dict)
+        and isinstance(card.get("uuid"), str)
+        and CARD_UUID.fullmatch(card["uuid"])
     }
     rows = Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "host_id", "index")
     return {uuid_: (host_id, index) for uuid_, host_id, index in rows}
@@ -155,7 +164,15 @@ def _check_cards(payload: dict, host: Host, known: dict[str, tuple[int, int]]) -
 
 
 def _hosts_by_name(payloads: list[dict]) -> dict[str, Host]:
-    names = {p.get("host") for p in payloads if isinstance(p, dict) and p.get("host")}
+    # Only what could be a host's name is looked up: the check refuses the rest (a NUL byte,
+    # a list), which the database could not even compare.
+    names = {
+        p["host"]
+        for p in payloads
+        if isinstance(p, dict)
+        and isinstance(p.get("host"), str)
+        and HOST_NAME_PATTERN.fullmatch(p["host"])
+    }
     return {host.name: host for host in Host.objects.filter(name__in=names)}
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from django.conf import settings
 
 from inventory.models import Host
+from inventory.models.fleet import HOST_NAME_PATTERN
 from inventory.telemetry import signing
 from inventory.telemetry.batch_schema import BatchRejected
 
@@ -55,5 +56,7 @@ def _check(batch: Signed, secrets: dict[str, str | None]) -> BatchRejected | Non
 
 
 def _host(payload: Any) -> str | None:
+    """The host a batch names, where that could be a host's name at all (the batch check
+    refuses the rest, such as text with a NUL byte, which the database cannot even look up)."""
     host = payload.get("host") if isinstance(payload, dict) else None
-    return host if isinstance(host, str) else None
+    return host if isinstance(host, str) and HOST_NAME_PATTERN.fullmatch(host) else None

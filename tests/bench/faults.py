@@ -323,6 +323,10 @@ class Campaign:
             "DJANGO_SETTINGS_MODULE": "console.settings",
             "AGENT_SAMPLE_INTERVAL_S": str(SAMPLE_S),
             "AGENT_FLUSH_INTERVAL_S": str(FLUSH_S),
+            # What a killed ingest worker held comes back after the visibility timeout, which
+            # must outlast the longest task: both short here, so the campaign sees it return.
+            "CELERY_TASK_TIME_LIMIT": "50",
+            "BROKER_VISIBILITY_TIMEOUT_S": "60",
         }
         (self.folder / "logs").mkdir()
         self.children = Children(env, self.folder / "logs")

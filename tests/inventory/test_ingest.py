@@ -419,7 +419,8 @@ _HOSTILE_PATHS = st.sampled_from(
      ("cards", 0, "uuid"), ("cards", 0, "total_bytes"), ("cards", 0, "used_bytes_max"),
      ("processes", 0), ("processes", 0, "pid"), ("processes", 0, "card_uuid"),
      ("processes", 0, "used_bytes_max"), ("processes", 0, "allocator"),
-     ("processes", 0, "deployment_id"), ("events",), ("faults",), ("agent",), ("engines",)]
+     ("processes", 0, "deployment_id"), ("events",), ("faults",), ("agent",), ("engines",),
+     ("host",)]
 )  # fmt: skip
 
 
