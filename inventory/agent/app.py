@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 
 from celery import Celery
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import worker_init, worker_shutdown
 
 from console.broker import broker_transport_options, broker_url
 from console.env import env_int, env_str
@@ -77,7 +77,9 @@ def apply_plan(plan: dict) -> None:
         log.warning("this agent cannot collect %s (collector %s)", plan["host"], plan["collector"])
 
 
-@worker_ready.connect
+# worker_init comes before the worker reaches the broker: an agent restarted while the broker
+# is away samples its hosts at once, from the plans it kept, instead of waiting for it.
+@worker_init.connect
 def _start(**kwargs) -> None:
     agent.start()
 

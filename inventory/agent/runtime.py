@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -55,11 +56,11 @@ class Source(Protocol):
     def events(self) -> list[TelemetryEvent]: ...
 
 
-def outbox_path(state_dir: Path, host: str) -> Path:
-    """The host's outbox file; a host name that is no safe file name is hashed."""
-    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}", host):
-        return state_dir / f"outbox-{host}.sqlite3"
-    return state_dir / f"outbox-{hashlib.sha256(host.encode()).hexdigest()[:32]}.sqlite3"
+def state_path(state_dir: Path, kind: str, host: str, suffix: str) -> Path:
+    """One of a host's files in the state folder; a name that is no safe file name is hashed."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}", host):
+        host = hashlib.sha256(host.encode()).hexdigest()[:32]
+    return state_dir / f"{kind}-{host}{suffix}"
 
 
 class HostRuntime:
@@ -77,7 +78,8 @@ class HostRuntime:
         self.publish = publish
         self.collector = NvmlCollector(source.nvml(), host, clock=source.now)
         self.sampler = IntervalSampler(host)
-        self.outbox = Outbox(outbox_max, outbox_path(state_dir, host) if state_dir else None)
+        outbox = state_path(state_dir, "outbox", host, ".sqlite3") if state_dir else None
+        self.outbox = Outbox(outbox_max, outbox)
         self.plan: dict[str, Any] = dict(DEFAULT_PLAN)
         self._allocator: dict[int, dict] = {}
         start = source.now()
@@ -221,7 +223,30 @@ class Agent:
                 self.hosts[plan["host"]] = runtime
                 log.info("collecting %s", plan["host"])
             runtime.apply_plan(plan)
+            self._keep_plan(plan)
             return True
+
+    def _keep_plan(self, plan: dict[str, Any]) -> None:
+        """The last plan, kept so that a restart samples at once, broker or no broker."""
+        if self.state_dir is None:
+            return
+        path = state_path(self.state_dir, "plan", plan["host"], ".json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(json.dumps(plan))
+        os.replace(temporary, path)
+
+    def resume_kept_plans(self) -> int:
+        """Collect again every host a kept plan names; how many it could."""
+        if self.state_dir is None or not self.state_dir.is_dir():
+            return 0
+        resumed = 0
+        for path in sorted(self.state_dir.glob("plan-*.json")):
+            try:
+                resumed += self.apply_plan(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                log.warning("ignoring the kept plan %s: %s", path.name, error)
+        return resumed
 
     def _runtimes(self) -> list[HostRuntime]:
         with self._lock:
@@ -250,6 +275,9 @@ class Agent:
         return healthy
 
     def start(self) -> None:
+        """Sample and publish from now on, starting with the hosts of the kept plans."""
+        if resumed := self.resume_kept_plans():
+            log.info("resumed %d host(s) from their kept plans", resumed)
         self._threads = [
             threading.Thread(target=self._sample_loop, name="host-agent-sampler", daemon=True),
             threading.Thread(target=self._publish_loop, name="host-agent-publisher", daemon=True),

@@ -18,6 +18,7 @@ a no-op.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -80,7 +81,25 @@ class IngestWorker(ConsumerMixin):
         return super().run(_tokens, **kwargs)
 
     def run_in_groups(self, safety_interval: float = 1.0, **kwargs) -> None:
-        taker = GroupTaker(self.connection, INGEST_QUEUE)
+        """Over Redis: a group taken and acked per round trip; a broker that goes away is
+        waited for, with the group in hand kept (its messages stay booked as unacked)."""
+        acked: list[str] = []
+        failures = 0
+        while not self.should_stop:
+            try:
+                taker = GroupTaker(self.connection, INGEST_QUEUE, acked)
+                failures = 0
+                self._take_groups(taker, safety_interval)
+            except self.connection.connection_errors as error:
+                failures += 1
+                log.warning("the broker is away (%s); trying again in %.0f s", error,
+                            backoff(failures))  # fmt: skip
+                with contextlib.suppress(Exception):
+                    self.connection.release()
+                self.connection = self.connection.clone()
+                time.sleep(backoff(failures))
+
+    def _take_groups(self, taker: GroupTaker, safety_interval: float) -> None:
         while not self.should_stop:
             room = self.max_group - len(self.pending)
             taken = taker.take(room) if room > 0 else []

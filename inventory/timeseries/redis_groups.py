@@ -55,13 +55,14 @@ class Taken:
 
 
 class GroupTaker:
-    def __init__(self, connection, queue: Queue):
+    def __init__(self, connection, queue: Queue, acked: list[str] | None = None):
         self.channel = connection.default_channel
         self.client = self.channel.client
         queue(self.channel).declare()
         self.queue = queue.name
         self._take = self.client.register_script(_TAKE)
-        self.acked: list[str] = []
+        # Shared with the taker before a reconnect, so acks of a group in hand are not lost.
+        self.acked: list[str] = [] if acked is None else acked
         self._restored_at = 0.0
 
     def take(self, most: int) -> list[Taken]:

@@ -266,3 +266,22 @@ def test_a_stall_skips_the_polls_it_missed_rather_than_bursting_them(simulated):
     clock.t += 5.5  # the process was frozen for five polls
     runtime.tick()
     assert runtime.next_poll == clock.t + 1.0
+
+
+def test_a_restarted_agent_samples_at_once_from_the_plan_it_kept(tmp_path):
+    """The broker may be away when the agent comes back: it must not wait for a new plan."""
+    published: list[dict] = []
+    simulator = FleetSimulator(seed=0, clock=time.time)
+    plan = {**_plan("infer-01"), "sample_interval_s": 0.05, "flush_interval_s": 0.25}
+    before = Agent(simulator.source_for, published.append, state_dir=tmp_path)
+    assert before.apply_plan(plan)
+    assert json.loads((tmp_path / "plan-infer-01.json").read_text())["host"] == "infer-01"
+
+    after = Agent(simulator.source_for, published.append, state_dir=tmp_path)
+    after.start()  # no plan sent: the broker is still down
+    try:
+        time.sleep(1.0)
+    finally:
+        after.stop()
+    assert set(after.hosts) == {"infer-01"}
+    assert published and all(batch["host"] == "infer-01" for batch in published)
