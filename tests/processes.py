@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +29,35 @@ def database_url_for_processes() -> str:
     return f"postgresql://{user}{password}@{host}{port}/{name}"
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not start")
+
+
+def start_logged(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """A Python child of the checkout in a session of its own (so a kill takes it whole)."""
+    return subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
 class Processes:
     def __init__(self, env: dict[str, str], log_dir: Path):
         self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
@@ -35,15 +65,8 @@ class Processes:
         self.children: dict[str, subprocess.Popen] = {}
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        log = (self.log_dir / f"{name}.log").open("w")
-        self.children[name] = subprocess.Popen(
-            [sys.executable, *argv],
-            cwd=BASE_DIR,
-            env={**self.env, **(env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        log = self.log_dir / f"{name}.log"
+        self.children[name] = start_logged(argv, {**self.env, **(env or {})}, log)
 
     def celery_worker(self, name: str, queues: str, env: dict[str, str] | None = None) -> None:
         self.start(

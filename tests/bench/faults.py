@@ -61,6 +61,7 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(BASE_DIR))
 
 from inventory.agent.transport import INGEST_QUEUE  # noqa: E402
+from tests.processes import free_port, start_logged, wait_for_port  # noqa: E402
 
 SAMPLE_S = 0.5
 FLUSH_S = 5.0
@@ -74,12 +75,6 @@ PLANS = (
     "from inventory.models import Host; "
     "print(json.dumps([collection_plan(h) for h in Host.objects.order_by('name')]))"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def say(message: str) -> None:
@@ -128,7 +123,7 @@ class PrivateRedis:
     broker that must not lose a published batch would."""
 
     def __init__(self, folder: Path):
-        self.port = _free_port()
+        self.port = free_port()
         self.folder = folder
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen | None = None
@@ -152,14 +147,7 @@ class PrivateRedis:
             ],
             stdout=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
+        wait_for_port(self.port, "redis-server")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -188,15 +176,8 @@ class Children:
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.starts[name] = self.starts.get(name, 0) + 1
-        log = (self.log_dir / f"{name}-{self.starts[name]}.log").open("w")
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, *argv],
-            cwd=BASE_DIR,
-            env={**self.env, **(env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        log = self.log_dir / f"{name}-{self.starts[name]}.log"
+        self.procs[name] = start_logged(argv, {**self.env, **(env or {})}, log)
 
     def kill(self, name: str) -> None:
         proc = self.procs[name]

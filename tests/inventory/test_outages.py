@@ -5,7 +5,6 @@ cannot be written becomes a dead letter alone.
 """
 
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -25,21 +24,16 @@ from inventory.timeseries.redis_groups import GroupTaker
 from tests.batches import GIB, batch, card_row
 from tests.factories import GpuFactory
 from tests.inventory.test_agent import MIDNIGHT, Clock, _plan, _run
+from tests.processes import free_port, wait_for_port
 
 REDIS = shutil.which("redis-server")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class PrivateRedis:
     """A redis-server of this test's own, so it can be stopped and started again."""
 
     def __init__(self):
-        self.port = _free_port()
+        self.port = free_port()
         self.proc = None
 
     def start(self):
@@ -48,14 +42,7 @@ class PrivateRedis:
              "--appendonly", "no"],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
+        wait_for_port(self.port, "redis-server")
 
     def stop(self):
         self.proc.terminate()
