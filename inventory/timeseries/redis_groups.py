@@ -89,4 +89,5 @@ class GroupTaker:
     def _maybe_restore(self) -> None:
         if time.monotonic() - self._restored_at >= RESTORE_EVERY_S:
             self._restored_at = time.monotonic()
-            self.channel.qos.restore_visible()
+            # interval=1: kombu otherwise acts on one call in ten, and this one is paced already.
+            self.channel.qos.restore_visible(interval=1)
