@@ -370,6 +370,7 @@ def check_agent_process(pynvml, context, args, host: str) -> dict[str, Any]:
     """The agent as deployed: a Celery worker on the host's queue, sent a collection plan,
     publishing to a folder broker. It must start without Django or a database."""
     from celery import Celery
+    from kombu import Connection
 
     from inventory.telemetry.collector import NvmlCollector
 
@@ -403,7 +404,11 @@ def check_agent_process(pynvml, context, args, host: str) -> dict[str, Any]:
             "deployments": [{"deployment_id": AGENT_DEPLOYMENT, "device_uuids": [card_uuid],
                              "process_name_pattern": "python"}]}  # fmt: skip
     try:
-        sender.send_task("agent.apply_plan", args=[plan], queue=f"host.{host}")
+        # Through this broker's connection: Celery prefers CELERY_BROKER_URL to any it is given.
+        with Connection(
+            "filesystem://", transport_options=sender.conf.broker_transport_options
+        ) as c:
+            sender.send_task("agent.apply_plan", args=[plan], queue=f"host.{host}", connection=c)
         deadline = time.monotonic() + 90
         while not any(queue.glob("*.ingest.msg")):
             if worker.poll() is not None or time.monotonic() > deadline:

@@ -322,8 +322,7 @@ class Campaign:
                 "JOIN inventory_gpu g ON g.host_id = h.id GROUP BY h.name"
             )
         )
-        self.celery = Celery(broker=self.redis.url)
-        self.celery.conf.broker_connection_timeout = 2
+        self.celery = Celery()
         self.start_ingest()
         self.start_agent()
         self.send_plans()
@@ -374,11 +373,18 @@ class Campaign:
     def send_plans(self) -> bool:
         """What beat does: every host's plan to the agent's queue; False if the broker is away."""
         try:
-            for plan in self.plans:
-                plan = {**plan, "issued_at": time.time()}
-                self.celery.send_task(
-                    "agent.apply_plan", args=[plan], queue=AGENT_QUEUE, retry=False
-                )
+            # The private server's connection, given each time: Celery would take the
+            # environment's CELERY_BROKER_URL (CI's shared Redis) over any broker it is given.
+            with Connection(self.redis.url, connect_timeout=2) as connection:
+                for plan in self.plans:
+                    plan = {**plan, "issued_at": time.time()}
+                    self.celery.send_task(
+                        "agent.apply_plan",
+                        args=[plan],
+                        queue=AGENT_QUEUE,
+                        retry=False,
+                        connection=connection,
+                    )
         except Exception:
             return False
         self._plans_at = time.monotonic()
