@@ -1,13 +1,15 @@
+from django.utils.translation import gettext_lazy as _
+
 from console.roles import roles_of
 
 NAVIGATION = (
-    ("fleet", "Fleet", "/"),
-    ("models", "Models", "/models/"),
-    ("oom", "OOM history", "/oom/"),
-    ("proposals", "Proposals", "/proposals/"),
-    ("runbooks", "Runbooks", "/runbooks/"),
-    ("audit", "Audit trail", "/audit/"),
-    ("ingest", "Dead letters", "/ingest/dead-letters/"),
+    ("fleet", _("Fleet"), "/"),
+    ("models", _("Models"), "/models/"),
+    ("oom", _("OOM history"), "/oom/"),
+    ("proposals", _("Proposals"), "/proposals/"),
+    ("runbooks", _("Runbooks"), "/runbooks/"),
+    ("audit", _("Audit trail"), "/audit/"),
+    ("ingest", _("Dead letters"), "/ingest/dead-letters/"),
 )
 
 

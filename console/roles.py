@@ -5,15 +5,24 @@ console/migrations), so an installation can still adjust a group in the admin; c
 permissions, never group names, except to describe a user.
 """
 
+from django.utils.translation import gettext_lazy as _
+
 ONCALL = "oncall"
 APPROVER = "approver"
 MANAGER = "manager"
 ROLES = (ONCALL, APPROVER, MANAGER)
 
 DESCRIPTIONS = {
-    ONCALL: "browses host health, edits runbooks, acknowledges events",
-    APPROVER: "everything on-call does, and signs off placement proposals",
-    MANAGER: "reads everything, changes nothing",
+    ONCALL: _("browses host health, edits runbooks, acknowledges events"),
+    APPROVER: _("everything on-call does, and signs off placement proposals"),
+    MANAGER: _("reads everything, changes nothing"),
+}
+# How the navigation names a role; the group names themselves stay as they are.
+LABELS = {
+    ONCALL: _("on-call"),
+    APPROVER: _("approver"),
+    MANAGER: _("manager"),
+    "admin": _("admin"),
 }
 
 

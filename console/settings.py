@@ -49,6 +49,7 @@ MIDDLEWARE = [
     "console.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -147,10 +148,17 @@ READYZ_MAX_INGEST_LAG_S = env_float("READYZ_MAX_INGEST_LAG_S", 300.0, minimum=1.
 READYZ_MAX_DEAD_LETTERS = env_int("READYZ_MAX_DEAD_LETTERS", 0, minimum=0)
 READYZ_DEAD_LETTER_WINDOW_S = env_float("READYZ_DEAD_LETTER_WINDOW_S", 900.0, minimum=1.0)
 
-LANGUAGE_CODE = "en-us"
+LANGUAGE_CODE = "en"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
-USE_I18N = False
+USE_I18N = True
 USE_TZ = True
+# English and Simplified Chinese. A user's choice (the switcher in the navigation, through
+# set_language) is kept in the language cookie; without one, Accept-Language decides.
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
+LANGUAGE_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+LANGUAGE_COOKIE_SAMESITE = "Lax"
 
 STATIC_URL = "static/"
 # Set STATIC_ROOT (and run collectstatic) when a front server should serve the files; without

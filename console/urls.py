@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
 from django.urls import include, path
+from django.views.i18n import JavaScriptCatalog, set_language
 
 from console import health
 from console.audit import api as audit_api
@@ -51,6 +53,12 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
+    path("i18n/setlang/", login_not_required(set_language), name="set_language"),
+    path(
+        "jsi18n/",
+        login_not_required(JavaScriptCatalog.as_view()),
+        name="javascript-catalog",
+    ),
 ]
 
 handler403 = "console.errors.permission_denied"

@@ -9,6 +9,7 @@ from django import forms
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.functional import cached_property
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 
 from inventory.models import Event, Host, ServedModel
@@ -25,10 +26,10 @@ def _visible_models(request):
 
 
 class HostFilter(django_filters.FilterSet):
-    status = django_filters.ChoiceFilter(choices=Host.Status.choices, empty_label="Any status")
-    q = django_filters.CharFilter(method="search", label="Host or address")
+    status = django_filters.ChoiceFilter(choices=Host.Status.choices, empty_label=_("Any status"))
+    q = django_filters.CharFilter(method="search", label=_("Host or address"))
     label = django_filters.CharFilter(
-        method="with_label", label="Label", help_text="key, or key:value, e.g. rack:r12"
+        method="with_label", label=_("Label"), help_text=_("key, or key:value, e.g. rack:r12")
     )
 
     class Meta:
@@ -48,7 +49,7 @@ class HostFilter(django_filters.FilterSet):
 class FleetBoardForm(forms.Form):
     # Problems and the sort order are figures of each row, computed after the query: the form
     # checks them, the view applies them.
-    problems = forms.BooleanField(required=False, label="problems only")
+    problems = forms.BooleanField(required=False, label=_("problems only"))
     sort = forms.ChoiceField(choices=[(key, f"sort: {key}") for key in SORTS], required=False)
 
 
@@ -91,24 +92,27 @@ class OomEventFilter(django_filters.FilterSet):
         }
     )(
         django_filters.TypedChoiceFilter(
-            label="Window",
+            label=_("Window"),
             choices=[(weeks, f"Last {weeks} weeks") for weeks in oom_history.WINDOW_WEEKS],
             coerce=int,
-            help_text="Whole ISO weeks up to now.",
+            help_text=_("Whole ISO weeks up to now."),
         )
     )
     host = django_filters.ModelChoiceFilter(
-        queryset=_visible_hosts, to_field_name="name", empty_label="All", help_text="A host's name."
+        queryset=_visible_hosts,
+        to_field_name="name",
+        empty_label=_("All"),
+        help_text=_("A host's name."),
     )
     model = django_filters.ModelChoiceFilter(
         field_name="deployment__served_model",
         queryset=_visible_models,
         to_field_name="name",
-        empty_label="All",
-        help_text="A served model's name.",
+        empty_label=_("All"),
+        help_text=_("A served model's name."),
     )
     cause = django_filters.ChoiceFilter(
-        choices=list(oom_history.CAUSE_LABELS.items()), empty_label="All"
+        choices=list(oom_history.CAUSE_LABELS.items()), empty_label=_("All")
     )
 
     class Meta:

@@ -2,14 +2,17 @@
 
 import django_filters
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from runbooks.models import RunbookNote
 
 
 class NoteFilter(django_filters.FilterSet):
-    scope = django_filters.ChoiceFilter(choices=RunbookNote.Scope.choices, empty_label="Any scope")
-    tag = django_filters.CharFilter(method="tagged", label="Tag")
-    q = django_filters.CharFilter(method="search", label="Search")
+    scope = django_filters.ChoiceFilter(
+        choices=RunbookNote.Scope.choices, empty_label=_("Any scope")
+    )
+    tag = django_filters.CharFilter(method="tagged", label=_("Tag"))
+    q = django_filters.CharFilter(method="search", label=_("Search"))
 
     class Meta:
         model = RunbookNote

@@ -1,4 +1,5 @@
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from inventory.models import Host, ServedModel
 from runbooks.models import RunbookNote
@@ -26,11 +27,13 @@ class TagsField(forms.CharField):
 class NoteForm(forms.ModelForm):
     tags = TagsField(
         required=False,
-        help_text="Comma-separated. Global notes tagged mps, mig, gpu-group or time-slicing "
-        "show on hosts that use that isolation.",
+        help_text=_(
+            "Comma-separated. Global notes tagged mps, mig, gpu-group or time-slicing "
+            "show on hosts that use that isolation."
+        ),
     )
     summary = forms.CharField(
-        max_length=200, required=False, help_text="What changed, for the history."
+        max_length=200, required=False, help_text=_("What changed, for the history.")
     )
     # The version the editor started from; a mismatch on save means someone else saved first.
     version = forms.IntegerField(widget=forms.HiddenInput, required=False)

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 
 from console.access import VisibleQuerySet
 
@@ -32,14 +33,14 @@ class NoteQuerySet(VisibleQuerySet):
 
 class RunbookNote(models.Model):
     class Scope(models.TextChoices):
-        GLOBAL = "global", "Global"
-        HOST = "host", "Host"
-        MODEL = "model", "Model"
-        TOPIC = "topic", "Topic"
+        GLOBAL = "global", _("Global")
+        HOST = "host", _("Host")
+        MODEL = "model", _("Model")
+        TOPIC = "topic", _("Topic")
 
     slug = models.SlugField(max_length=80, unique=True)
     title = models.CharField(max_length=200)
-    body = models.TextField(help_text="Markdown. Link another note by its slug: [text](slug).")
+    body = models.TextField(help_text=_("Markdown. Link another note by its slug: [text](slug)."))
     scope = models.CharField(max_length=8, choices=Scope, default=Scope.GLOBAL)
     host = models.ForeignKey(
         "inventory.Host",
@@ -57,7 +58,7 @@ class RunbookNote(models.Model):
     )
     tags = ArrayField(models.CharField(max_length=32), default=list, blank=True)
     from_library = models.BooleanField(
-        default=False, help_text="Installed from the default library."
+        default=False, help_text=_("Installed from the default library.")
     )
     version = models.PositiveIntegerField(default=1)
     created_by = models.ForeignKey(

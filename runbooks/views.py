@@ -1,6 +1,7 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
 
 from console.access import get_changeable_or_403, get_visible_or_404, require_permission
 from console.pagination import page_of
@@ -58,7 +59,7 @@ def note_create(request):
             summary=form.cleaned_data["summary"] or "Created",
             **form.note_fields(),
         )
-        messages.success(request, f"Created “{note.title}”.")
+        messages.success(request, _("Created “%(title)s”.") % {"title": note.title})
         return redirect(note)
     return render(request, "runbooks/note_form.html", {"form": form, "note": None})
 
@@ -95,7 +96,11 @@ def note_edit(request, slug: str):
                 {"form": form, "note": note, "conflict": stale.note},
                 status=409,
             )
-        messages.success(request, f"Saved “{note.title}” (version {note.version}).")
+        messages.success(
+            request,
+            _("Saved “%(title)s” (version %(version)s).")
+            % {"title": note.title, "version": note.version},
+        )
         return redirect(note)
     return render(request, "runbooks/note_form.html", {"form": form, "note": note})
 

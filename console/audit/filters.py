@@ -1,6 +1,7 @@
 """The audit trail's filters, shared by /audit/ and GET /api/audit/."""
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
 from console.audit.models import AuditEntry
 from inventory.models import Host
@@ -12,18 +13,20 @@ def _visible_hosts(request):
 
 class AuditFilter(django_filters.FilterSet):
     action = django_filters.CharFilter(
-        lookup_expr="startswith", label="Action", help_text="A prefix, e.g. runbook or proposal."
+        lookup_expr="startswith",
+        label=_("Action"),
+        help_text=_("A prefix, e.g. runbook or proposal."),
     )
-    actor = django_filters.CharFilter(field_name="actor_name", label="User")
+    actor = django_filters.CharFilter(field_name="actor_name", label=_("User"))
     host = django_filters.ModelChoiceFilter(
         queryset=_visible_hosts,
         to_field_name="name",
-        empty_label="Any host",
-        help_text="A host's name.",
+        empty_label=_("Any host"),
+        help_text=_("A host's name."),
     )
 
     change = django_filters.UUIDFilter(
-        field_name="change_id", label="Change", help_text="One change's id: all its rows."
+        field_name="change_id", label=_("Change"), help_text=_("One change's id: all its rows.")
     )
 
     class Meta:

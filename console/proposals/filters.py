@@ -2,6 +2,7 @@
 
 import django_filters
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from console.proposals.models import Proposal
 from inventory.models import Host
@@ -12,15 +13,15 @@ def _visible_hosts(request):
 
 
 class ProposalFilter(django_filters.FilterSet):
-    state = django_filters.ChoiceFilter(choices=Proposal.STATES, empty_label="Any state")
+    state = django_filters.ChoiceFilter(choices=Proposal.STATES, empty_label=_("Any state"))
     host = django_filters.ModelChoiceFilter(
         queryset=_visible_hosts,
         to_field_name="name",
-        empty_label="Any host",
-        help_text="A host's name.",
+        empty_label=_("Any host"),
+        help_text=_("A host's name."),
     )
-    author = django_filters.CharFilter(field_name="author__username", label="Author")
-    q = django_filters.CharFilter(method="search", label="Model or rationale")
+    author = django_filters.CharFilter(field_name="author__username", label=_("Author"))
+    q = django_filters.CharFilter(method="search", label=_("Model or rationale"))
 
     class Meta:
         model = Proposal

@@ -2,6 +2,7 @@ from decimal import Decimal
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
 
 from console.proposals.loadtests import LoadTestFormatError, combine
 from console.proposals.models import Decision, Proposal
@@ -19,23 +20,25 @@ class CardChoiceField(forms.ModelMultipleChoiceField):
 
 class ProposalForm(forms.ModelForm):
     kv_reservation_gib = forms.DecimalField(
-        label="KV reservation (GiB)",
+        label=_("KV reservation (GiB)"),
         min_value=Decimal(0),
         max_digits=10,
         decimal_places=3,
-        help_text="All the deployment's cards together; the memory gate splits it over them.",
+        help_text=_("All the deployment's cards together; the memory gate splits it over them."),
     )
     gpus = CardChoiceField(
-        label="Cards",
+        label=_("Cards"),
         queryset=Gpu.objects.none(),
         required=False,
         widget=forms.CheckboxSelectMultiple,
-        help_text="The target cards, or tick “let the solver choose”.",
+        help_text=_("The target cards, or tick “let the solver choose”."),
     )
     mps_acknowledged = forms.BooleanField(
         required=False,
-        label="I have read “MPS is not hard isolation”: one client's fatal fault takes down "
-        "every client on the GPU, and the MPS server refuses new clients until they exit.",
+        label=_(
+            "I have read “MPS is not hard isolation”: one client's fatal fault takes down "
+            "every client on the GPU, and the MPS server refuses new clients until they exit."
+        ),
         help_text=f"Needed for MPS, or for cards that show interference (runbook note "
         f"{MPS_NOTE_SLUG}). Stored with your name and the time.",
     )
@@ -126,7 +129,7 @@ class DecisionForm(forms.Form):
     comment = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text="Required to reject or to send back: say why.",
+        help_text=_("Required to reject or to send back: say why."),
     )
 
 
@@ -154,16 +157,20 @@ class LoadTestForm(forms.Form):
     MAX_FILES = 32
 
     files = MultipleFileField(
-        label="Result files",
-        help_text="One vllm bench serve --save-result JSON per model (all run at once), or one "
-        "CSV with columns model, card, p99_latency_ms, card_peak_gib.",
+        label=_("Result files"),
+        help_text=_(
+            "One vllm bench serve --save-result JSON per model (all run at once), or one "
+            "CSV with columns model, card, p99_latency_ms, card_peak_gib."
+        ),
     )
     card_peaks = forms.CharField(
         required=False,
-        label="Per-card memory peaks",
+        label=_("Per-card memory peaks"),
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "a100-node:0,71.5"}),
-        help_text="One card,peak_gib line per target card, as the test measured them (the "
-        "vLLM JSON has no GPU memory).",
+        help_text=_(
+            "One card,peak_gib line per target card, as the test measured them (the "
+            "vLLM JSON has no GPU memory)."
+        ),
     )
 
     def clean(self):

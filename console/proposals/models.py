@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 
 from console.access import VisibleQuerySet
 from console.proposals.gates import Gate, GateStatus
@@ -25,10 +26,10 @@ class ProposalQuerySet(VisibleQuerySet):
 
 class Proposal(models.Model):
     class Action(models.TextChoices):
-        ADD = "add", "Add a model"
-        MOVE = "move", "Move a deployment"
-        RESIZE = "resize", "Resize a deployment"
-        REMOVE = "remove", "Remove a deployment"
+        ADD = "add", _("Add a model")
+        MOVE = "move", _("Move a deployment")
+        RESIZE = "resize", _("Resize a deployment")
+        REMOVE = "remove", _("Remove a deployment")
 
     STATES = [(state.value, state.label.capitalize()) for state in State]
 
@@ -40,7 +41,7 @@ class Proposal(models.Model):
         "inventory.Host",
         on_delete=models.PROTECT,
         related_name="proposals",
-        help_text="Where the model runs after the change.",
+        help_text=_("Where the model runs after the change."),
     )
     deployment = models.ForeignKey(
         "inventory.Deployment",
@@ -48,30 +49,30 @@ class Proposal(models.Model):
         blank=True,
         on_delete=models.PROTECT,
         related_name="proposals",
-        help_text="The deployment moved, resized or removed; for an addition, the one created.",
+        help_text=_("The deployment moved, resized or removed; for an addition, the one created."),
     )
     gpus = models.ManyToManyField(
         "inventory.Gpu",
         blank=True,
         related_name="+",
-        verbose_name="cards",
-        help_text="The target cards; leave empty when the solver chooses.",
+        verbose_name=_("cards"),
+        help_text=_("The target cards; leave empty when the solver chooses."),
     )
     let_solver_choose = models.BooleanField(
         "let the solver choose the cards",
         default=False,
-        help_text="The checks run the placement solver on the host as it is now.",
+        help_text=_("The checks run the placement solver on the host as it is now."),
     )
     card_count = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(16)],
-        help_text="Cards the deployment spans (tensor parallelism), when the solver chooses.",
+        help_text=_("Cards the deployment spans (tensor parallelism), when the solver chooses."),
     )
     solver_gpus = models.ManyToManyField(
         "inventory.Gpu",
         blank=True,
         related_name="+",
-        help_text="The cards the solver chose at the latest check.",
+        help_text=_("The cards the solver chose at the latest check."),
     )
     mig_slice = models.ForeignKey(
         "inventory.MigSlice", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -82,11 +83,13 @@ class Proposal(models.Model):
         null=True,
         blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
-        help_text="MPS only: the share of the card's SMs its clients may use. Left blank, a "
-        "move or resize keeps the deployment's share and an addition takes no limit.",
+        help_text=_(
+            "MPS only: the share of the card's SMs its clients may use. Left blank, a "
+            "move or resize keeps the deployment's share and an addition takes no limit."
+        ),
     )
     kv_reservation_bytes = models.PositiveBigIntegerField(
-        "KV reservation (bytes)", default=0, help_text="All the deployment's cards together."
+        "KV reservation (bytes)", default=0, help_text=_("All the deployment's cards together.")
     )
     kv_reservation_basis = models.CharField(
         "KV reservation basis",
@@ -98,42 +101,44 @@ class Proposal(models.Model):
         "KV tokens per request",
         null=True,
         blank=True,
-        help_text="Context a request holds in the KV cache (prompt and output).",
+        help_text=_("Context a request holds in the KV cache (prompt and output)."),
     )
     expected_p95_concurrency = models.FloatField(
         "expected P95 concurrency",
         null=True,
         blank=True,
         validators=[MinValueValidator(0)],
-        help_text="Running requests at the busy end of the day, for a model with no history "
-        "on this deployment.",
+        help_text=_(
+            "Running requests at the busy end of the day, for a model with no history "
+            "on this deployment."
+        ),
     )
     expected_request_rate = models.FloatField(
         "expected requests per second",
         null=True,
         blank=True,
         validators=[MinValueValidator(0)],
-        help_text="Its share of the host's traffic, to check the combined load test's ratio.",
+        help_text=_("Its share of the host's traffic, to check the combined load test's ratio."),
     )
     admission_policy = models.CharField(
         "above the reservation",
         max_length=24,
         choices=Deployment.Admission,
         default=Deployment.Admission.NONE,
-        help_text="What happens to demand above the KV reservation: P95 is not a ceiling.",
+        help_text=_("What happens to demand above the KV reservation: P95 is not a ceiling."),
     )
     canary_share_pct = models.PositiveSmallIntegerField(
         "canary share (%)",
         default=10,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
-        help_text="Traffic the first step sends to the new placement.",
+        help_text=_("Traffic the first step sends to the new placement."),
     )
     rollout_steps = models.PositiveSmallIntegerField(
         default=3,
         validators=[MinValueValidator(1), MaxValueValidator(20)],
-        help_text="Steps from the canary share to all traffic.",
+        help_text=_("Steps from the canary share to all traffic."),
     )
-    rationale = models.TextField(help_text="Why this change, and what it risks.")
+    rationale = models.TextField(help_text=_("Why this change, and what it risks."))
     mps_acknowledged_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -274,9 +279,9 @@ class GateResult(models.Model):
 
 class Decision(models.Model):
     class Kind(models.TextChoices):
-        APPROVE = "approve", "Approved"
-        REJECT = "reject", "Rejected"
-        REQUEST_CHANGES = "request_changes", "Changes requested"
+        APPROVE = "approve", _("Approved")
+        REJECT = "reject", _("Rejected")
+        REQUEST_CHANGES = "request_changes", _("Changes requested")
 
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="decisions")
     revision = models.PositiveIntegerField()
@@ -300,8 +305,8 @@ class Decision(models.Model):
 
 class LoadTest(models.Model):
     class Format(models.TextChoices):
-        VLLM_JSON = "vllm-json", "vLLM bench serve --save-result JSON"
-        CSV = "csv", "CSV (model, card, P99 latency, card peak)"
+        VLLM_JSON = "vllm-json", _("vLLM bench serve --save-result JSON")
+        CSV = "csv", _("CSV (model, card, P99 latency, card peak)")
 
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="load_tests")
     uploaded_by = models.ForeignKey(
@@ -309,7 +314,7 @@ class LoadTest(models.Model):
     )
     uploaded_at = models.DateTimeField(auto_now_add=True)
     source_format = models.CharField(max_length=10, choices=Format)
-    files = models.JSONField(default=list, help_text="Names of the imported files.")
+    files = models.JSONField(default=list, help_text=_("Names of the imported files."))
     # loadtests.LoadTestRun as JSON: per-model results and per-card peaks.
     run = models.JSONField()
 
@@ -322,16 +327,16 @@ class LoadTest(models.Model):
 
 class Notification(models.Model):
     class Channel(models.TextChoices):
-        EMAIL = "email", "E-mail"
-        WEBHOOK = "webhook", "Webhook"
+        EMAIL = "email", _("E-mail")
+        WEBHOOK = "webhook", _("Webhook")
 
     class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        SENT = "sent", "Sent"
-        FAILED = "failed", "Failed after retries"
+        PENDING = "pending", _("Pending")
+        SENT = "sent", _("Sent")
+        FAILED = "failed", _("Failed after retries")
 
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="notifications")
-    event = models.CharField(max_length=20, help_text="The state the proposal reached.")
+    event = models.CharField(max_length=20, help_text=_("The state the proposal reached."))
     channel = models.CharField(max_length=8, choices=Channel)
     recipients = models.JSONField(default=list)
     subject = models.CharField(max_length=200)

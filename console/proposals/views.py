@@ -3,6 +3,7 @@ from django.contrib.auth.decorators import permission_required
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from console.access import get_changeable_or_403, get_visible_or_404, require_permission
@@ -22,7 +23,8 @@ _DETAIL = Proposal.objects.select_related(
 def _require_author(user, proposal: Proposal, doing: str) -> None:
     if proposal.author_id != user.pk:
         raise PermissionDenied(
-            f"Only its author, {proposal.author.get_username()}, may {doing} this proposal."
+            _("Only its author, %(author)s, may %(doing)s this proposal.")
+            % {"author": proposal.author.get_username(), "doing": doing}
         )
 
 
@@ -73,14 +75,14 @@ def proposal_create(request):
         except ValidationError as error:
             form.add_error(None, error)
         else:
-            messages.success(request, f"Created {proposal}.")
+            messages.success(request, _("Created %(proposal)s.") % {"proposal": proposal})
             return redirect(proposal)
     return render(request, "proposals/proposal_form.html", {"form": form, "proposal": None})
 
 
 def proposal_edit(request, pk: int):
     proposal = get_changeable_or_403(request.user, _DETAIL, pk=pk)
-    _require_author(request.user, proposal, "edit")
+    _require_author(request.user, proposal, _("edit"))
     if not allowed(proposal.state, Event.EDIT):
         messages.error(request, str(IllegalTransition(State(proposal.state), Event.EDIT)))
         return redirect(proposal)
@@ -101,10 +103,14 @@ def proposal_edit(request, pk: int):
         else:
             if proposal.state == State.SUBMITTED:
                 messages.success(
-                    request, f"Saved revision {proposal.revision}; the gates run again."
+                    request,
+                    _("Saved revision %(revision)s; the gates run again.")
+                    % {"revision": proposal.revision},
                 )
             else:
-                messages.success(request, f"Saved revision {proposal.revision}.")
+                messages.success(
+                    request, _("Saved revision %(revision)s.") % {"revision": proposal.revision}
+                )
             return redirect(proposal)
     return render(request, "proposals/proposal_form.html", {"form": form, "proposal": proposal})
 
@@ -167,13 +173,13 @@ def proposal_detail(request, pk: int):
 @require_POST
 def proposal_submit(request, pk: int):
     proposal = get_changeable_or_403(request.user, _DETAIL, pk=pk)
-    _require_author(request.user, proposal, "submit")
+    _require_author(request.user, proposal, _("submit"))
     try:
         services.do_submit(proposal, acting_user=request.user)
     except IllegalTransition as error:
         messages.error(request, str(error))
     else:
-        messages.success(request, "Submitted: the gates are being checked.")
+        messages.success(request, _("Submitted: the gates are being checked."))
     return redirect(proposal)
 
 
@@ -200,14 +206,17 @@ def proposal_decide(request, pk: int):
         return _detail(request, proposal, status=400, decision_form=form)
     except (IllegalTransition, services.ProposalError) as error:
         return _detail(request, proposal, status=409, error=str(error), decision_form=form)
-    messages.success(request, f"{proposal}: {proposal.state_label}.")
+    messages.success(
+        request,
+        _("%(proposal)s: %(state)s.") % {"proposal": proposal, "state": proposal.state_label},
+    )
     return redirect("proposal-inbox" if request.POST.get("next") == "inbox" else proposal)
 
 
 @require_POST
 def proposal_load_test(request, pk: int):
     proposal = get_changeable_or_403(request.user, _DETAIL, pk=pk)
-    _require_author(request.user, proposal, "attach load tests to")
+    _require_author(request.user, proposal, _("attach load tests to"))
     form = LoadTestForm(request.POST, request.FILES)
     if not form.is_valid():
         return _detail(request, proposal, status=400, load_test_form=form)
@@ -220,7 +229,7 @@ def proposal_load_test(request, pk: int):
         )
     except IllegalTransition as error:
         return _detail(request, proposal, status=409, error=str(error), load_test_form=form)
-    messages.success(request, "Load test attached; the gates run again.")
+    messages.success(request, _("Load test attached; the gates run again."))
     return redirect(proposal)
 
 
@@ -230,9 +239,12 @@ def proposal_apply(request, pk: int):
     try:
         services.do_apply(proposal, acting_user=request.user)
     except (IllegalTransition, services.ProposalError, ValidationError) as error:
-        messages.error(request, f"Not applied: {_text(error)}")
+        messages.error(request, _("Not applied: %(error)s") % {"error": _text(error)})
     else:
-        messages.success(request, f"Applied: {proposal.host}'s placement now shows the change.")
+        messages.success(
+            request,
+            _("Applied: %(host)s's placement now shows the change.") % {"host": proposal.host},
+        )
     return redirect(proposal)
 
 
@@ -248,7 +260,7 @@ def proposal_verify(request, pk: int):
     except IllegalTransition as error:
         messages.error(request, str(error))
     else:
-        messages.success(request, "Verified.")
+        messages.success(request, _("Verified."))
     return redirect(proposal)
 
 
@@ -265,9 +277,9 @@ def proposal_roll_back(request, pk: int):
         form.add_error("comment", str(error))
         return _detail(request, proposal, status=400, roll_back_form=form)
     except (IllegalTransition, ValidationError) as error:
-        messages.error(request, f"Not rolled back: {_text(error)}")
+        messages.error(request, _("Not rolled back: %(error)s") % {"error": _text(error)})
     else:
-        messages.success(request, "Rolled back: the deployment is as it was before.")
+        messages.success(request, _("Rolled back: the deployment is as it was before."))
     return redirect(proposal)
 
 

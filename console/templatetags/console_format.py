@@ -1,6 +1,10 @@
 from collections import Counter
 
 from django import template
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from console.roles import LABELS
 
 register = template.Library()
 
@@ -25,7 +29,8 @@ def card_summary(gpus) -> str:
     """'8 × NVIDIA H100 80GB HBM3 (79.6 GiB each)': per-card size, never a sum across cards."""
     groups = Counter((gpu.product_name, gpu.memory_total_bytes) for gpu in gpus)
     return ", ".join(
-        f"{count} × {product} ({bytes_iec(memory)} each)"
+        _("%(count)s × %(product)s (%(memory)s each)")
+        % {"count": count, "product": product, "memory": bytes_iec(memory)}
         for (product, memory), count in sorted(groups.items())
     )
 
@@ -61,3 +66,47 @@ def percent(fraction) -> str:
         return "—"
     value = 100 * float(fraction)
     return f"{value:.1f}%" if value < 10 else f"{value:.0f}%"
+
+
+@register.filter
+def role_label(role: str) -> str:
+    return str(LABELS.get(role, role))
+
+
+# Status words computed by the pages (red/amber/green, gate verdicts, interference verdicts):
+# the value stays the CSS class, the label is translated.
+STATUS_LABELS = {
+    "green": gettext_lazy("green"),
+    "amber": gettext_lazy("amber"),
+    "red": gettext_lazy("red"),
+    "unknown": gettext_lazy("unknown"),
+    "pass": gettext_lazy("pass"),
+    "fail": gettext_lazy("fail"),
+    "warn": gettext_lazy("warn"),
+    "n/a": gettext_lazy("n/a"),
+    "error": gettext_lazy("error"),
+    "pending": gettext_lazy("pending"),
+    "tail_rises": gettext_lazy("tail rises"),
+    "no_effect": gettext_lazy("no effect"),
+    "insufficient_data": gettext_lazy("insufficient data"),
+}
+
+
+@register.filter
+def status_label(status) -> str:
+    return str(STATUS_LABELS.get(status, status))
+
+
+# The gates' titles, by gate code (console.proposals.gates.Gate); the stored title is the
+# fallback for a gate this list does not know yet.
+GATE_TITLES = {
+    "memory": gettext_lazy("Memory ledger, per card"),
+    "kv": gettext_lazy("KV reservation"),
+    "isolation": gettext_lazy("Isolation"),
+    "load_test": gettext_lazy("Combined load test"),
+}
+
+
+@register.filter
+def gate_title(gate, stored_title="") -> str:
+    return str(GATE_TITLES.get(gate, stored_title or gate))

@@ -29,13 +29,57 @@ releasable), ``low`` when the failing process's own largest free block would hav
 from dataclasses import dataclass
 from enum import StrEnum
 
+from console.reasons import Reason, gettext_noop, register, render
 from inventory.analytics.snapshot import (
     AllocatorStats,
     CardSnapshot,
     ProcessSnapshot,
     allocator_from_batch,
 )
-from inventory.analytics.units import format_gib
+
+# What a triage says, by code: the explanation and caveats are stored as these codes with
+# their figures (console.reasons), and read in the reader's language.
+MESSAGES = register(
+    {
+        "oom.explanation": gettext_noop("needed {request:gib}; card free {free:gib}; {detail}"),
+        "oom.true_peak": gettext_noop(
+            "processes allocated {demand:gib} of {usable:gib} usable: true peak"
+        ),
+        "oom.allocator_reserve": gettext_noop(
+            "allocators held {pool_free:gib} reserved but unallocated, {releasable:gib} "
+            "releasable (most by {holder}: {holder_releasable:gib}): allocator reserve"
+        ),
+        "oom.fragmentation": gettext_noop(
+            "{pool_free:gib} free inside allocator pools but only {releasable:gib} releasable: "
+            "fragmentation"
+        ),
+        "oom.fragmentation_block": gettext_noop(
+            "{pool_free:gib} free inside allocator pools but only {releasable:gib} releasable, "
+            "largest free block {block:gib}: fragmentation"
+        ),
+        "oom.insufficient_data": gettext_noop(
+            "{missing}: cannot tell demand from cached or fragmented memory"
+        ),
+        "oom.already_covered": gettext_noop(
+            "needed {request:gib}; card free {free:gib} already covers it: the snapshot does "
+            "not show the moment of failure"
+        ),
+        "oom.missing.request": gettext_noop("failed allocation size unknown"),
+        "oom.missing.card_free": gettext_noop("card free memory unknown"),
+        "oom.missing.driver_reserve": gettext_noop("driver reserve unknown"),
+        "oom.missing.allocator": gettext_noop("no allocator statistics for any process"),
+        "oom.caveat.inconsistent": gettext_noop("snapshot inconsistent with the failure"),
+        "oom.caveat.no_allocator": gettext_noop(
+            "{process} has no allocator statistics, counted as all demand"
+        ),
+        "oom.caveat.no_split": gettext_noop(
+            "{process} reports no inactive split, its pool free counted as releasable"
+        ),
+        "oom.caveat.own_block_fits": gettext_noop(
+            "the failing process's own largest free block would have fit"
+        ),
+    }
+)
 
 
 class OomCause(StrEnum):
@@ -63,9 +107,9 @@ class OomEvent:
 class OomTriage:
     cause: OomCause
     confidence: Confidence
-    explanation: str
+    reason: Reason
     # What was missing or had to be assumed, one phrase each.
-    caveats: tuple[str, ...]
+    caveat_reasons: tuple[Reason, ...]
     requested_bytes: int | None = None
     card_free_bytes: int | None = None
     usable_bytes: int | None = None
@@ -73,6 +117,15 @@ class OomTriage:
     pool_free_bytes: int | None = None
     releasable_bytes: int | None = None
     largest_free_block_bytes: int | None = None
+
+    @property
+    def explanation(self) -> str:
+        """In English; pages render ``reason`` in the reader's language."""
+        return render(self.reason)
+
+    @property
+    def caveats(self) -> tuple[str, ...]:
+        return tuple(render(caveat) for caveat in self.caveat_reasons)
 
 
 def _card_free_and_usable(snapshot: CardSnapshot) -> tuple[int | None, int | None]:
@@ -95,12 +148,12 @@ def triage_oom(event: OomEvent) -> OomTriage:
     pools = [(p, p.allocator) for p in snapshot.processes if p.allocator is not None]
 
     missing = [
-        phrase
-        for phrase, absent in (
-            ("failed allocation size unknown", request is None),
-            ("card free memory unknown", free is None),
-            ("driver reserve unknown", usable is None),
-            ("no allocator statistics for any process", not pools),
+        Reason(code)
+        for code, absent in (
+            ("oom.missing.request", request is None),
+            ("oom.missing.card_free", free is None),
+            ("oom.missing.driver_reserve", usable is None),
+            ("oom.missing.allocator", not pools),
         )
         if absent
     ]
@@ -108,7 +161,7 @@ def triage_oom(event: OomEvent) -> OomTriage:
         return OomTriage(
             OomCause.INSUFFICIENT_DATA,
             Confidence.NONE,
-            "; ".join(missing) + ": cannot tell demand from cached or fragmented memory",
+            Reason("oom.insufficient_data", {"missing": missing}),
             tuple(missing),
             request,
             free,
@@ -118,21 +171,20 @@ def triage_oom(event: OomEvent) -> OomTriage:
         return OomTriage(
             OomCause.INSUFFICIENT_DATA,
             Confidence.NONE,
-            f"needed {format_gib(request)}; card free {format_gib(free)} already covers it: "
-            "the snapshot does not show the moment of failure",
-            ("snapshot inconsistent with the failure",),
+            Reason("oom.already_covered", {"request": request, "free": free}),
+            (Reason("oom.caveat.inconsistent"),),
             request,
             free,
             usable,
         )
 
     caveats = [
-        f"{p.label} has no allocator statistics, counted as all demand"
+        Reason("oom.caveat.no_allocator", {"process": p.label})
         for p in snapshot.processes
         if p.allocator is None
     ]
     caveats += [
-        f"{p.label} reports no inactive split, its pool free counted as releasable"
+        Reason("oom.caveat.no_split", {"process": p.label})
         for p, stats in pools
         if stats.inactive_split_bytes is None and stats.pool_free_bytes > 0
     ]
@@ -151,33 +203,35 @@ def triage_oom(event: OomEvent) -> OomTriage:
     largest_block = max(blocks, default=None)
     if failed and largest_block is not None and largest_block >= request:
         confidence = Confidence.LOW
-        caveats.append("the failing process's own largest free block would have fit")
+        caveats.append(Reason("oom.caveat.own_block_fits"))
 
-    needed = f"needed {format_gib(request)}; card free {format_gib(free)}"
     if free + pool_free < request:
         cause = OomCause.TRUE_PEAK
-        detail = (
-            f"processes allocated {format_gib(demand)} of {format_gib(usable)} usable: true peak"
-        )
+        detail = Reason("oom.true_peak", {"demand": demand, "usable": usable})
     elif free + releasable >= request:
         cause = OomCause.ALLOCATOR_RESERVE
         holder, holder_stats = max(pools, key=lambda pool: _releasable(pool[1]))
-        detail = (
-            f"allocators held {format_gib(pool_free)} reserved but unallocated, "
-            f"{format_gib(releasable)} releasable (most by {holder.label}: "
-            f"{format_gib(_releasable(holder_stats))}): allocator reserve"
+        detail = Reason(
+            "oom.allocator_reserve",
+            {
+                "pool_free": pool_free,
+                "releasable": releasable,
+                "holder": holder.label,
+                "holder_releasable": _releasable(holder_stats),
+            },
         )
     else:
         cause = OomCause.FRAGMENTATION
-        block = "" if largest_block is None else f", largest free block {format_gib(largest_block)}"
+        figures = {"pool_free": pool_free, "releasable": releasable}
         detail = (
-            f"{format_gib(pool_free)} free inside allocator pools but only "
-            f"{format_gib(releasable)} releasable{block}: fragmentation"
+            Reason("oom.fragmentation", figures)
+            if largest_block is None
+            else Reason("oom.fragmentation_block", {**figures, "block": largest_block})
         )
     return OomTriage(
         cause,
         confidence,
-        f"{needed}; {detail}",
+        Reason("oom.explanation", {"request": request, "free": free, "detail": detail}),
         tuple(caveats),
         request,
         free,

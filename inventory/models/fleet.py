@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 
 from console.access import VisibleQuerySet
 from inventory.analytics.kv import kv_bytes_per_token
@@ -32,19 +33,19 @@ class Host(models.Model):
     SECRET_FIELDS = ("agent_secret",)
 
     class Status(models.TextChoices):
-        ACTIVE = "active", "Active"
-        MAINTENANCE = "maintenance", "Maintenance"
-        DRAINING = "draining", "Draining"
-        OFFLINE = "offline", "Offline"
-        RETIRED = "retired", "Retired"
+        ACTIVE = "active", _("Active")
+        MAINTENANCE = "maintenance", _("Maintenance")
+        DRAINING = "draining", _("Draining")
+        OFFLINE = "offline", _("Offline")
+        RETIRED = "retired", _("Retired")
 
     class Collector(models.TextChoices):
-        NVML = "nvml", "NVML (host agent)"
-        SIMULATED = "simulated", "Simulated (demo fleet)"
-        NONE = "none", "Not collected"
+        NVML = "nvml", _("NVML (host agent)")
+        SIMULATED = "simulated", _("Simulated (demo fleet)")
+        NONE = "none", _("Not collected")
 
     name = models.CharField(max_length=63, unique=True, validators=[host_name_validator])
-    address = models.CharField(max_length=255, blank=True, help_text="Hostname or IP address.")
+    address = models.CharField(max_length=255, blank=True, help_text=_("Hostname or IP address."))
     labels = models.JSONField(
         default=dict, blank=True, help_text='Key/value labels, e.g. {"rack": "r12", "team": "llm"}.'
     )
@@ -55,8 +56,10 @@ class Host(models.Model):
         max_length=64,
         default=new_agent_secret,
         editable=False,
-        help_text="Signs this host's telemetry batches (HMAC-SHA256); its agent reads it from "
-        "AGENT_SECRET_FILE. Issued at registration; manage.py host_secret shows or rotates it.",
+        help_text=_(
+            "Signs this host's telemetry batches (HMAC-SHA256); its agent reads it from "
+            "AGENT_SECRET_FILE. Issued at registration; manage.py host_secret shows or rotates it."
+        ),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -88,14 +91,14 @@ class Host(models.Model):
 
 class Gpu(models.Model):
     class MigMode(models.TextChoices):
-        DISABLED = "disabled", "Disabled"
-        ENABLED = "enabled", "Enabled"
-        UNSUPPORTED = "unsupported", "Not supported"
+        DISABLED = "disabled", _("Disabled")
+        ENABLED = "enabled", _("Enabled")
+        UNSUPPORTED = "unsupported", _("Not supported")
 
     class ComputeMode(models.TextChoices):
-        DEFAULT = "default", "Default"
-        EXCLUSIVE_PROCESS = "exclusive_process", "Exclusive process"
-        PROHIBITED = "prohibited", "Prohibited"
+        DEFAULT = "default", _("Default")
+        EXCLUSIVE_PROCESS = "exclusive_process", _("Exclusive process")
+        PROHIBITED = "prohibited", _("Prohibited")
 
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="gpus")
     index = models.PositiveSmallIntegerField()
@@ -127,12 +130,12 @@ class MigSlice(models.Model):
 
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="mig_slices")
     profile_name = models.CharField(
-        max_length=32, help_text="As NVML names the device, e.g. 3g.71gb or 1c.3g.71gb."
+        max_length=32, help_text=_("As NVML names the device, e.g. 3g.71gb or 1c.3g.71gb.")
     )
     start_slot = models.PositiveSmallIntegerField()
     size_slots = models.PositiveSmallIntegerField(
         validators=[MinValueValidator(1), MaxValueValidator(8)],
-        help_text="Memory slots the GPU instance occupies from its start slot.",
+        help_text=_("Memory slots the GPU instance occupies from its start slot."),
     )
     memory_bytes = models.PositiveBigIntegerField()
     uuid = models.CharField(max_length=64, blank=True)
@@ -194,37 +197,39 @@ KV_DTYPES = [
 
 class ServedModel(models.Model):
     class Engine(models.TextChoices):
-        VLLM = "vllm", "vLLM"
-        SGLANG = "sglang", "SGLang"
-        TGI = "tgi", "TGI"
-        OLLAMA = "ollama", "Ollama"
-        OTHER = "other", "Other"
+        VLLM = "vllm", _("vLLM")
+        SGLANG = "sglang", _("SGLang")
+        TGI = "tgi", _("TGI")
+        OLLAMA = "ollama", _("Ollama")
+        OTHER = "other", _("Other")
 
     name = models.CharField(max_length=100, unique=True)
     engine = models.CharField(max_length=16, choices=Engine, default=Engine.VLLM)
     weights_bytes = models.PositiveBigIntegerField()
     kv_bytes_per_token = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Leave empty to derive it from the model's shape."
+        null=True, blank=True, help_text=_("Leave empty to derive it from the model's shape.")
     )
     num_layers = models.PositiveSmallIntegerField(null=True, blank=True)
     num_kv_heads = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
-        help_text="The model's KV heads (all of them: a tensor-parallel deployment splits the "
-        "KV cache of each token across its cards).",
+        help_text=_(
+            "The model's KV heads (all of them: a tensor-parallel deployment splits the "
+            "KV cache of each token across its cards)."
+        ),
     )
     head_dim = models.PositiveSmallIntegerField(null=True, blank=True)
     kv_dtype = models.CharField(max_length=10, blank=True, choices=KV_DTYPES)
     uses_mla = models.BooleanField(
         "uses MLA",
         default=False,
-        help_text="Multi-head latent attention caches one compressed latent per layer.",
+        help_text=_("Multi-head latent attention caches one compressed latent per layer."),
     )
     kv_lora_rank = models.PositiveSmallIntegerField("KV LoRA rank", null=True, blank=True)
     qk_rope_head_dim = models.PositiveSmallIntegerField("QK RoPE head dim", null=True, blank=True)
     max_context_tokens = models.PositiveIntegerField(null=True, blank=True)
     priority = models.PositiveSmallIntegerField(
-        default=2, help_text="Lower is more important; placed first when not all fit."
+        default=2, help_text=_("Lower is more important; placed first when not all fit.")
     )
     p99_latency_slo_ms = models.PositiveIntegerField(null=True, blank=True)
     metrics_url = models.URLField(blank=True)
@@ -288,31 +293,31 @@ class ServedModel(models.Model):
 
 class Deployment(models.Model):
     class Isolation(models.TextChoices):
-        GPU_GROUP = "gpu_group", "GPU group"
-        MPS = "mps", "MPS"
-        MIG = "mig", "MIG"
-        TIME_SLICING = "time_slicing", "Time-slicing"
+        GPU_GROUP = "gpu_group", _("GPU group")
+        MPS = "mps", _("MPS")
+        MIG = "mig", _("MIG")
+        TIME_SLICING = "time_slicing", _("Time-slicing")
 
     class KvBasis(models.TextChoices):
-        P95 = "p95", "P95 concurrency + buffer"
-        PEAK = "peak", "Historical peak + buffer"
-        MEAN = "mean", "Mean concurrency"
-        MANUAL = "manual", "Set by hand"
-        NONE = "none", "No reservation"
+        P95 = "p95", _("P95 concurrency + buffer")
+        PEAK = "peak", _("Historical peak + buffer")
+        MEAN = "mean", _("Mean concurrency")
+        MANUAL = "manual", _("Set by hand")
+        NONE = "none", _("No reservation")
 
     class Admission(models.TextChoices):
-        QUEUE = "queue", "Queue the excess"
-        SHED_LOW_PRIORITY = "shed_low_priority", "Shed low-priority load"
-        SHRINK_LOW_PRIORITY_KV = "shrink_low_priority_kv", "Shrink a low-priority model's KV"
-        EVICT_LOW_PRIORITY = "evict_low_priority", "Evict a low-priority model"
-        REFUSE = "refuse", "Refuse new requests"
-        NONE = "none", "None"
+        QUEUE = "queue", _("Queue the excess")
+        SHED_LOW_PRIORITY = "shed_low_priority", _("Shed low-priority load")
+        SHRINK_LOW_PRIORITY_KV = "shrink_low_priority_kv", _("Shrink a low-priority model's KV")
+        EVICT_LOW_PRIORITY = "evict_low_priority", _("Evict a low-priority model")
+        REFUSE = "refuse", _("Refuse new requests")
+        NONE = "none", _("None")
 
     class Status(models.TextChoices):
-        PLANNED = "planned", "Planned"
-        ACTIVE = "active", "Active"
-        DRAINING = "draining", "Draining"
-        STOPPED = "stopped", "Stopped"
+        PLANNED = "planned", _("Planned")
+        ACTIVE = "active", _("Active")
+        DRAINING = "draining", _("Draining")
+        STOPPED = "stopped", _("Stopped")
 
     served_model = models.ForeignKey(
         ServedModel, on_delete=models.PROTECT, related_name="deployments"
@@ -325,13 +330,15 @@ class Deployment(models.Model):
     runtime_name = models.CharField(
         max_length=100,
         blank=True,
-        help_text="What the serving stack calls it (Kubernetes deployment, systemd unit, ...).",
+        help_text=_("What the serving stack calls it (Kubernetes deployment, systemd unit, ...)."),
     )
     process_name_pattern = models.CharField(
         max_length=200,
         blank=True,
-        help_text="Regular expression matched against NVML process names, to tell this "
-        "deployment's processes from its neighbours' on shared cards.",
+        help_text=_(
+            "Regular expression matched against NVML process names, to tell this "
+            "deployment's processes from its neighbours' on shared cards."
+        ),
     )
     isolation_mode = models.CharField(max_length=16, choices=Isolation)
     mps_active_thread_percentage = models.PositiveSmallIntegerField(
@@ -341,7 +348,7 @@ class Deployment(models.Model):
     kv_tokens_per_request = models.PositiveIntegerField(
         null=True,
         blank=True,
-        help_text="Context a request holds in the KV cache (prompt and output), for sizing.",
+        help_text=_("Context a request holds in the KV cache (prompt and output), for sizing."),
     )
     kv_reservation_basis = models.CharField(max_length=8, choices=KvBasis, default=KvBasis.NONE)
     admission_policy = models.CharField(max_length=24, choices=Admission, default=Admission.NONE)

@@ -6,6 +6,7 @@ so the models below are unmanaged); rollup tables are reached through inventory.
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from console.access import VisibleQuerySet
 
@@ -44,7 +45,7 @@ class CollectorStatus(models.Model):
     last_batch_at = models.DateTimeField(null=True)
     batches = models.PositiveBigIntegerField(default=0)
     missing_batches = models.PositiveBigIntegerField(
-        default=0, help_text="Sequence gaps: batches the agent sent that never arrived."
+        default=0, help_text=_("Sequence gaps: batches the agent sent that never arrived.")
     )
     faults_last_batch = models.PositiveIntegerField(default=0)
     faults_total = models.PositiveBigIntegerField(default=0)
@@ -91,11 +92,19 @@ class Event(models.Model):
     """Something on-call must see: an Xid, an OOM, an MPS server crash, a lost card."""
 
     class Kind(models.TextChoices):
-        XID = "xid", "Xid error"
-        OOM = "oom", "Out of memory"
-        MPS_SERVER_DOWN = "mps_server_down", "MPS server down"
-        GPU_LOST = "gpu_lost", "GPU lost"
-        PROCESS_RESTART = "process_restart", "Process restart"
+        XID = "xid", _("Xid error")
+        OOM = "oom", _("Out of memory")
+        MPS_SERVER_DOWN = "mps_server_down", _("MPS server down")
+        GPU_LOST = "gpu_lost", _("GPU lost")
+        PROCESS_RESTART = "process_restart", _("Process restart")
+
+    class Cause(models.TextChoices):
+        """OOM triage's causes (inventory.analytics.oom_triage.OomCause), in triage order."""
+
+        TRUE_PEAK = "true_peak", _("True peak")
+        ALLOCATOR_RESERVE = "allocator_reserve", _("Allocator reserve")
+        FRAGMENTATION = "fragmentation", _("Fragmentation")
+        INSUFFICIENT_DATA = "insufficient_data", _("Insufficient data")
 
     host = models.ForeignKey("inventory.Host", on_delete=models.CASCADE, related_name="events")
     gpu = models.ForeignKey(
@@ -113,16 +122,30 @@ class Event(models.Model):
     xid = models.PositiveIntegerField(null=True, blank=True)
     detail = models.JSONField(default=dict, blank=True)
     snapshot = models.JSONField(
-        default=dict, blank=True, help_text="The card's per-process memory at that moment."
+        default=dict, blank=True, help_text=_("The card's per-process memory at that moment.")
     )
     cause = models.CharField(
         max_length=20,
         blank=True,
-        help_text="OOM triage: true_peak, allocator_reserve, fragmentation or insufficient_data.",
+        choices=Cause,
+        help_text=_(
+            "OOM triage: true_peak, allocator_reserve, fragmentation or insufficient_data."
+        ),
     )
-    cause_explanation = models.TextField(blank=True)
+    cause_explanation = models.TextField(
+        blank=True,
+        help_text=_("The triage's explanation in English, for the CSV export and the API."),
+    )
+    cause_reason = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=_(
+            "The triage's explanation as a code and figures (console.reasons), "
+            "read in the reader's language."
+        ),
+    )
     batch_id = models.UUIDField()
-    position = models.PositiveIntegerField(help_text="Index of the event within its batch.")
+    position = models.PositiveIntegerField(help_text=_("Index of the event within its batch."))
     acknowledged_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -268,17 +291,17 @@ class DeadLetter(models.Model):
     """
 
     class Status(models.TextChoices):
-        PENDING = "pending", "Waiting"
-        REPLAYED = "replayed", "Replayed"
-        DISCARDED = "discarded", "Discarded"
+        PENDING = "pending", _("Waiting")
+        REPLAYED = "replayed", _("Replayed")
+        DISCARDED = "discarded", _("Discarded")
 
     received_at = models.DateTimeField(auto_now_add=True, db_index=True)
     body = models.BinaryField()
-    size = models.PositiveIntegerField(help_text="Bytes of the message as it arrived.")
-    host_name = models.CharField(max_length=100, blank=True, help_text="As the batch claims.")
+    size = models.PositiveIntegerField(help_text=_("Bytes of the message as it arrived."))
+    host_name = models.CharField(max_length=100, blank=True, help_text=_("As the batch claims."))
     batch_id = models.CharField(max_length=64, blank=True)
     signature = models.CharField(
-        max_length=100, blank=True, help_text="As it arrived; a replay checks it again."
+        max_length=100, blank=True, help_text=_("As it arrived; a replay checks it again.")
     )
     reason_code = models.CharField(max_length=32, db_index=True)
     reason_path = models.CharField(max_length=200, blank=True)

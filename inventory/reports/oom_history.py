@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import TruncWeek
+from django.utils.translation import gettext_lazy as _
 
 from console.models import AuditEntry
 from inventory.analytics.oom_triage import OomCause
@@ -24,14 +25,14 @@ DEFAULT_WINDOW_WEEKS = 12
 WEEK = dt.timedelta(weeks=1)
 
 CAUSE_LABELS = {
-    OomCause.TRUE_PEAK.value: "True peak",
-    OomCause.ALLOCATOR_RESERVE.value: "Allocator reserve",
-    OomCause.FRAGMENTATION.value: "Fragmentation",
-    OomCause.INSUFFICIENT_DATA.value: "Insufficient data",
+    OomCause.TRUE_PEAK.value: _("True peak"),
+    OomCause.ALLOCATOR_RESERVE.value: _("Allocator reserve"),
+    OomCause.FRAGMENTATION.value: _("Fragmentation"),
+    OomCause.INSUFFICIENT_DATA.value: _("Insufficient data"),
 }
 # Events stored before triage ran at ingest carry no cause.
-UNTRIAGED_LABEL = "Not triaged"
-UNATTRIBUTED_LABEL = "No deployment recorded"
+UNTRIAGED_LABEL = _("Not triaged")
+UNATTRIBUTED_LABEL = _("No deployment recorded")
 
 # Placement and isolation changes: admin and service edits of deployments, applied proposals.
 CHANGE_ACTION_PREFIXES = ("deployment.", "proposal.apply")
@@ -287,7 +288,7 @@ def compare_changes(
     )
     counts = nearby.order_by().aggregate(**sides)
     comparisons: list[BeforeAfter | None] = [None] * len(changes)
-    for index, _, span in counted:
+    for index, _change, span in counted:
         comparisons[index] = BeforeAfter(
             span=span, before=counts[f"before_{index}"], after=counts[f"after_{index}"]
         )

@@ -526,9 +526,11 @@ def _events(payload: dict, host: Host, maps: _Maps) -> list[Event]:
             continue
         snapshot_ = _event_snapshot(payload, row, detail)
         cause = explanation = ""
+        reason = {}
         if kind == Event.Kind.OOM:
             triage = triage_snapshot(snapshot_, detail.get("pid"))
             cause, explanation = triage.cause.value, triage.explanation
+            reason = triage.reason.to_json()
         events.append(
             Event(
                 host=host,
@@ -541,6 +543,7 @@ def _events(payload: dict, host: Host, maps: _Maps) -> list[Event]:
                 snapshot=snapshot_,
                 cause=cause,
                 cause_explanation=explanation,
+                cause_reason=reason,
                 batch_id=payload["batch_id"],
                 position=position,
             )

@@ -5,6 +5,7 @@ import json
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from console.access import get_changeable_or_403, get_visible_or_404
@@ -63,12 +64,18 @@ def dead_letter_replay(request, pk: int):
     try:
         failed = do_replay_dead_letter(letter, acting_user=request.user)
     except AlreadyResolved as error:
-        messages.info(request, f"{letter}: {error}.")
+        messages.info(request, _("%(letter)s: %(error)s.") % {"letter": letter, "error": error})
         return redirect("dead-letter-detail", pk=pk)
     if failed:
-        messages.error(request, f"Replay failed again ({failed.code}): {failed}")
+        messages.error(
+            request,
+            _("Replay failed again (%(code)s): %(failure)s")
+            % {"code": failed.code, "failure": failed},
+        )
     else:
-        messages.success(request, f"{letter} replayed: its batch is written.")
+        messages.success(
+            request, _("%(letter)s replayed: its batch is written.") % {"letter": letter}
+        )
     return redirect("dead-letter-detail", pk=pk)
 
 
@@ -79,7 +86,7 @@ def dead_letter_discard(request, pk: int):
         do_discard_dead_letter(
             letter, acting_user=request.user, comment=request.POST.get("comment", "")[:1000]
         )
-        messages.success(request, f"{letter} discarded.")
+        messages.success(request, _("%(letter)s discarded.") % {"letter": letter})
     except AlreadyResolved as error:
-        messages.info(request, f"{letter}: {error}.")
+        messages.info(request, _("%(letter)s: %(error)s.") % {"letter": letter, "error": error})
     return redirect("dead-letter-list")

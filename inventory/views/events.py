@@ -1,5 +1,6 @@
 from django.contrib import messages
 from django.shortcuts import redirect
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from console.access import get_changeable_or_403
@@ -14,7 +15,7 @@ def acknowledge_event(request, pk: int):
     )
     try:
         do_acknowledge_event(event, acting_user=request.user)
-        messages.success(request, f"Acknowledged: {event}.")
+        messages.success(request, _("Acknowledged: %(event)s.") % {"event": event})
     except AlreadyAcknowledged as error:
-        messages.info(request, f"{event}: {error}.")
+        messages.info(request, _("%(event)s: %(error)s.") % {"event": event, "error": error})
     return redirect(event.host)

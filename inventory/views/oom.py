@@ -7,6 +7,8 @@ from django.contrib.auth.decorators import permission_required
 from django.http import StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from console.models import AuditEntry
 from inventory.filters import OomEventFilter
@@ -39,9 +41,9 @@ def oom_history_page(request):
             "chart_data": _chart_data(history, changes),
             "cause_label": CAUSE_LABELS.get(selection.cause, ""),
             "tables": [
-                ("Cause", "weekly-by-cause", history.by_cause),
-                ("Host", "weekly-by-host", history.by_host),
-                ("Model", "weekly-by-model", history.by_model),
+                (_("Cause"), "weekly-by-cause", history.by_cause),
+                (_("Host"), "weekly-by-host", history.by_host),
+                (_("Model"), "weekly-by-model", history.by_model),
             ],
             "shortest_comparison_days": oom_history.SHORTEST_COMPARISON.days,
             "longest_comparison_days": oom_history.LONGEST_COMPARISON.days,
@@ -58,7 +60,8 @@ def _chart_data(history: oom_history.WeeklyHistory, changes: list[oom_history.Ch
     if rest:
         trend.append(
             {
-                "name": f"{len(rest)} other hosts",
+                "name": ngettext("%(count)d other host", "%(count)d other hosts", len(rest))
+                % {"count": len(rest)},
                 "counts": [
                     sum(week) for week in zip(*(series.counts for series in rest), strict=True)
                 ],

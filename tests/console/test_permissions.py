@@ -265,6 +265,15 @@ MATRIX = [
     Row("readyz", lambda o: "/readyz", "get", _everyone(503)),
     Row("login", lambda o: "/accounts/login/", "get", _everyone(200)),
     Row("logout", lambda o: "/accounts/logout/", "post", _everyone(302)),
+    # The login page has the language switcher and the JavaScript catalogue too.
+    Row(
+        "set_language",
+        lambda o: "/i18n/setlang/",
+        "post",
+        _everyone(302),
+        data=lambda o: {"language": "zh-hans", "next": "/"},
+    ),
+    Row("javascript-catalog", lambda o: "/jsi18n/", "get", _everyone(200)),
     *PROPOSAL_ROWS,
 ]
 
