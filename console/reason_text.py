@@ -21,10 +21,10 @@ for _module in REASON_MODULES:
 
 def render_here(reason: Reason | dict | str | None) -> str:
     """In the language of the current request (or thread)."""
-    return render(reason, translation.gettext)
+    return render(reason, translation)
 
 
 def render_in(reason: Reason | dict | str | None, language: str) -> str:
     """In a given language, e.g. an e-mail for a user, a CSV export."""
     with translation.override(language):
-        return render(reason, translation.gettext)
+        return render(reason, translation)

@@ -11,26 +11,42 @@ that ``makemessages`` finds them, and register them here:
 
 Templates are ``str.format`` strings. Parameters are JSON values, another reason (a dict
 with ``code`` and ``params``) or a list of them; lists render joined with the translated
-separator ``"; "``. Format specs: ``{x:gib}`` bytes as GiB (format_gib of
-inventory.analytics.units; units kept in every language), ``{x:mib}`` an integer of MiB.
-``render(reason, translate)`` takes the translation function (``gettext``) so this module
-stays free of Django; pages use the ``render_reason`` filter (console/templatetags/reasons.py),
-code outside a request ``render_in(reason, language)`` (console/reason_text.py).
+separator ``"; "`` (``{x:comma}``: with ``", "``). A message made with ``ngettext_lazy``
+chooses its form by the ``count`` parameter. Format specs: ``{x:gib}`` bytes as GiB
+(format_gib of inventory.analytics.units; units kept in every language), ``{x:mib}`` an
+integer of MiB. ``render(reason, translation)`` takes the translation
+(django.utils.translation, or ENGLISH) so this module stays free of Django; pages use the
+``render_reason`` filter (console/templatetags/reasons.py), code outside a request
+``render_in(reason, language)`` (console/reason_text.py).
 """
 
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from inventory.analytics.units import format_gib
 
-Translate = Callable[[str], str]
 
-_MESSAGES: dict[str, str] = {}
-SEPARATOR = "; "
+class Translation(Protocol):
+    """What render needs of a translation: django.utils.translation itself fits."""
+
+    def gettext(self, message: str) -> str: ...
+
+    def ngettext(self, singular: str, plural: str, number: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class Plural:
+    """A message whose wording follows the reason's ``count`` parameter."""
+
+    singular: str
+    plural: str
+
+
+_MESSAGES: dict[str, str | Plural] = {}
 
 
 def gettext_noop(message: str) -> str:
@@ -38,8 +54,14 @@ def gettext_noop(message: str) -> str:
     return message
 
 
-# The separator lists of reasons are joined with; registered so that it gets a translation.
-_SEPARATOR_MSGID = gettext_noop("; ")
+def ngettext_lazy(singular: str, plural: str) -> Plural:
+    """A plural message, named so that makemessages extracts both forms; chosen at render."""
+    return Plural(singular, plural)
+
+
+# How lists of reasons are joined: ``{x}`` with "; ", ``{x:comma}`` with ", ".
+_SEPARATOR = gettext_noop("; ")
+_COMMA = gettext_noop(", ")
 
 
 @dataclass(frozen=True)
@@ -71,7 +93,7 @@ def _from_json(value):
     return value
 
 
-def register(messages: Mapping[str, str]) -> Mapping[str, str]:
+def register(messages: Mapping[str, str | Plural]) -> Mapping[str, str | Plural]:
     for code, template in messages.items():
         if _MESSAGES.get(code, template) != template:
             raise ValueError(f"reason code {code!r} registered twice with different messages")
@@ -79,43 +101,48 @@ def register(messages: Mapping[str, str]) -> Mapping[str, str]:
     return messages
 
 
-def message(code: str) -> str:
-    return _MESSAGES[code]
-
-
 def known_codes() -> frozenset[str]:
     return frozenset(_MESSAGES)
 
 
-def _identity(text: str) -> str:
-    return text
+class _English:
+    """The msgids themselves: what a reason says where no language is active."""
+
+    @staticmethod
+    def gettext(message: str) -> str:
+        return message
+
+    @staticmethod
+    def ngettext(singular: str, plural: str, number: int) -> str:
+        return singular if number == 1 else plural
+
+
+ENGLISH = _English()
 
 
 class _Formatter(string.Formatter):
-    def __init__(self, translate: Translate):
-        self.translate = translate
+    def __init__(self, translation: Translation):
+        self.translation = translation
 
     def format_field(self, value, format_spec: str) -> str:
         if format_spec == "gib":
             return "?" if value is None else format_gib(value)
         if format_spec == "mib":
             return "?" if value is None else f"{int(value)} MiB"
+        if format_spec == "comma":
+            return self.translation.gettext(_COMMA).join(str(self.render_value(v)) for v in value)
         return super().format_field(self.render_value(value), format_spec)
 
     def render_value(self, value):
-        if isinstance(value, Reason | Mapping) and "code" in _as_json(value):
-            return render(value, self.translate)
+        if isinstance(value, Reason) or (isinstance(value, Mapping) and "code" in value):
+            return render(value, self.translation)
         if isinstance(value, list | tuple):
-            separator = self.translate(_SEPARATOR_MSGID)
+            separator = self.translation.gettext(_SEPARATOR)
             return separator.join(str(self.render_value(v)) for v in value)
         return value
 
 
-def _as_json(value) -> Mapping:
-    return value.to_json() if isinstance(value, Reason) else value
-
-
-def render(reason: Reason | Mapping | str | None, translate: Translate = _identity) -> str:
+def render(reason: Reason | Mapping | str | None, translation: Translation = ENGLISH) -> str:
     """The reason as a sentence; a plain string (a row stored before codes) passes through."""
     if reason is None or reason == {}:
         return ""
@@ -126,4 +153,8 @@ def render(reason: Reason | Mapping | str | None, translate: Translate = _identi
     template = _MESSAGES.get(reason.code)
     if template is None:  # a code from a newer version: still say something useful
         return f"{reason.code} {dict(reason.params)}"
-    return _Formatter(translate).vformat(translate(template), (), dict(reason.params))
+    if isinstance(template, Plural):
+        text = translation.ngettext(template.singular, template.plural, reason.params["count"])
+    else:
+        text = translation.gettext(template)
+    return _Formatter(translation).vformat(text, (), dict(reason.params))

@@ -285,6 +285,9 @@ PROPOSAL_WEBHOOK_URL = env_str("PROPOSAL_WEBHOOK_URL")
 PROPOSAL_WEBHOOK_TIMEOUT_S = env_float("PROPOSAL_WEBHOOK_TIMEOUT_S", 5.0, minimum=0.1)
 PROPOSAL_NOTIFY_RETRIES = env_int("PROPOSAL_NOTIFY_RETRIES", 6, minimum=0)
 CONSOLE_BASE_URL = env_str("CONSOLE_BASE_URL", "http://127.0.0.1:8000")
+# The language of proposal e-mails and webhook texts (en or zh-hans): users have no profile
+# that would say which each recipient reads.
+NOTIFICATION_LANGUAGE = env_str("NOTIFICATION_LANGUAGE", "en")
 
 CELERY_BEAT_SCHEDULE = {
     "maintain-telemetry-partitions": {

@@ -81,6 +81,8 @@ class RunbookNote(models.Model):
     objects = NoteQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("runbook note")
+        verbose_name_plural = _("runbook notes")
         ordering = ["title"]
         constraints = [
             models.CheckConstraint(

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from console.access import VisibleQuerySet
 from console.audit.actions import Action
@@ -39,7 +40,7 @@ class AuditEntry(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
-        verbose_name_plural = "audit entries"
+        verbose_name_plural = _("audit entries")
         indexes = [models.Index(fields=["content_type", "object_id", "-at"])]
 
     def __str__(self) -> str:

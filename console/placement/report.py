@@ -11,6 +11,7 @@ from console.placement.plan import Plan
 from console.placement.problem import Card
 from console.placement.reasons import unplaced_reason
 from console.placement.stranded import stranded_mib
+from console.reasons import render
 
 
 def build_report(outcome: Outcome, solve_ms: int) -> dict[str, Any]:
@@ -22,7 +23,10 @@ def build_report(outcome: Outcome, solve_ms: int) -> dict[str, Any]:
     for model in problem.models:
         assignment = plan.assignments.get(model.index)
         if assignment is None:
-            unplaced.append({"model": model.name, "reason": unplaced_reason(plan, model)})
+            reason = unplaced_reason(plan, model)
+            unplaced.append(
+                {"model": model.name, "reason": render(reason), "reason_detail": reason.to_json()}
+            )
             continue
         profile = assignment.mig_profile
         assignments.append(

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
+from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
 from console.access import VisibleQuerySet
@@ -24,6 +25,21 @@ class ProposalQuerySet(VisibleQuerySet):
         return self.filter(state=State.READY).exclude(author=approver)
 
 
+# How pages and e-mails name a state (transitions.State is pure and stays English).
+STATE_LABELS = {
+    State.DRAFT: _("draft"),
+    State.SUBMITTED: _("submitted"),
+    State.CHECKING: _("checking"),
+    State.READY: _("ready for approval"),
+    State.CHANGES_REQUESTED: _("changes requested"),
+    State.APPROVED: _("approved"),
+    State.REJECTED: _("rejected"),
+    State.APPLIED: _("applied"),
+    State.VERIFIED: _("verified"),
+    State.ROLLED_BACK: _("rolled back"),
+}
+
+
 class Proposal(models.Model):
     class Action(models.TextChoices):
         ADD = "add", _("Add a model")
@@ -31,7 +47,7 @@ class Proposal(models.Model):
         RESIZE = "resize", _("Resize a deployment")
         REMOVE = "remove", _("Remove a deployment")
 
-    STATES = [(state.value, state.label.capitalize()) for state in State]
+    STATES = [(state.value, capfirst(STATE_LABELS[state])) for state in State]
 
     action = models.CharField(max_length=8, choices=Action, default=Action.ADD)
     served_model = models.ForeignKey(
@@ -160,6 +176,8 @@ class Proposal(models.Model):
     objects = ProposalQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("proposal")
+        verbose_name_plural = _("proposals")
         ordering = ["-updated_at", "-id"]
         permissions = [
             ("approve_proposal", "Can approve, reject or send back proposals"),
@@ -168,15 +186,15 @@ class Proposal(models.Model):
         indexes = [models.Index(fields=["host", "state"])]
 
     def __str__(self) -> str:
-        verb = self.get_action_display().split()[0].lower()
-        return f"#{self.pk} {verb} {self.served_model.name} on {self.host.name}"
+        # In English whatever the request's language: the audit trail stores it.
+        return f"#{self.pk} {self.action} {self.served_model.name} on {self.host.name}"
 
     def get_absolute_url(self) -> str:
         return reverse("proposal-detail", args=[self.pk])
 
     @property
     def state_label(self) -> str:
-        return State(self.state).label
+        return str(STATE_LABELS[State(self.state)])
 
     def clean(self) -> None:
         errors: dict[str, str] = {}

@@ -15,10 +15,12 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.text import capfirst
+from django.utils.translation import gettext as _
 
 from console.proposals import queue
-from console.proposals.models import Notification, Proposal
+from console.proposals.models import STATE_LABELS, Notification, Proposal
 from console.proposals.transitions import State
 
 log = logging.getLogger(__name__)
@@ -88,11 +90,12 @@ def notify_approvers(proposal: Proposal) -> None:
         .exclude(email="")
         .order_by("username")
     )
-    subject = f"Ready for approval: {proposal}"
-    body = (
-        f"{proposal.author.get_username()}'s proposal {proposal} passed all four gates and "
-        f"waits for an approver.\n\n{proposal.rationale}\n\n{proposal_url(proposal)}\n"
-    )
+    with translation.override(settings.NOTIFICATION_LANGUAGE):
+        subject = _("Ready for approval: %(proposal)s") % {"proposal": proposal}
+        body = _(
+            "%(author)s's proposal %(proposal)s passed all four gates and waits for an approver."
+        ) % {"author": proposal.author.get_username(), "proposal": proposal}
+    body += f"\n\n{proposal.rationale}\n\n{proposal_url(proposal)}\n"
     _queue(
         proposal,
         recipients=[user.email for user in approvers],
@@ -104,8 +107,13 @@ def notify_approvers(proposal: Proposal) -> None:
 
 def notify_author(proposal: Proposal, message: str, decided_by=None) -> None:
     state = State(proposal.state)
-    who = f" by {decided_by.get_username()}" if decided_by else " by the gate checks"
-    subject = f"{state.label.capitalize()}{who}: {proposal}"
+    with translation.override(settings.NOTIFICATION_LANGUAGE):
+        figures = {"state": capfirst(STATE_LABELS[state]), "proposal": proposal}
+        if decided_by:
+            figures["who"] = decided_by.get_username()
+            subject = _("%(state)s by %(who)s: %(proposal)s") % figures
+        else:
+            subject = _("%(state)s by the gate checks: %(proposal)s") % figures
     body = f"{subject}\n\n{message}\n\n{proposal_url(proposal)}\n".replace("\n\n\n", "\n\n")
     _queue(
         proposal,

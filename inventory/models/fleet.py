@@ -67,6 +67,8 @@ class Host(models.Model):
     objects = VisibleQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("host")
+        verbose_name_plural = _("hosts")
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -112,7 +114,7 @@ class Gpu(models.Model):
 
     class Meta:
         ordering = ["host__name", "index"]
-        verbose_name = "GPU"
+        verbose_name = _("GPU")
         constraints = [
             models.UniqueConstraint(fields=["host", "index"], name="gpu_unique_index_per_host")
         ]
@@ -146,7 +148,7 @@ class MigSlice(models.Model):
 
     class Meta:
         ordering = ["gpu__host__name", "gpu__index", "start_slot", "compute_instance_id"]
-        verbose_name = "MIG slice"
+        verbose_name = _("MIG slice")
         constraints = [
             models.UniqueConstraint(
                 fields=["gpu", "start_slot", "compute_instance_id"],
@@ -238,7 +240,7 @@ class ServedModel(models.Model):
 
     class Meta:
         ordering = ["priority", "name"]
-        verbose_name = "served model"
+        verbose_name = _("served model")
 
     def __str__(self) -> str:
         return self.name
@@ -359,6 +361,8 @@ class Deployment(models.Model):
     objects = VisibleQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("deployment")
+        verbose_name_plural = _("deployments")
         ordering = ["host__name", "served_model__priority", "served_model__name"]
         constraints = [
             models.CheckConstraint(

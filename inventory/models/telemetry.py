@@ -6,6 +6,7 @@ so the models below are unmanaged); rollup tables are reached through inventory.
 
 from django.conf import settings
 from django.db import models
+from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
 from console.access import VisibleQuerySet
@@ -56,7 +57,7 @@ class CollectorStatus(models.Model):
     objects = VisibleQuerySet.as_manager()
 
     class Meta:
-        verbose_name_plural = "collector statuses"
+        verbose_name_plural = _("collector statuses")
 
     def __str__(self) -> str:
         return f"collector of {self.host_id}"
@@ -158,6 +159,8 @@ class Event(models.Model):
     objects = VisibleQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("event")
+        verbose_name_plural = _("events")
         ordering = ["-at"]
         permissions = [("acknowledge_event", "Can acknowledge events")]
         constraints = [
@@ -166,7 +169,10 @@ class Event(models.Model):
         indexes = [models.Index(fields=["host", "kind", "-at"])]
 
     def __str__(self) -> str:
-        return f"{self.get_kind_display()} on {self.host_id} at {self.at:%Y-%m-%d %H:%M}"
+        # In English whatever the request's language: the audit trail stores it.
+        with translation.override(None):
+            kind = self.get_kind_display()
+        return f"{kind} on {self.host_id} at {self.at:%Y-%m-%d %H:%M}"
 
 
 class CardSample(models.Model):
@@ -316,6 +322,8 @@ class DeadLetter(models.Model):
     objects = VisibleQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("dead letter")
+        verbose_name_plural = _("dead letters")
         ordering = ["-received_at", "-id"]
         permissions = [("replay_deadletter", "Can replay or discard dead letters")]
 

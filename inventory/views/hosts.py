@@ -6,6 +6,7 @@ from django.utils import timezone
 from console.access import get_visible_or_404
 from console.models import AuditEntry
 from console.placement import diagram
+from console.reason_text import render_here
 from inventory.models import (
     CollectorFault,
     CollectorStatus,
@@ -77,7 +78,8 @@ def host_detail(request, name: str):
                     "at": event.at.isoformat(),
                     "card": event.gpu.index if event.gpu else None,
                     "cause": event.cause,
-                    "text": event.cause_explanation,
+                    "label": event.get_cause_display(),
+                    "text": render_here(event.cause_reason) or event.cause_explanation,
                 }
                 for event in ooms
             ],

@@ -21,9 +21,9 @@
       })
       .then((html) => {
         rows.innerHTML = html;
-        state.textContent = `Updated ${new Date().toLocaleTimeString()}; refreshes every 15 s.`;
+        state.textContent = interpolate(gettext("Updated %s; refreshes every 15 s."), [new Date().toLocaleTimeString()]);
       })
-      .catch((error) => { state.textContent = `Refresh failed (${error.message}); retrying.`; });
+      .catch((error) => { state.textContent = interpolate(gettext("Refresh failed (%s); retrying."), [error.message]); });
   }
 
   function start() {
@@ -33,7 +33,7 @@
   function stop() {
     window.clearInterval(timer);
     timer = null;
-    state.textContent = "Paused while the tab is hidden.";
+    state.textContent = gettext("Paused while the tab is hidden.");
   }
 
   document.addEventListener("visibilitychange", () => {

@@ -18,7 +18,7 @@
   function drawLedger() {
     const cards = charts.readJson("ledger-data") || [];
     const element = document.getElementById("ledger-chart");
-    if (!cards.length) return charts.empty(element, "No cards.");
+    if (!cards.length) return charts.empty(element, gettext("No cards."));
     // One trace per kind and basis, so estimated figures can be hatched.
     const traces = {};
     cards.forEach((card) => {
@@ -43,7 +43,7 @@
   }
 
   function heatmap(element, data, values, title, zmax) {
-    if (!data.times.length) return charts.empty(element, "No samples in this window yet.");
+    if (!data.times.length) return charts.empty(element, gettext("No samples in this window yet."));
     charts.draw(element, [{
       type: "heatmap", x: data.times, y: data.cards, z: values, zmin: 0, zmax: zmax,
       colorscale: "YlOrRd", colorbar: { title: title, thickness: 12 }, hoverongaps: false,
@@ -58,9 +58,9 @@
       })
       .then((data) => {
         heatmap(document.getElementById("heatmap-used"), data, data.used_pct, "%", 100);
-        heatmap(document.getElementById("heatmap-frag"), data, data.fragmentation, "index", 1);
+        heatmap(document.getElementById("heatmap-frag"), data, data.fragmentation, gettext("index"), 1);
         const lines = document.getElementById("deployment-lines");
-        if (!data.deployments.length) return charts.empty(lines, "No deployment memory in this window yet.");
+        if (!data.deployments.length) return charts.empty(lines, gettext("No deployment memory in this window yet."));
         charts.draw(lines, data.deployments.map((line) => ({
           type: "scatter", mode: "lines", name: line.label, x: line.times, y: line.used_gib,
         })), { height: 320, yaxis: { title: "GiB" }, legend: { orientation: "h", y: -0.25 },
@@ -78,12 +78,12 @@
     const byCause = {};
     points.forEach((p) => {
       const trace = byCause[p.cause] || (byCause[p.cause] = {
-        type: "scatter", mode: "markers", name: p.cause.replace(/_/g, " "), x: [], y: [], text: [],
-        hovertemplate: "%{x}<br>card %{y}<br>%{text}<extra></extra>", marker: { size: 9 },
+        type: "scatter", mode: "markers", name: p.label || p.cause.replace(/_/g, " "), x: [], y: [], text: [],
+        hovertemplate: "%{x}<br>" + gettext("card") + " %{y}<br>%{text}<extra></extra>", marker: { size: 9 },
       });
       trace.x.push(p.at); trace.y.push(p.card); trace.text.push(p.text);
     });
-    charts.draw(element, Object.values(byCause), { height: 200, yaxis: { title: "card", dtick: 1 } });
+    charts.draw(element, Object.values(byCause), { height: 200, yaxis: { title: gettext("card"), dtick: 1 } });
   }
 
   function loadAnalysis() {
@@ -94,7 +94,7 @@
         return response.text();
       })
       .then((html) => { section.innerHTML = html; })
-      .catch((error) => { section.querySelector("p").textContent = `Could not load: ${error.message}`; });
+      .catch((error) => { section.querySelector("p").textContent = interpolate(gettext("Could not load: %s"), [error.message]); });
   }
 
   document.querySelectorAll(".window-picker button").forEach((button) => {

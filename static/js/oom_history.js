@@ -41,7 +41,7 @@
     return {
       type: "scatter",
       mode: "markers",
-      name: "Placement or isolation change",
+      name: gettext("Placement or isolation change"),
       x: data.changes.map((change) => change.at),
       y: data.changes.map(() => 1),
       yaxis: "y2",
@@ -49,7 +49,7 @@
       hovertext: data.changes.map((change) =>
         [
           `<b>${escapeText(change.host)}</b> ${escapeText(change.at.slice(0, 16))} UTC`,
-          `by ${escapeText(change.who)}`,
+          interpolate(gettext("by %s"), [escapeText(change.who)]),
           ...change.what.map(escapeText),
         ].join("<br>"),
       ),
@@ -62,7 +62,7 @@
       height: 380,
       margin: {t: 10, r: 10, b: 40, l: 55},
       xaxis: {type: "date", range: [data.weeks[0], windowEnd.toISOString()]},
-      yaxis: {title: {text: "OOMs per week"}, rangemode: "tozero", fixedrange: true},
+      yaxis: {title: {text: gettext("OOMs per week")}, rangemode: "tozero", fixedrange: true},
       yaxis2: {overlaying: "y", range: [0, 1.05], visible: false, fixedrange: true},
       shapes: changeLines(),
       legend: {orientation: "h", y: -0.12},
@@ -72,7 +72,7 @@
   }
 
   function weekHover(name) {
-    return `${escapeText(name)}: %{y}<extra>week of %{customdata}</extra>`;
+    return `${escapeText(name)}: %{y}<extra>${gettext("week of")} %{customdata}</extra>`;
   }
 
   function draw(elementId, traces, extraLayout) {
@@ -81,7 +81,7 @@
       return;
     }
     if (typeof Plotly === "undefined") {
-      element.textContent = "The chart library did not load; the table below holds the same counts.";
+      element.textContent = gettext("The chart library did not load; the table below holds the same counts.");
       return;
     }
     element.textContent = "";
