@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.contrib.admin import helpers
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.utils.translation import gettext_lazy
 from django_celery_beat.models import (
     ClockedSchedule,
     CrontabSchedule,
@@ -171,3 +172,7 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+admin.site.site_header = gettext_lazy("GPU co-location console administration")
+admin.site.site_title = gettext_lazy("GPU co-location console")

@@ -1,5 +1,6 @@
 from django import forms
 from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
 
 from console.admin import AuditedModelAdmin
 from console.audit import Action
@@ -20,7 +21,7 @@ class HostAdmin(AuditedModelAdmin):
     search_fields = ["name", "address", "description"]
     inlines = [GpuInline]
 
-    @admin.display(description="Cards")
+    @admin.display(description=_("Cards"))
     def card_count(self, obj):
         return obj.gpus.count()
 
@@ -62,7 +63,7 @@ class ServedModelAdmin(AuditedModelAdmin):
     list_filter = ["engine", "priority"]
     search_fields = ["name"]
 
-    @admin.display(description="KV bytes/token")
+    @admin.display(description=_("KV bytes/token"))
     def kv_per_token(self, obj):
         return obj.effective_kv_bytes_per_token
 

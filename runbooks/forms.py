@@ -19,13 +19,15 @@ class TagsField(forms.CharField):
         for tag in tags:
             if len(tag) > 32 or not all(ch.isalnum() or ch == "-" for ch in tag):
                 raise forms.ValidationError(
-                    f"{tag!r}: a tag is letters, digits and dashes, at most 32 characters."
+                    _("%(tag)r: a tag is letters, digits and dashes, at most 32 characters.")
+                    % {"tag": tag}
                 )
         return tags
 
 
 class NoteForm(forms.ModelForm):
     tags = TagsField(
+        label=_("Tags"),
         required=False,
         help_text=_(
             "Comma-separated. Global notes tagged mps, mig, gpu-group or time-slicing "
@@ -33,7 +35,10 @@ class NoteForm(forms.ModelForm):
         ),
     )
     summary = forms.CharField(
-        max_length=200, required=False, help_text=_("What changed, for the history.")
+        label=_("Summary"),
+        max_length=200,
+        required=False,
+        help_text=_("What changed, for the history."),
     )
     # The version the editor started from; a mismatch on save means someone else saved first.
     version = forms.IntegerField(widget=forms.HiddenInput, required=False)
@@ -42,12 +47,13 @@ class NoteForm(forms.ModelForm):
         model = RunbookNote
         fields = ["title", "scope", "host", "served_model", "tags", "body"]
         widgets = {"body": forms.Textarea(attrs={"rows": 24, "class": "markdown"})}
+        labels = {"title": _("Title"), "scope": _("Scope"), "host": _("Host"), "body": _("Body")}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["host"].queryset = Host.objects.order_by("name")
         self.fields["served_model"].queryset = ServedModel.objects.order_by("name")
-        self.fields["served_model"].label = "Model"
+        self.fields["served_model"].label = _("Model")
         if self.instance.pk:
             self.fields["version"].initial = self.instance.version
 
@@ -55,9 +61,9 @@ class NoteForm(forms.ModelForm):
         cleaned = super().clean()
         scope = cleaned.get("scope")
         if scope == RunbookNote.Scope.HOST and not cleaned.get("host"):
-            self.add_error("host", "A host note needs its host.")
+            self.add_error("host", _("A host note needs its host."))
         if scope == RunbookNote.Scope.MODEL and not cleaned.get("served_model"):
-            self.add_error("served_model", "A model note needs its model.")
+            self.add_error("served_model", _("A model note needs its model."))
         if scope != RunbookNote.Scope.HOST:
             cleaned["host"] = None
         if scope != RunbookNote.Scope.MODEL:

@@ -48,6 +48,16 @@ class ProposalForm(forms.ModelForm):
         # What the services accept, the KV reservation typed in GiB rather than bytes.
         fields = [*(name for name in EDITABLE if name != "kv_reservation_bytes"), "gpus"]
         widgets = {"rationale": forms.Textarea(attrs={"rows": 5})}
+        # The fields whose label Django would derive from the field's name, untranslated.
+        labels = {
+            "action": _("Action"),
+            "served_model": _("Served model"),
+            "host": _("Host"),
+            "deployment": _("Deployment"),
+            "card_count": _("Card count"),
+            "isolation_mode": _("Isolation mode"),
+            "rationale": _("Rationale"),
+        }
 
     field_order = [
         "action",
@@ -74,7 +84,7 @@ class ProposalForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["mig_slice"].label = "MIG slice"
+        self.fields["mig_slice"].label = _("MIG slice")
         self.fields["served_model"].queryset = ServedModel.objects.order_by("name")
         self.fields["served_model"].required = False
         self.fields["served_model"].help_text = "Taken from the deployment when you pick one."
@@ -125,8 +135,9 @@ class ProposalForm(forms.ModelForm):
 
 
 class DecisionForm(forms.Form):
-    decision = forms.ChoiceField(choices=Decision.Kind.choices)
+    decision = forms.ChoiceField(label=_("Decision"), choices=Decision.Kind.choices)
     comment = forms.CharField(
+        label=_("Comment"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text=_("Required to reject or to send back: say why."),
@@ -134,7 +145,9 @@ class DecisionForm(forms.Form):
 
 
 class CommentForm(forms.Form):
-    comment = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    comment = forms.CharField(
+        label=_("Comment"), required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
 
 
 class MultipleFileInput(forms.ClearableFileInput):
