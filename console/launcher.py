@@ -25,6 +25,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from console.catalogue import compile_catalogues
 from console.env import load_env_file
 from console.supervisor import Supervisor
 
@@ -93,6 +94,8 @@ def run() -> int:
     signal.signal(signal.SIGINT, _raise_stop)
     # Beat keeps its schedule state here (the database and the broker make their own folders).
     (BASE_DIR / "var").mkdir(exist_ok=True)
+    say("compiling the translations")
+    compile_catalogues()
     with database() as url:
         env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
         supervisor = Supervisor(env, cwd=BASE_DIR, say=say)
@@ -201,6 +204,10 @@ def test(pytest_args: list[str]) -> int:
                 "makemigrations --check",
                 [PYTHON, "manage.py", "makemigrations", "--check", "--dry-run"],
             ),
+            (
+                "makemessages: every marked string translated",
+                [PYTHON, "-m", "console.catalogue", "check"],
+            ),
         ]
         for label, argv in steps:
             say(label)
@@ -212,6 +219,8 @@ def test(pytest_args: list[str]) -> int:
                 f"chromium not found at {CHROMIUM}: SKIPPING THE BROWSER TESTS "
                 "(install Debian's chromium package, or set CHROMIUM_PATH)"
             )
+        say("compiling the translations")
+        compile_catalogues()
         say("pytest")
         return subprocess.run(
             [PYTHON, "-m", "pytest", *pytest_args], cwd=BASE_DIR, env=env

@@ -19,6 +19,13 @@ PERSONAS = {
 }
 
 
+def pytest_sessionstart(session):
+    # The .mo files are built, not committed: a plain `pytest` reads the current .po files too.
+    from console.catalogue import compile_catalogues
+
+    compile_catalogues()
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     # PBKDF2 at production strength costs ~0.3 s a user; tests create many users.
