@@ -8,7 +8,8 @@
 machine (they are not committed). ``check`` runs Django's makemessages, which needs GNU
 gettext (``apt-get install gettext``; .ci/run installs it). When it finds a gap it leaves the
 updated .po in place, the new strings with an empty msgstr, ready to be translated; when there
-is none it puts the catalogues back as they were, so that a passing check changes no file.
+is none it puts the catalogues back as they were, so that a passing check changes no file. It
+also runs msgfmt --check-format: a translation that drops or renames a placeholder fails.
 """
 
 from __future__ import annotations
@@ -156,6 +157,21 @@ def untranslated() -> dict[Path, list[str]]:
     return gaps
 
 
+def _formats_agree() -> bool:
+    """msgfmt's own check: every translation keeps its msgid's placeholders."""
+    agree = True
+    for po in catalogues():
+        found = subprocess.run(
+            ["msgfmt", "--check-format", "--output-file=/dev/null", str(po)],
+            capture_output=True,
+            text=True,
+        )
+        if found.returncode != 0:
+            print(f"catalogue: placeholders differ in {po.relative_to(BASE_DIR)}:\n{found.stderr}")
+            agree = False
+    return agree
+
+
 def check() -> int:
     if shutil.which("xgettext") is None:
         print("catalogue: GNU gettext is not installed (apt-get install gettext): NOT CHECKED")
@@ -165,6 +181,8 @@ def check() -> int:
         shutil.copytree(LOCALE_DIR, backup)
         makemessages()
         gaps = untranslated()
+        if not gaps and not _formats_agree():
+            return 1
         if not gaps:
             shutil.rmtree(LOCALE_DIR)
             shutil.copytree(backup, LOCALE_DIR)

@@ -8,8 +8,9 @@ import django_filters
 from django import forms
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.functional import cached_property
+from django.utils.functional import cached_property, lazy
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 from drf_spectacular.utils import extend_schema_field
 
 from inventory.models import Event, Host, ServedModel
@@ -23,6 +24,14 @@ def _visible_hosts(request):
 
 def _visible_models(request):
     return ServedModel.objects.visible_to(request.user)
+
+
+def _last_weeks_now(weeks: int) -> str:
+    return ngettext("Last %(count)d week", "Last %(count)d weeks", weeks) % {"count": weeks}
+
+
+# The choices are made at import; their labels are translated when a form shows them.
+_last_weeks = lazy(_last_weeks_now, str)
 
 
 class HostFilter(django_filters.FilterSet):
@@ -93,7 +102,13 @@ class OomEventFilter(django_filters.FilterSet):
     )(
         django_filters.TypedChoiceFilter(
             label=_("Window"),
-            choices=[(weeks, f"Last {weeks} weeks") for weeks in oom_history.WINDOW_WEEKS],
+            choices=[
+                (
+                    weeks,
+                    _last_weeks(weeks),
+                )
+                for weeks in oom_history.WINDOW_WEEKS
+            ],
             coerce=int,
             help_text=_("Whole ISO weeks up to now."),
         )

@@ -56,6 +56,7 @@ class ProposalForm(forms.ModelForm):
             "deployment": _("Deployment"),
             "card_count": _("Card count"),
             "isolation_mode": _("Isolation mode"),
+            "rollout_steps": _("Rollout steps"),
             "rationale": _("Rationale"),
         }
 

@@ -75,7 +75,7 @@ class Proposal(models.Model):
         help_text=_("The target cards; leave empty when the solver chooses."),
     )
     let_solver_choose = models.BooleanField(
-        "let the solver choose the cards",
+        _("let the solver choose the cards"),
         default=False,
         help_text=_("The checks run the placement solver on the host as it is now."),
     )
@@ -95,7 +95,7 @@ class Proposal(models.Model):
     )
     isolation_mode = models.CharField(max_length=16, choices=Deployment.Isolation)
     mps_active_thread_percentage = models.PositiveSmallIntegerField(
-        "MPS active thread percentage",
+        _("MPS active thread percentage"),
         null=True,
         blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
@@ -105,22 +105,22 @@ class Proposal(models.Model):
         ),
     )
     kv_reservation_bytes = models.PositiveBigIntegerField(
-        "KV reservation (bytes)", default=0, help_text=_("All the deployment's cards together.")
+        _("KV reservation (bytes)"), default=0, help_text=_("All the deployment's cards together.")
     )
     kv_reservation_basis = models.CharField(
-        "KV reservation basis",
+        _("KV reservation basis"),
         max_length=8,
         choices=Deployment.KvBasis,
         default=Deployment.KvBasis.P95,
     )
     kv_tokens_per_request = models.PositiveIntegerField(
-        "KV tokens per request",
+        _("KV tokens per request"),
         null=True,
         blank=True,
         help_text=_("Context a request holds in the KV cache (prompt and output)."),
     )
     expected_p95_concurrency = models.FloatField(
-        "expected P95 concurrency",
+        _("expected P95 concurrency"),
         null=True,
         blank=True,
         validators=[MinValueValidator(0)],
@@ -130,21 +130,21 @@ class Proposal(models.Model):
         ),
     )
     expected_request_rate = models.FloatField(
-        "expected requests per second",
+        _("expected requests per second"),
         null=True,
         blank=True,
         validators=[MinValueValidator(0)],
         help_text=_("Its share of the host's traffic, to check the combined load test's ratio."),
     )
     admission_policy = models.CharField(
-        "above the reservation",
+        _("above the reservation"),
         max_length=24,
         choices=Deployment.Admission,
         default=Deployment.Admission.NONE,
         help_text=_("What happens to demand above the KV reservation: P95 is not a ceiling."),
     )
     canary_share_pct = models.PositiveSmallIntegerField(
-        "canary share (%)",
+        _("canary share (%)"),
         default=10,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
         help_text=_("Traffic the first step sends to the new placement."),

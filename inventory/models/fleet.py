@@ -223,12 +223,14 @@ class ServedModel(models.Model):
     head_dim = models.PositiveSmallIntegerField(null=True, blank=True)
     kv_dtype = models.CharField(max_length=10, blank=True, choices=KV_DTYPES)
     uses_mla = models.BooleanField(
-        "uses MLA",
+        _("uses MLA"),
         default=False,
         help_text=_("Multi-head latent attention caches one compressed latent per layer."),
     )
-    kv_lora_rank = models.PositiveSmallIntegerField("KV LoRA rank", null=True, blank=True)
-    qk_rope_head_dim = models.PositiveSmallIntegerField("QK RoPE head dim", null=True, blank=True)
+    kv_lora_rank = models.PositiveSmallIntegerField(_("KV LoRA rank"), null=True, blank=True)
+    qk_rope_head_dim = models.PositiveSmallIntegerField(
+        _("QK RoPE head dim"), null=True, blank=True
+    )
     max_context_tokens = models.PositiveIntegerField(null=True, blank=True)
     priority = models.PositiveSmallIntegerField(
         default=2, help_text=_("Lower is more important; placed first when not all fit.")
