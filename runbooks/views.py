@@ -8,6 +8,7 @@ from console.pagination import page_of
 from runbooks.diff import diff_lines
 from runbooks.filters import NoteFilter
 from runbooks.forms import NoteForm
+from runbooks.library import translation_slugs
 from runbooks.models import RunbookNote, RunbookRevision
 from runbooks.rendering import render_markdown
 from runbooks.services import StaleNoteError, do_create_note, do_update_note
@@ -39,6 +40,8 @@ def note_list(request):
 
 def note_detail(request, slug: str):
     note = get_visible_or_404(request.user, RunbookNote.objects, slug=slug)
+    english, chinese = translation_slugs(note.slug)
+    other = english if note.slug == chinese else chinese
     return render(
         request,
         "runbooks/note_detail.html",
@@ -46,6 +49,8 @@ def note_detail(request, slug: str):
             "note": note,
             "body_html": render_markdown(note.body),
             "can_edit": request.user.has_perm("runbooks.change_runbooknote"),
+            # The same note in the other language, when the library has one.
+            "translation": RunbookNote.objects.visible_to(request.user).filter(slug=other).first(),
         },
     )
 

@@ -20,7 +20,8 @@ EXPECTED = {
 
 @pytest.mark.django_db
 def test_the_library_is_installed_with_a_first_revision():
-    notes = {note.slug: note for note in RunbookNote.objects.filter(from_library=True)}
+    english = RunbookNote.objects.filter(from_library=True).exclude(slug__endswith="-zh")
+    notes = {note.slug: note for note in english}
     assert set(notes) == set(EXPECTED)
     for slug, title_start in EXPECTED.items():
         assert notes[slug].title.startswith(title_start)
