@@ -194,3 +194,16 @@ def test_the_compiled_catalogue_matches_what_gettext_reads(tmp_path):
 def test_the_catalogues_in_the_checkout_are_complete():
     """What `make test`'s makemessages check asks, for the strings already extracted."""
     assert catalogue.untranslated() == {}
+
+
+@pytest.mark.django_db
+def test_dates_follow_the_browsers_time_zone(client_as, oom_host):
+    client = client_as("oncall")
+    event = Event.objects.get(host=oom_host)
+    shanghai = timezone.localtime(event.at, dt.timezone(dt.timedelta(hours=8)))
+    client.cookies["console_timezone"] = "Asia/Shanghai"
+    page = client.get(f"/hosts/{oom_host.name}/", **ZH).content.decode()
+    assert shanghai.strftime("%m-%d %H:%M") in page
+    client.cookies["console_timezone"] = "Not/AZone"  # unknown: the server's TIME_ZONE
+    page = client.get(f"/hosts/{oom_host.name}/", **ZH).content.decode()
+    assert timezone.localtime(event.at, dt.UTC).strftime("%m-%d %H:%M") in page
