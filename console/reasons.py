@@ -93,6 +93,11 @@ def _from_json(value):
     return value
 
 
+def as_stored(reason: Reason | str) -> dict | str:
+    """What a JSON field keeps of a reason: its code and figures, or old-style text as it is."""
+    return reason.to_json() if isinstance(reason, Reason) else reason
+
+
 def register(messages: Mapping[str, str | Plural]) -> Mapping[str, str | Plural]:
     for code, template in messages.items():
         if _MESSAGES.get(code, template) != template:

@@ -24,6 +24,7 @@ from console.placement import PlacementInputError, solve
 from console.proposals import services
 from console.proposals.filters import ProposalFilter
 from console.proposals.models import Proposal
+from console.reason_text import render_here
 from inventory.models import Deployment, Host, MigSlice, ServedModel
 
 
@@ -163,8 +164,8 @@ def _status(request, proposal: Proposal) -> dict:
                 "gate": result.gate,
                 "title": result.title,
                 "status": result.status,
-                "summary": result.summary,
-                "reasons": result.reasons,
+                "summary": render_here(result.summary_reason) or result.summary,
+                "reasons": [render_here(reason) for reason in result.reasons],
                 "numbers": result.numbers,
                 "runbook_url": request.build_absolute_uri(
                     reverse("runbook-detail", args=[result.runbook_slug])

@@ -255,7 +255,11 @@ class GateResult(models.Model):
     revision = models.PositiveIntegerField()
     gate = models.CharField(max_length=16, choices=[(g.value, g.title) for g in Gate])
     status = models.CharField(max_length=8, choices=[(s.value, s.value) for s in GateStatus])
+    # The summary in English, for the audit trail and approvals' evidence; summary_reason holds
+    # it as a code and figures (console.reasons) when the gate gives one, and reasons holds
+    # each failed check as such a code or, from a gate not yet moved onto codes, as text.
     summary = models.TextField()
+    summary_reason = models.JSONField(default=dict, blank=True)
     reasons = models.JSONField(default=list)
     numbers = models.JSONField(default=dict)
     evidence = models.JSONField(default=dict)
@@ -287,6 +291,7 @@ class GateResult(models.Model):
             "gate": self.gate,
             "status": self.status,
             "summary": self.summary,
+            "summary_reason": self.summary_reason,
             "reasons": self.reasons,
             "numbers": self.numbers,
             "evidence": self.evidence,

@@ -18,6 +18,7 @@ from console.proposals.gates import Gate
 from console.proposals.loadtests import LoadTestRun
 from console.proposals.models import Decision, GateResult, LoadTest, Proposal
 from console.proposals.transitions import Event, State, next_state
+from console.reasons import as_stored, render
 from inventory.models import Deployment, Host
 from inventory.placement_state import current_placement
 
@@ -236,8 +237,9 @@ def do_record_gate_results(proposal_id: int, revision: int, checked: Checked) ->
             revision=revision,
             gate=outcome.gate,
             status=outcome.status,
-            summary=outcome.summary,
-            reasons=list(outcome.reasons),
+            summary=render(outcome.summary),
+            summary_reason=as_stored(outcome.summary),
+            reasons=[as_stored(reason) for reason in outcome.reasons],
             numbers=outcome.numbers,
             evidence=outcome.evidence,
             runbook_slug=outcome.runbook_slug,
@@ -249,7 +251,7 @@ def do_record_gate_results(proposal_id: int, revision: int, checked: Checked) ->
     failed = [outcome for outcome in checked.outcomes if not outcome.status.passed]
     _move(current, Event.CHECKS_FAILED if failed else Event.CHECKS_PASSED)
     current.save()
-    comment = "; ".join(f"{o.gate.title}: {o.summary}" for o in failed)[:2000]
+    comment = "; ".join(f"{o.gate.title}: {render(o.summary)}" for o in failed)[:2000]
     _record(
         current,
         actor=None,
