@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('proposals', '0004_proposal_verbose_name'),
+        ("proposals", "0004_proposal_verbose_name"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='gateresult',
-            name='summary_reason',
+            model_name="gateresult",
+            name="summary_reason",
             field=models.JSONField(blank=True, default=dict),
         ),
     ]
