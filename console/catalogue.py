@@ -3,6 +3,8 @@
     python -m console.catalogue compile   locale/*/LC_MESSAGES/*.po -> .mo (pure Python)
     python -m console.catalogue check     makemessages, then fail on any string without a
                                           translation (or marked fuzzy), naming each
+    python -m console.catalogue unmarked  template lines with English text outside
+                                          {% translate %} / {% blocktranslate %} (a hint list)
 
 ``compile`` needs no gettext tools, so `make run` and the tests build the .mo files on any
 machine (they are not committed). ``check`` runs Django's makemessages, which needs GNU
@@ -15,6 +17,7 @@ also runs msgfmt --check-format: a translation that drops or renames a placehold
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import struct
 import subprocess
@@ -197,12 +200,35 @@ def check() -> int:
     return 1
 
 
+_MARKED = re.compile(r"{% (?:block)?translate\b.*?%}(?:.*?{% end(?:block)?translate %})?", re.S)
+_TAGS = re.compile(r"{%.*?%}|{{.*?}}|<[^>]*>", re.S)
+_WORD = re.compile(r"[A-Za-z][A-Za-z'’]+")
+
+
+def unmarked(templates: Path = BASE_DIR / "templates") -> list[str]:
+    """Lines whose text (tags, variables and marked strings taken out) still has English words.
+
+    A hint for the translator, not a check: a product name or a kept term (MPS, P99) shows too.
+    """
+    found = []
+    for path in sorted(templates.rglob("*.html")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            words = _WORD.findall(_TAGS.sub(" ", _MARKED.sub(" ", line)))
+            if words:
+                where = path.relative_to(templates.parent)
+                found.append(f"{where}:{number}: {' '.join(words)}")
+    return found
+
+
 def main(argv: list[str]) -> int:
     if argv == ["compile"]:
         compile_catalogues()
         return 0
     if argv == ["check"]:
         return check()
+    if argv == ["unmarked"]:
+        print("\n".join(unmarked()))
+        return 0
     print(__doc__)
     return 2
 

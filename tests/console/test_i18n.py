@@ -207,3 +207,13 @@ def test_dates_follow_the_browsers_time_zone(client_as, oom_host):
     client.cookies["console_timezone"] = "Not/AZone"  # unknown: the server's TIME_ZONE
     page = client.get(f"/hosts/{oom_host.name}/", **ZH).content.decode()
     assert timezone.localtime(event.at, dt.UTC).strftime("%m-%d %H:%M") in page
+
+
+def test_unmarked_template_text_is_listed(tmp_path):
+    (tmp_path / "page.html").write_text(
+        '{% load i18n %}<h1>{% translate "Fleet" %}</h1>\n'
+        "<p>{% blocktranslate with n=count %}{{ n }} cards{% endblocktranslate %}</p>\n"
+        "<th>Forgotten heading</th>\n"
+    )
+    found = catalogue.unmarked(tmp_path)
+    assert len(found) == 1 and found[0].endswith(":3: Forgotten heading")
