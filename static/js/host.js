@@ -15,6 +15,17 @@
     free: "#dafbe1",
   };
 
+  // Each kind's name as the reader's language says it (the kind itself stays the key).
+  const KIND_LABELS = {
+    driver_reserved: gettext("driver reserved"), model_weights: gettext("model weights"),
+    kv_cache_used: gettext("kv cache used"), kv_cache_reserved_unused: gettext("kv cache reserved unused"),
+    kv_cache_use_unknown: gettext("kv cache use unknown"), workspace_activations: gettext("workspace activations"),
+    cuda_graphs: gettext("cuda graphs"), communication_buffers: gettext("communication buffers"),
+    allocator_reserve: gettext("allocator reserve"), fragmentation: gettext("fragmentation"),
+    unattributed: gettext("unattributed"), free: gettext("free"),
+  };
+  const kindLabel = (kind) => KIND_LABELS[kind] || kind.replace(/_/g, " ");
+
   function drawLedger() {
     const cards = charts.readJson("ledger-data") || [];
     const element = document.getElementById("ledger-chart");
@@ -25,14 +36,14 @@
       card.lines.forEach((line) => {
         const key = line.kind + "|" + line.basis;
         const trace = traces[key] || (traces[key] = {
-          type: "bar", name: line.kind.replace(/_/g, " ") + (line.basis === "estimated" ? " (est.)" : ""),
+          type: "bar", name: kindLabel(line.kind) + (line.basis === "estimated" ? " " + gettext("(est.)") : ""),
           x: [], y: [], text: [], textposition: "none", hovertemplate: "%{x}<br>%{text}<extra></extra>",
           marker: { color: KIND_COLOURS[line.kind] || "#888",
                     pattern: { shape: line.basis === "estimated" ? "/" : "" } },
         });
         trace.x.push(card.card);
         trace.y.push(line.bytes / GIB);
-        trace.text.push(`${line.kind.replace(/_/g, " ")}${line.deployment ? " · " + line.deployment : ""}: ` +
+        trace.text.push(`${kindLabel(line.kind)}${line.deployment ? " · " + line.deployment : ""}: ` +
                         `${(line.bytes / GIB).toFixed(2)} GiB, ${line.basis} (${line.source})`);
       });
     });
