@@ -66,16 +66,58 @@ class FragmentationIndex:
     method: str
 
 
+LARGEST_FREE_METHOD = "1 - largest free block / free in pool"
+INACTIVE_SPLIT_METHOD = "inactive split / reserved"
+
+
 def fragmentation_index(stats: AllocatorStats) -> FragmentationIndex | None:
     """The process's index, or ``None`` when its allocator exposes neither statistic."""
-    if stats.largest_free_block_bytes is not None:
-        free = stats.pool_free_bytes
-        value = 0.0 if free == 0 else 1 - stats.largest_free_block_bytes / free
-        return FragmentationIndex(value, "1 - largest free block / free in pool")
-    if stats.inactive_split_bytes is not None:
-        reserved = stats.reserved_bytes
-        value = 0.0 if reserved == 0 else stats.inactive_split_bytes / reserved
-        return FragmentationIndex(value, "inactive split / reserved")
+    value = _index_value(
+        stats.reserved_bytes,
+        stats.pool_free_bytes,
+        stats.inactive_split_bytes,
+        stats.largest_free_block_bytes,
+    )
+    if value is None:
+        return None
+    method = (
+        LARGEST_FREE_METHOD if stats.largest_free_block_bytes is not None else INACTIVE_SPLIT_METHOD
+    )
+    return FragmentationIndex(value, method)
+
+
+def index_from_batch(raw: dict | None) -> float | None:
+    """The index of a batch's ``allocator`` object, as ``fragmentation_index`` of
+    ``allocator_from_batch`` reads it, without building either object: ingest computes it for
+    every process row of every batch."""
+    if not raw:
+        return None
+    reserved = raw.get("reserved_bytes")
+    allocated = raw.get("allocated_bytes")
+    inactive_split = raw.get("inactive_split_bytes")
+    largest_free = raw.get("largest_free_block_bytes")
+    if reserved is None or allocated is None or allocated > reserved or allocated < 0:
+        return None
+    if (inactive_split is not None and inactive_split < 0) or (
+        largest_free is not None and largest_free < 0
+    ):
+        return None
+    pool_free = reserved - allocated
+    return _index_value(
+        reserved,
+        pool_free,
+        None if inactive_split is None else min(inactive_split, pool_free),
+        None if largest_free is None else min(largest_free, pool_free),
+    )
+
+
+def _index_value(
+    reserved: int, pool_free: int, inactive_split: int | None, largest_free: int | None
+) -> float | None:
+    if largest_free is not None:
+        return 0.0 if pool_free == 0 else 1 - largest_free / pool_free
+    if inactive_split is not None:
+        return 0.0 if reserved == 0 else inactive_split / reserved
     return None
 
 

@@ -18,9 +18,8 @@ from django.db import connection, transaction
 
 from console.audit import Action, snapshot
 from console.audit.changes import record as audit_record
-from inventory.analytics.fragmentation import fragmentation_index
+from inventory.analytics.fragmentation import index_from_batch
 from inventory.analytics.oom_triage import triage_snapshot
-from inventory.analytics.snapshot import allocator_from_batch
 from inventory.models import (
     CollectorFault,
     CollectorStatus,
@@ -329,24 +328,19 @@ def _discover_card(host: Host, card: dict) -> Gpu:
     return gpu
 
 
-def _fragmentation(row: dict) -> float | None:
-    """The process's fragmentation index, as the host page defines it; None without one."""
-    stats = allocator_from_batch(row.get("allocator"))
-    index = fragmentation_index(stats) if stats else None
-    return None if index is None else index.value
-
-
 def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_Rows") -> int:
     batch_id = uuid.UUID(str(payload["batch_id"]))
     interval_s = max(0.0, payload["interval_end"] - payload["interval_start"])
     card_frag: dict[int, float] = {}
     process_rows = []
+    by_uuid = maps.gpu_by_uuid
     for row in payload.get("processes", []):
-        gpu_id = maps.gpu_id(row)
+        # Most rows name their card by uuid: one lookup before the general rule.
+        gpu_id = by_uuid.get(row.get("card_uuid")) or maps.gpu_id(row)
         if gpu_id is None:
             continue
         alloc = row.get("allocator") or {}
-        frag = _fragmentation(row)
+        frag = index_from_batch(alloc)
         if frag is not None:
             card_frag[gpu_id] = max(frag, card_frag.get(gpu_id, 0.0))
         process_rows.append(

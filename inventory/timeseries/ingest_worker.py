@@ -28,6 +28,7 @@ import orjson
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
 from django.db import connection as database
 from kombu import Connection
+from kombu.exceptions import OperationalError as KombuOperationalError
 from kombu.mixins import ConsumerMixin
 
 from inventory.agent.transport import INGEST_QUEUE
@@ -46,6 +47,12 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 def backoff(attempt: int) -> float:
     return float(min(60, 2 ** min(attempt, 6)))
+
+
+def reconnect_backoff(attempt: int) -> float:
+    """A broker reconnect costs one refused connection: tried often, so that a returning
+    broker is drained within seconds."""
+    return min(5.0, 0.5 * 2 ** min(attempt, 4))
 
 
 @dataclass
@@ -90,14 +97,16 @@ class IngestWorker(ConsumerMixin):
                 taker = GroupTaker(self.connection, INGEST_QUEUE, acked)
                 failures = 0
                 self._take_groups(taker, safety_interval)
-            except self.connection.connection_errors as error:
+            except (*self.connection.connection_errors, KombuOperationalError) as error:
+                # kombu wraps a refused reconnect in its OperationalError, which is not among
+                # the transport's connection errors: both mean the broker is away.
                 failures += 1
-                log.warning("the broker is away (%s); trying again in %.0f s", error,
-                            backoff(failures))  # fmt: skip
+                pause = reconnect_backoff(failures)
+                log.warning("the broker is away (%s); trying again in %.1f s", error, pause)
                 with contextlib.suppress(Exception):
                     self.connection.release()
                 self.connection = self.connection.clone()
-                time.sleep(backoff(failures))
+                time.sleep(pause)
 
     def _take_groups(self, taker: GroupTaker, safety_interval: float) -> None:
         while not self.should_stop:

@@ -1,13 +1,21 @@
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from inventory.analytics.fragmentation import (
     Status,
     Thresholds,
     card_status,
     fragmentation_index,
+    index_from_batch,
     worst_status,
 )
-from inventory.analytics.snapshot import AllocatorStats, CardSnapshot, ProcessSnapshot
+from inventory.analytics.snapshot import (
+    AllocatorStats,
+    CardSnapshot,
+    ProcessSnapshot,
+    allocator_from_batch,
+)
 from inventory.analytics.units import GiB
 
 
@@ -97,3 +105,26 @@ def test_card_thresholds_are_parameters():
         _card(used=40 * GiB), usage_thresholds=Thresholds(amber=0.4, red=0.5)
     )  # 40.5 / 80 = 0.506
     assert status.status is Status.RED
+
+
+_figure = st.one_of(st.none(), st.integers(min_value=-(2**40), max_value=2**40))
+
+
+@given(
+    reserved=_figure,
+    allocated=_figure,
+    inactive_split=_figure,
+    largest_free=_figure,
+)
+def test_ingest_reads_the_index_of_a_batch_as_the_pages_do(
+    reserved, allocated, inactive_split, largest_free
+):
+    raw = {
+        "reserved_bytes": reserved,
+        "allocated_bytes": allocated,
+        "inactive_split_bytes": inactive_split,
+        "largest_free_block_bytes": largest_free,
+    }
+    stats = allocator_from_batch(raw)
+    index = fragmentation_index(stats) if stats else None
+    assert index_from_batch(raw) == (None if index is None else index.value)
