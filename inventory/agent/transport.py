@@ -2,7 +2,8 @@
 
 Not Celery tasks: the ingest workers take them off the queue in groups and write each group in
 one transaction, which one-task-per-message cannot do. Each body is the batch's JSON, signed
-with its host's secret in a header (inventory.telemetry.signing).
+with its host's secret in a header (inventory.telemetry.signing), and travels zlib-compressed
+(inventory.telemetry.compression): the signature covers the JSON, not the compressed bytes.
 """
 
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from kombu import Connection, Exchange, Queue
 
 from inventory.telemetry import signing
+from inventory.telemetry.compression import BATCH_COMPRESSION
 
 INGEST_QUEUE = Queue("ingest", Exchange("ingest", type="direct"), routing_key="ingest")
 
@@ -35,6 +37,7 @@ def batch_publisher(connect: Callable[[], Connection], secret_for: Callable[[str
                 content_type="application/json",
                 content_encoding="utf-8",
                 headers=headers,
+                compression=BATCH_COMPRESSION,
                 exchange=INGEST_QUEUE.exchange,
                 routing_key=INGEST_QUEUE.routing_key,
                 declare=[INGEST_QUEUE],

@@ -34,6 +34,7 @@ from kombu.mixins import ConsumerMixin
 from inventory.agent.transport import INGEST_QUEUE
 from inventory.telemetry import signing
 from inventory.telemetry.batch_schema import BatchRejected
+from inventory.telemetry.compression import MAX_BATCH_BYTES, bound_decompression
 from inventory.timeseries.dead_letters import Letter, keep
 from inventory.timeseries.ingest import ingest_batches
 from inventory.timeseries.redis_groups import GroupTaker
@@ -42,7 +43,6 @@ from inventory.timeseries.signatures import Signed, check_signatures
 log = logging.getLogger(__name__)
 
 # A batch of an 8-card host is a few tens of KiB; this leaves room for hundreds of processes.
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
 def backoff(attempt: int) -> float:
@@ -79,6 +79,7 @@ class IngestWorker(ConsumerMixin):
         self._outage_attempts = 0
         self.written = 0
         self.dead_lettered = 0
+        bound_decompression(MAX_BATCH_BYTES)
 
     def run(self, _tokens: int = 1, **kwargs) -> None:
         """Consume until stopped; over Redis a group at a time (redis_groups), else kombu's
@@ -135,14 +136,24 @@ class IngestWorker(ConsumerMixin):
         if len(self.pending) >= self.max_group:
             self.flush()
 
-    def add(self, body: bytes, message) -> None:
+    def on_decode_error(self, message, exc: Exception) -> None:
+        """kombu could not decode the body (an unknown compression, a bomb): a dead letter."""
+        self.add(message.body if isinstance(message.body, bytes) else b"", message, exc)
+        if len(self.pending) >= self.max_group:
+            self.flush()
+
+    def add(self, body: bytes, message, undecodable: Exception | None = None) -> None:
         """Queue one message for the next group; what cannot be a batch is marked already."""
         headers = getattr(message, "headers", None) or {}
         signature = headers.get(signing.HEADER)
         item = _Pending(body, None, message, signature if isinstance(signature, str) else None)
-        if len(body) > MAX_MESSAGE_BYTES:
+        errors = getattr(message, "errors", None)
+        undecodable = undecodable or (errors[0][1] if errors else None)
+        if undecodable is not None:
+            item.rejected = BatchRejected("undecodable", str(undecodable)[:500])
+        elif len(body) > MAX_BATCH_BYTES:
             item.rejected = BatchRejected(
-                "too_large", f"{len(body)} bytes, at most {MAX_MESSAGE_BYTES}"
+                "too_large", f"{len(body)} bytes, at most {MAX_BATCH_BYTES}"
             )
         else:
             try:

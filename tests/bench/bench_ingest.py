@@ -50,6 +50,7 @@ from inventory.models import (  # noqa: E402
     ServedModel,
 )
 from inventory.telemetry import signing  # noqa: E402
+from inventory.telemetry.compression import BATCH_COMPRESSION  # noqa: E402
 from inventory.timeseries import partitions, rollups, samples  # noqa: E402
 from inventory.timeseries.ingest_worker import IngestWorker  # noqa: E402
 
@@ -162,7 +163,7 @@ def broker_path(url: str, wire: list[tuple[bytes, str]], group: int) -> float:
         producer = conn.Producer()
         for body, signature in wire:
             producer.publish(body, content_type="application/json", content_encoding="utf-8",
-                             headers={signing.HEADER: signature},
+                             headers={signing.HEADER: signature}, compression=BATCH_COMPRESSION,
                              exchange=INGEST_QUEUE.exchange,
                              routing_key=INGEST_QUEUE.routing_key, delivery_mode=2)  # fmt: skip
         worker = _UntilWritten(conn, len(wire), max_group=group, max_wait_s=0.05)
