@@ -37,6 +37,11 @@ def ingest_section(figures: dict) -> str:
         lines.append(
             f"| through the broker ({broker['broker']}), 1 worker | {broker['rows_per_s']:,.0f} |"
         )
+        if "parallel_rows_per_s" in broker:
+            lines.append(
+                f"| through the broker ({broker['broker']}), {broker['workers']} workers at "
+                f"once | {broker['parallel_rows_per_s']:,.0f} |"
+            )
     if "raw_copy_rows_per_s" in figures:
         lines.append(
             f"| raw binary COPY of the same process rows, already built, into the same table "
@@ -59,18 +64,22 @@ def ingest_section(figures: dict) -> str:
             f"- The writer's rows/s as a share of raw binary COPY: {fraction:.0%} (target at "
             f"least 50%: {_ok(fraction >= 0.5)})."
         )
-    slow = [b for b in figures.get("brokers", []) if b["rows_per_s"] < 50_000]
-    if slow:
+    for broker in figures.get("brokers", []):
+        best_through = max(broker["rows_per_s"], broker.get("parallel_rows_per_s", 0))
         lines.append(
-            "- Target at least 50,000 rows/s through every broker: **not met** through "
-            + ", ".join(f"{b['broker']} ({b['rows_per_s']:,.0f})" for b in slow)
-            + "."
+            f"- Target at least 50,000 rows/s through {broker['broker']}: "
+            f"{_ok(best_through >= 50_000)} ({broker['rows_per_s']:,.0f} with one worker"
+            + (
+                f", {broker['parallel_rows_per_s']:,.0f} with {broker['workers']})."
+                if "parallel_rows_per_s" in broker
+                else ")."
+            )
         )
-    if any(broker["broker"].startswith("redis") for broker in figures.get("brokers", [])):
+    if figures.get("brokers"):
         lines.append(
-            "- Through Redis, kombu's transport makes several round trips for each message "
-            "(the pop, its bookkeeping of unacknowledged messages, the ack), where RabbitMQ "
-            "streams a prefetched window: at fleet scale, give ingest RabbitMQ."
+            "- Batches travel zlib-compressed (about a tenth of their JSON), so the broker "
+            "copies a tenth of the bytes; over Redis the ingest worker takes and acks a whole "
+            "group per round trip (inventory/timeseries/redis_groups.py)."
         )
     return "\n".join(lines)
 
