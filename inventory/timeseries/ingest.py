@@ -615,9 +615,16 @@ def _apply_to_status(status: CollectorStatus, payload: dict) -> None:
     sampler_id = uuid.UUID(str(payload["sampler_id"]))
     seq = int(payload["seq"])
     end = _ts(payload["interval_end"])
-    if status.sampler_id == sampler_id and seq > status.last_seq + 1:
+    same_sampler = status.sampler_id == sampler_id
+    if same_sampler and seq > status.last_seq + 1:
         status.missing_batches += seq - status.last_seq - 1
-    if status.sampler_id != sampler_id or seq > status.last_seq:
+    elif same_sampler and seq < status.last_seq:
+        # A batch of a gap, late (a redelivery after a killed worker, a backfill): ingest
+        # writes each batch once, so it is one fewer missing.
+        status.missing_batches = max(0, status.missing_batches - 1)
+    newer = status.last_sample_at is None or end >= status.last_sample_at
+    if (not same_sampler and newer) or (same_sampler and seq > status.last_seq):
+        # A late batch of an earlier sampler (the agent before its restart) moves nothing.
         status.sampler_id, status.last_seq = sampler_id, seq
     if status.last_sample_at is None or end > status.last_sample_at:
         status.last_sample_at = end
