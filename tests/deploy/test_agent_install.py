@@ -1,6 +1,6 @@
 """The agent installs alone: a fresh virtualenv with its wheel and nothing of the console.
 
-Offline: the wheel builds with the standard library (agent/wheel_backend.py), and its
+Offline: the wheel builds with the standard library (deploy/agent/wheel_backend.py), and its
 dependencies are linked from this checkout's virtualenv, only those the wheel's requirements
 reach; `pip check` then proves them complete. The agent runs from there, outside the checkout.
 """
@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from inventory.agent.transport import INGEST_QUEUE
 from inventory.telemetry.batch_schema import Window, check_batch
 
-AGENT = Path(__file__).resolve().parents[2] / "agent"
+AGENT = Path(__file__).resolve().parents[2] / "deploy" / "agent"
 ABSENT = ("django", "psycopg", "ortools", "rest_framework", "console.settings", "inventory.models")
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
 

@@ -1,8 +1,8 @@
-"""A PEP 517 backend that builds the agent's wheel from the checkout above, with no dependency.
+"""A PEP 517 backend that builds the agent's wheel from this checkout, with no dependency.
 
 setuptools would need its `wheel` companion and a download (build isolation) to build a wheel
 from files outside its project folder; this needs the standard library only, so `pip install
-./agent` works offline. It writes a plain, pure-Python wheel: the files pyproject.toml's
+./deploy/agent` works offline. It writes a plain, pure-Python wheel: the files pyproject.toml's
 [tool.agent-wheel] names, the metadata of its [project] table, a console script, a RECORD.
 """
 
@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CHECKOUT = HERE.parent
+CHECKOUT = HERE.parent.parent
 
 
 def _project() -> tuple[dict, dict]:
