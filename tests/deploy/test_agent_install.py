@@ -1,86 +1,20 @@
 """The agent installs alone: a fresh virtualenv with its wheel and nothing of the console.
 
-Offline: the wheel builds with the standard library (deploy/agent/wheel_backend.py), and its
-dependencies are linked from this checkout's virtualenv, only those the wheel's requirements
-reach; `pip check` then proves them complete. The agent runs from there, outside the checkout.
+The virtualenv is conftest.py's `agent_venv`; `pip check` here proves its dependencies
+complete. The agent runs from there, outside the checkout.
 """
 
-import importlib.metadata
-import os
 import subprocess
-import sys
-import sysconfig
 import time
-import tomllib
-from pathlib import Path
 
 import pytest
 from kombu import Connection
-from packaging.requirements import Requirement
 
 from inventory.agent.transport import INGEST_QUEUE
 from inventory.telemetry.batch_schema import Window, check_batch
+from tests.deploy.conftest import PIP, clean_env
 
-AGENT = Path(__file__).resolve().parents[2] / "deploy" / "agent"
 ABSENT = ("django", "psycopg", "ortools", "rest_framework", "console.settings", "inventory.models")
-PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-
-
-def _requirements_closure(requirements: list[str]) -> set[str]:
-    """Every distribution the requirements reach in this interpreter, extras followed."""
-    seen: set[str] = set()
-    todo = [(Requirement(text), "") for text in requirements]
-    while todo:
-        requirement, extra = todo.pop()
-        if requirement.marker and not requirement.marker.evaluate({"extra": extra}):
-            continue
-        dist = importlib.metadata.distribution(requirement.name)
-        for wanted in requirement.extras or {""}:
-            key = f"{dist.metadata['Name'].lower()}[{wanted}]"
-            if key in seen:
-                continue
-            seen.add(key)
-            todo += [(Requirement(text), wanted) for text in dist.requires or []]
-    return {key.split("[")[0] for key in seen}
-
-
-def _link_distribution(name: str, site_packages: Path) -> None:
-    """A distribution of this virtualenv made visible in another, files and metadata alike."""
-    dist = importlib.metadata.distribution(name)
-    here = Path(dist.locate_file(""))
-    for top in {Path(str(file)).parts[0] for file in dist.files or []} - {".."}:
-        target = site_packages / top
-        if not target.exists() and (here / top).exists():
-            target.symlink_to(here / top)
-
-
-@pytest.fixture(scope="module")
-def agent_venv(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("agent-install")
-    subprocess.run([*PIP, "wheel", "--no-deps", "-q", "-w", root / "wheels", AGENT], check=True)
-    (wheel,) = (root / "wheels").glob("gpu_colocation_agent-*.whl")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-    python = venv / "bin" / "python"
-    subprocess.run(
-        [*PIP, "--python", python, "install", "-q", "--no-deps", "--no-index", wheel], check=True
-    )
-    site_packages = Path(
-        subprocess.check_output(
-            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
-        ).strip()
-    )
-    assert site_packages != Path(sysconfig.get_path("purelib"))
-    requirements = tomllib.loads((AGENT / "pyproject.toml").read_text())["project"]
-    for name in _requirements_closure(requirements["dependencies"]):
-        _link_distribution(name, site_packages)
-    return venv
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    """No path back into the checkout, no setting of the test run."""
-    keep = {"PATH", "HOME", "LANG", "TMPDIR"}
-    return {**{k: v for k, v in os.environ.items() if k in keep}, **extra}
 
 
 def test_the_agents_dependencies_are_complete_and_hold_no_console_part(agent_venv):
@@ -97,7 +31,7 @@ def test_the_agents_dependencies_are_complete_and_hold_no_console_part(agent_ven
         f"print([name for name in {ABSENT!r} if found(name)])"
     )
     present = subprocess.run(
-        [python, "-c", probe], cwd=agent_venv, env=_clean_env(), capture_output=True, text=True
+        [python, "-c", probe], cwd=agent_venv, env=clean_env(), capture_output=True, text=True
     )
     assert present.stdout.strip() == "[]", present.stdout + present.stderr
     installed = subprocess.check_output(
@@ -114,7 +48,7 @@ def test_the_installed_agent_answers_help_from_its_module_and_its_script(agent_v
         [agent_venv / "bin" / "gpu-console-agent", "--help"],
     ):
         result = subprocess.run(
-            argv, cwd=agent_venv, env=_clean_env(), capture_output=True, text=True, timeout=30
+            argv, cwd=agent_venv, env=clean_env(), capture_output=True, text=True, timeout=30
         )
         assert result.returncode == 0, result.stderr
         assert "--secret-file" in result.stdout and "AGENT_SECRET_FILE" in result.stdout
@@ -134,7 +68,7 @@ def test_the_installed_agent_samples_the_fake_nvml_and_publishes_a_valid_batch(
         [agent_venv / "bin" / "python", "-m", "inventory.agent", "--config", config, "--once",
          "--once-flush-s", "1", "--state-dir", tmp_path / "state"],
         cwd=tmp_path,
-        env=_clean_env(AGENT_SOURCE="simulator"),
+        env=clean_env(AGENT_SOURCE="simulator"),
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,7 +11,6 @@ worker writes into the test database. One host's link goes down for PARTITION_CU
 import datetime as dt
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,73 +26,21 @@ from inventory.collection import collection_plan
 from inventory.demo import _create_host
 from inventory.models import CardSample, CollectorStatus, IngestedBatch
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
-from tests.processes import BASE_DIR, Processes, database_url_for_processes, free_port, wait_for
+from tests.deploy.netns import REDIS, SimulatedMachine, namespaces_missing, start_redis
+from tests.processes import BASE_DIR, Processes, database_url_for_processes, wait_for
 
 CUT_S = float(os.environ.get("PARTITION_CUT_S", "20"))
 REPORT = os.environ.get("PARTITION_REPORT")
 HOSTS = ("infer-00", "a100-node", "mps-l40s")
 CUT = "a100-node"
-REDIS = shutil.which("redis-server")
 FLUSH_S = 2.0
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
-def _ip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True)
-
-
-def _namespaces_missing() -> str | None:
-    """Why this machine cannot make network namespaces, or None where it can."""
-    if shutil.which("ip") is None:
-        return "iproute2 (`ip`) is not installed"
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    probe = f"gcc-probe-{os.getpid()}"
-    made = _ip("netns", "add", probe)
-    if made.returncode:
-        return f"`ip netns add` failed: {made.stderr.strip()}"
-    _ip("netns", "del", probe)
-    return None
-
-
-class SimulatedMachine:
-    """A network namespace with one veth pair to the root namespace: another machine, for TCP."""
-
-    def __init__(self, number: int):
-        tag = f"{os.getpid() % 10000}{number}"
-        self.namespace = f"gcc-host-{tag}"
-        self.root_link = f"gcr{tag}"  # interface names have at most 15 characters
-        self.address = f"10.231.{number}.2"
-        self.gateway = f"10.231.{number}.1"  # the root namespace's end, where redis listens
-
-    def create(self) -> None:
-        steps = [
-            ("netns", "add", self.namespace),
-            ("link", "add", self.root_link, "type", "veth", "peer", "name", "eth0",
-             "netns", self.namespace),
-            ("addr", "add", f"{self.gateway}/30", "dev", self.root_link),
-            ("link", "set", self.root_link, "up"),
-            ("-n", self.namespace, "addr", "add", f"{self.address}/30", "dev", "eth0"),
-            ("-n", self.namespace, "link", "set", "eth0", "up"),
-            ("-n", self.namespace, "link", "set", "lo", "up"),
-        ]  # fmt: skip
-        for step in steps:
-            result = _ip(*step)
-            assert result.returncode == 0, f"ip {' '.join(step)}: {result.stderr}"
-
-    def link(self, state: str) -> None:
-        result = _ip("link", "set", self.root_link, state)
-        assert result.returncode == 0, result.stderr
-
-    def destroy(self) -> None:
-        _ip("link", "del", self.root_link)
-        _ip("netns", "del", self.namespace)
-
-
 @pytest.fixture
 def machines():
-    if reason := _namespaces_missing():
+    if reason := namespaces_missing():
         pytest.skip(f"no network namespaces here ({reason}); the partition test needs them")
     if REDIS is None:
         pytest.skip("redis-server is not installed")
@@ -110,15 +57,8 @@ def machines():
 @pytest.fixture
 def network(machines, settings, tmp_path):
     """Redis on every root-side address, the ingest worker beside it, an agent per machine."""
-    port = free_port()
-    addresses = ["127.0.0.1", *(machine.gateway for machine in machines.values())]
-    redis = subprocess.Popen(
-        [REDIS, "--port", str(port), "--bind", *addresses, "--protected-mode", "no",
-         "--save", "", "--appendonly", "no"],
-        stdout=(tmp_path / "redis.log").open("w"),
-    )  # fmt: skip
+    redis, port = start_redis([machine.gateway for machine in machines.values()], tmp_path)
     local_url = f"redis://127.0.0.1:{port}/0"
-    wait_for(lambda: _redis_answers(local_url), timeout=10, what="redis-server")
     processes = Processes(
         {"DATABASE_URL": database_url_for_processes(), "CELERY_BROKER_URL": local_url}, tmp_path
     )
@@ -155,15 +95,6 @@ def network(machines, settings, tmp_path):
     processes.stop()
     redis.terminate()
     redis.wait(10)
-
-
-def _redis_answers(url: str) -> bool:
-    try:
-        with Connection(url, connect_timeout=0.5) as conn:
-            conn.ensure_connection(max_retries=1)
-        return True
-    except Exception:
-        return False
 
 
 def _spec(name):
