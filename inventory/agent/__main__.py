@@ -63,6 +63,8 @@ def configure(args: argparse.Namespace, environ: os._Environ | dict = os.environ
     """Put the file's settings, then the flags', into the environment the agent reads."""
     config = args.config or environ.get("AGENT_CONFIG_FILE")
     if config:
+        if not os.path.isfile(config):
+            raise SystemExit(f"the agent's settings file {config} does not exist")
         for key, value in dotenv_values(config).items():
             if value is not None:
                 environ.setdefault(key, value)
