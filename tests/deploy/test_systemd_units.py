@@ -58,6 +58,24 @@ def test_every_unit_verifies_without_a_warning(installed_units):
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
 
 
+@pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed (no systemd here)")
+def test_every_service_scores_as_exposed_as_at_most_2_5_in_systemds_security_analysis(
+    installed_units,
+):
+    """systemd's own 0-10 exposure score (10: no sandboxing at all); --threshold is tenfold."""
+    services = sorted(path.name for path in installed_units.glob("*.service"))
+    result = subprocess.run(
+        [ANALYZE, "security", "--offline=yes", "--threshold=25", "--no-pager", *services],
+        cwd=installed_units,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    scores = [line for line in result.stdout.splitlines() if "Overall exposure" in line]
+    assert len(scores) == len(services)
+    assert result.returncode == 0, "\n".join(scores)
+
+
 def test_the_agent_unit_holds_no_capability_and_reaches_only_its_state_and_the_gpus():
     agent = _unit("gpu-console-agent.service")
     assert agent["CapabilityBoundingSet"] == [""] and agent["AmbientCapabilities"] == [""]
