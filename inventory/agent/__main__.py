@@ -118,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     from inventory.agent.app import app
 
     # No gossip, mingle or heartbeat events: a thousand agents would each hear every other.
+    queue = queue_name(args)
     app.worker_main(
-        ["worker", "-Q", queue_name(args), "--pool", "threads", "-c", "1",
-         "-n", f"agent-{os.environ.get('AGENT_HOST') or 'simulator'}@%h",
+        ["worker", "-Q", queue, "--pool", "threads", "-c", "1", "-n", f"{queue}@%h",
          "-l", args.loglevel, "--without-gossip", "--without-mingle", "--without-heartbeat"]
     )  # fmt: skip
     return 0
