@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from dotenv import dotenv_values
 
 from inventory.collection import collection_plan
-from tests.factories import DeploymentFactory
+from tests.factories import DeploymentFactory, GpuFactory
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 KUBERNETES_VERSIONS = ("1.30", "1.37")
@@ -80,3 +80,46 @@ def test_a_deployments_pod_selector_travels_in_its_hosts_plan_and_a_bad_one_is_r
     with pytest.raises(ValidationError) as refused:
         deployment.full_clean()
     assert refused.value.error_dict["pod_selector"][0].code == "unknown_operator"
+
+
+def _deployment_form(deployment, **fields) -> dict:
+    return {
+        "served_model": deployment.served_model_id,
+        "host": deployment.host_id,
+        "gpus": [gpu.pk for gpu in deployment.gpus.all()],
+        "isolation_mode": deployment.isolation_mode,
+        "kv_reservation_bytes": deployment.kv_reservation_bytes,
+        "kv_reservation_basis": deployment.kv_reservation_basis,
+        "admission_policy": deployment.admission_policy,
+        "status": deployment.status,
+        **fields,
+    }
+
+
+@pytest.mark.django_db
+def test_the_admin_sets_a_pod_selector_refuses_a_bad_one_and_clears_it(client):
+    from django.contrib.auth import get_user_model
+
+    from console.models import AuditEntry
+
+    client.force_login(get_user_model().objects.create_superuser("root", "r@example.org", "x"))
+    gpu = GpuFactory()
+    deployment = DeploymentFactory(host=gpu.host, gpus=[gpu])
+    url = f"/admin/inventory/deployment/{deployment.pk}/change/"
+    bad = '{"matchExpressions": [{"key": "app", "operator": "Gt"}]}'
+    for value in (bad, '["app"]', "{not json"):
+        refused = client.post(url, _deployment_form(deployment, pod_selector=value))
+        assert refused.status_code == 200, value
+        assert "errorlist" in refused.content.decode(), value
+    assert not AuditEntry.objects.exists()
+    saved = client.post(url, _deployment_form(
+        deployment, pod_namespace="serving", pod_selector='{"app": "vllm-llama"}'))  # fmt: skip
+    assert saved.status_code == 302
+    deployment.refresh_from_db()
+    assert (deployment.pod_namespace, deployment.pod_selector) == ("serving", {"app": "vllm-llama"})
+    entry = AuditEntry.objects.get(action="deployment.change")
+    assert set(entry.changed_fields) == {"pod_namespace", "pod_selector"}
+    cleared = client.post(url, _deployment_form(deployment, pod_selector=""))
+    assert cleared.status_code == 302
+    deployment.refresh_from_db()
+    assert deployment.pod_selector == {}
