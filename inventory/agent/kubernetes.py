@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from inventory.telemetry.pod_attribution import Pod, pods_of_list
+from inventory.telemetry.pod_attribution import CgroupOwner, Pod, pods_of_list, read_owner
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ def in_cluster_get(path: str, timeout: float = 5.0) -> dict:
 
 
 class NodePods:
+    """This node's pods by UID (call it), and which pod a host PID runs in (`owner_of`)."""
+
     def __init__(
         self,
         node: str,
@@ -48,6 +50,7 @@ class NodePods:
         clock: Callable[[], float],
         get: Callable[[str], dict] = in_cluster_get,
         max_age_s: float = 30.0,
+        proc: Path = Path("/proc"),  # the host's: the DaemonSet runs with hostPID
     ) -> None:
         selector = urllib.parse.quote(f"spec.nodeName={node}")
         self._path = f"/api/v1/pods?fieldSelector={selector}"
@@ -56,6 +59,10 @@ class NodePods:
         self._max_age_s = max_age_s
         self._pods: dict[str, Pod] = {}
         self._fetched_at: float | None = None
+        self._proc = proc
+
+    def owner_of(self, pid: int) -> CgroupOwner | None:
+        return read_owner(pid, self._proc)
 
     def __call__(self) -> dict[str, Pod]:
         now = self._clock()

@@ -108,7 +108,7 @@ class HostRuntime:
         entries = self.source.deployments(self.plan["deployments"])
         poll = self.collector.poll()
         if self.pods is not None:
-            entries = attribute_pods(entries, poll.cards, self.pods())
+            entries = attribute_pods(entries, poll.cards, self.pods(), self.pods.owner_of)
         mapping = map_processes(poll.cards, entries)
         self.sampler.add_poll(poll, mapping.deployments)
         self.sampler.add_events(self.source.events())

@@ -16,6 +16,7 @@ from inventory.telemetry.pod_attribution import (
 )
 from inventory.telemetry.process_mapping import map_processes
 from inventory.telemetry.readings import CardReading, ProcessReading
+from tests.inventory.test_agent import MIDNIGHT, Clock
 
 UID = "8d4f2b1c-5a3e-4c1d-9f2a-7b6e5d4c3b2a"
 CID = "3f1e9c0d2b4a68574f3e2d1c0b9a8f7e6d5c4b3a29181706f5e4d3c2b1a09f8e"
@@ -145,13 +146,44 @@ def test_a_plan_without_pod_selectors_reads_no_cgroup():
     assert attribute_pods(plan, [_card(5)], {}, never) == plan
 
 
-def test_a_simulated_host_without_pods_is_mapped_as_before():
-    """The runtime only completes entries when its source knows pods."""
-    clock = lambda: 1_795_000_000.0  # noqa: E731
+class _Directory:
+    """A node's pods as NodePods answers them, for the simulated host's processes."""
+
+    def __init__(self, pods: dict, owners: dict):
+        self._pods, self.owner_of = pods, owners.get
+
+    def __call__(self):
+        return self._pods
+
+
+def test_the_runtime_gives_a_pod_selected_deployment_its_pods_gpu_processes():
+    clock = Clock(MIDNIGHT + 14 * 3600)
     simulator = FleetSimulator(seed=0, clock=clock)
-    plan = {"host": "infer-01", "collector": "simulated", "deployments": []}
-    runtime = HostRuntime("infer-01", simulator.source_for(plan), lambda batch: None)
-    assert runtime.pods is None
+    selector = {"matchLabels": {"app": "vllm", "model": "chat-large"}}
+    plan = {"host": "infer-01", "collector": "nvml", "sample_interval_s": 1.0,
+            "flush_interval_s": 10.0, "deployments": [
+                {"deployment_id": "42", "device_uuids": [], "pod_namespace": "serving",
+                 "pod_selector": selector}]}  # fmt: skip
+    source = simulator.source_for({**plan, "collector": "simulated"})
+    served = next(e for e in simulator.fleet.hosts["infer-01"].deployment_plan()
+                  if e["deployment_id"] == "chat-large")  # fmt: skip
+    owners = {pid: CgroupOwner(UID, CID, "cri-containerd", "Guaranteed") for pid in served["pids"]}
+    source.pods = _Directory(
+        {UID: Pod(UID, "serving", "chat-large-0", {"app": "vllm", "model": "chat-large"})},
+        owners,
+    )
+    batches = []
+    runtime = HostRuntime("infer-01", source, batches.append)
+    runtime.apply_plan(plan)
+    for _ in range(11):
+        clock.t += 1
+        runtime.tick()
+        runtime.publish_pending()
+    (batch,) = batches
+    attributed = {row["pid"] for row in batch["processes"] if row["deployment_id"] == "42"}
+    assert attributed == set(served["pids"])
+    others = [row for row in batch["processes"] if row["pid"] not in attributed]
+    assert others and all(row["deployment_id"] is None for row in others)
 
 
 POD_LIST = {
