@@ -251,7 +251,7 @@ def partition_section(figures: dict) -> str:
         "catch up: the agent's publish backoff, which reaches its 30 s ceiling during a long "
         "cut, then the backlog goes in one pass).",
         f"- The board showed {cut} stale during the cut and live after; the other hosts were "
-        "never stale and their outboxes never held more than one batch.",
+        "never stale, and their outboxes held at most the batch of the moment.",
         f"- {figures['batches_made_during_cut']} batches in {figures['cut_s']:g} s at a "
         f"{figures['flush_interval_s']:g} s flush: a flush happens at the first poll past its "
         "deadline and the next interval is counted from that poll, so with 1 s polls an "

@@ -192,7 +192,8 @@ def test_a_host_cut_off_backfills_in_order_and_the_others_never_notice(
         assert figures[name]["doubled"] == 0, f"{name}: a batch written twice"
     assert stale_seen, f"the board never showed {CUT} stale while it was cut off"
     assert not others_stale, "a host that was never cut off showed stale"
-    assert others_depth <= 1, "the other hosts' outboxes filled while one link was down"
+    # One batch may wait for the publisher's next turn (every 0.5 s) on a busy machine.
+    assert others_depth <= 2, "the other hosts' outboxes filled while one link was down"
     backlog = IngestedBatch.objects.filter(
         host=cut_host, interval_end__gt=_at(cut_wall), interval_end__lte=_at(restored_wall)
     ).count()
