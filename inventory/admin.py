@@ -81,7 +81,13 @@ class DeploymentAdminForm(forms.ModelForm):
             "kv_reservation_basis",
             "admission_policy",
             "status",
+            "pod_namespace",
+            "pod_selector",
         ]
+
+    def clean_pod_selector(self):
+        # An emptied field means no selector, not SQL NULL.
+        return self.cleaned_data.get("pod_selector") or {}
 
     def clean(self):
         cleaned = super().clean()

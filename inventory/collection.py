@@ -52,4 +52,7 @@ def _deployment_entry(deployment: Deployment) -> dict:
         "runtime_name": deployment.runtime_name,
         "device_uuids": devices,
         "process_name_pattern": deployment.process_name_pattern or None,
+        # Kubernetes: its pods' GPU processes are its own (inventory.telemetry.pod_attribution).
+        "pod_namespace": deployment.pod_namespace or None,
+        "pod_selector": deployment.pod_selector or None,
     }

@@ -16,7 +16,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_shutdown
 
 from console.broker import broker_transport_options, broker_url
-from console.env import env_int, env_str
+from console.env import env_bool, env_int, env_str
 from inventory.agent.runtime import Agent, wall_clock
 from inventory.agent.secrets import read_secrets
 from inventory.agent.transport import batch_publisher
@@ -52,11 +52,16 @@ def _source_factory():
         from inventory.agent.sources import NvmlSource
 
         this_host = env_str("AGENT_HOST") or socket.gethostname()
+        pods = None
+        if env_bool("AGENT_POD_ATTRIBUTION"):
+            from inventory.agent.kubernetes import NodePods
+
+            pods = NodePods(this_host, clock=wall_clock)
 
         def nvml_source(plan):
             if plan["host"] != this_host or plan.get("collector") != "nvml":
                 return None
-            return NvmlSource(pynvml, wall_clock)
+            return NvmlSource(pynvml, wall_clock, pods=pods)
 
         return nvml_source
     raise ValueError(f"AGENT_SOURCE={kind!r}: expected nvml or simulator")

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from inventory.telemetry.collector import NvmlCollector
 from inventory.telemetry.engines import ScrapeTarget, scrape_all
 from inventory.telemetry.outbox import Outbox
+from inventory.telemetry.pod_attribution import attribute_pods
 from inventory.telemetry.process_mapping import map_processes
 from inventory.telemetry.readings import CollectorFault, TelemetryEvent
 from inventory.telemetry.sampler import IntervalSampler
@@ -77,6 +78,8 @@ class HostRuntime:
         self.source = source
         self.publish = publish
         self.collector = NvmlCollector(source.nvml(), host, clock=source.now)
+        # On a Kubernetes node, the pods there by UID (inventory.agent.kubernetes); else None.
+        self.pods = getattr(source, "pods", None)
         self.sampler = IntervalSampler(host)
         outbox = state_path(state_dir, "outbox", host, ".sqlite3") if state_dir else None
         self.outbox = Outbox(outbox_max, outbox)
@@ -104,6 +107,8 @@ class HostRuntime:
             self.next_poll = now + interval
         entries = self.source.deployments(self.plan["deployments"])
         poll = self.collector.poll()
+        if self.pods is not None:
+            entries = attribute_pods(entries, poll.cards, self.pods(), self.pods.owner_of)
         mapping = map_processes(poll.cards, entries)
         self.sampler.add_poll(poll, mapping.deployments)
         self.sampler.add_events(self.source.events())

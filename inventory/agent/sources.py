@@ -17,9 +17,10 @@ log = logging.getLogger(__name__)
 class NvmlSource:
     """This machine's GPUs through nvidia-ml-py, its engines over HTTP."""
 
-    def __init__(self, nvml_module: Any, clock) -> None:
+    def __init__(self, nvml_module: Any, clock, pods=None) -> None:
         self._nvml = nvml_module
         self.now = clock
+        self.pods = pods  # on a Kubernetes node: this node's pods (inventory.agent.kubernetes)
 
     def nvml(self) -> Any:
         return self._nvml

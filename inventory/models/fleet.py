@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from console.access import VisibleQuerySet
 from inventory.analytics.kv import kv_bytes_per_token
+from inventory.telemetry.pod_attribution import selector_problem
 
 HOST_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 host_name_validator = RegexValidator(
@@ -25,6 +26,17 @@ host_name_validator = RegexValidator(
 
 def new_agent_secret() -> str:
     return secrets.token_urlsafe(32)
+
+
+def validate_pod_selector(value) -> None:
+    if problem := selector_problem(value):
+        raise ValidationError(
+            "Not a Kubernetes label selector (%(problem)s): give matchLabels as an object of "
+            "strings, or matchExpressions with key, operator (In, NotIn, Exists, DoesNotExist) "
+            "and values.",
+            code=problem,
+            params={"problem": problem},
+        )
 
 
 class Host(models.Model):
@@ -332,6 +344,16 @@ class Deployment(models.Model):
         blank=True,
         help_text="Regular expression matched against NVML process names, to tell this "
         "deployment's processes from its neighbours' on shared cards.",
+    )
+    pod_namespace = models.CharField(
+        max_length=63, blank=True, help_text="Kubernetes: the namespace of its pods."
+    )
+    pod_selector = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_pod_selector],
+        help_text='Kubernetes: the label selector of its pods, e.g. {"app": "vllm-llama"} or '
+        '{"matchExpressions": [...]}; their GPU processes are this deployment\'s.',
     )
     isolation_mode = models.CharField(max_length=16, choices=Isolation)
     mps_active_thread_percentage = models.PositiveSmallIntegerField(
