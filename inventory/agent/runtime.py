@@ -116,7 +116,11 @@ class HostRuntime:
             self._next_scrape = now + float(self.plan["scrape_interval_s"])
             self._scrape(entries)
         if now >= self._next_flush:
-            self._next_flush = now + float(self.plan["flush_interval_s"])
+            # On a grid too: a batch a flush interval, not one every interval plus a poll.
+            flush_every = float(self.plan["flush_interval_s"])
+            self._next_flush += flush_every
+            if self._next_flush <= now:
+                self._next_flush = now + flush_every
             self.flush(now)
 
     def flush(self, now: float) -> None:
