@@ -551,6 +551,8 @@ class LogScanner:
                 detail["gpu_index"] = figures["gpu_index"]
         if current.state != "line" or current.start != last:
             detail["end_line"] = last
+        if pid := re.search(r"\bpid=(\d+)", current.stream):
+            detail.setdefault("pid", int(pid.group(1)))
         engine = self._engine_of(text, "\n".join(current.context))
         return [LogEvent(current.start, rule.kind, engine, detail, last)]
 

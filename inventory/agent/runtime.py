@@ -82,6 +82,10 @@ class HostRuntime:
         self.outbox = Outbox(outbox_max, outbox)
         self.plan: dict[str, Any] = dict(DEFAULT_PLAN)
         self._allocator: dict[int, dict] = {}
+        # A real host's exits, restarts, engine logs, kernel Xids and MPS daemon
+        # (inventory.agent.signals); the simulator raises those events itself.
+        make_signals = getattr(source, "signals", None)
+        self.signals = make_signals() if make_signals is not None else None
         start = source.now()
         self.next_poll = start
         self._next_scrape = start
@@ -105,7 +109,10 @@ class HostRuntime:
         entries = self.source.deployments(self.plan["deployments"])
         poll = self.collector.poll()
         mapping = map_processes(poll.cards, entries)
+        signals = self._collect_signals(poll, mapping.deployments, entries)
         self.sampler.add_poll(poll, mapping.deployments)
+        self.sampler.add_events(signals[0])
+        self.sampler.add_faults(signals[1])
         self.sampler.add_events(self.source.events())
         if now >= self._next_scrape:
             self._next_scrape = now + float(self.plan["scrape_interval_s"])
@@ -113,6 +120,15 @@ class HostRuntime:
         if now >= self._next_flush:
             self._next_flush = now + float(self.plan["flush_interval_s"])
             self.flush(now)
+
+    def _collect_signals(self, poll, deployments, entries):
+        if self.signals is None:
+            return [], []
+        try:
+            return self.signals.collect(poll, deployments, entries, self._allocator.get)
+        except Exception as exc:  # a bug in one signal source must not cost the poll
+            log.exception("%s: signals failed", self.host)
+            return [], [CollectorFault(None, "signals", type(exc).__name__, str(exc), ts=poll.ts)]
 
     def flush(self, now: float) -> None:
         """Close the interval into a batch and queue it; publishing is another thread's job."""

@@ -96,6 +96,8 @@ class Event(models.Model):
         MPS_SERVER_DOWN = "mps_server_down", "MPS server down"
         GPU_LOST = "gpu_lost", "GPU lost"
         PROCESS_RESTART = "process_restart", "Process restart"
+        PROCESS_EXIT = "process_exit", "Process exit"
+        ENGINE_FAULT = "engine_fault", "Engine fault"
 
     host = models.ForeignKey("inventory.Host", on_delete=models.CASCADE, related_name="events")
     gpu = models.ForeignKey(

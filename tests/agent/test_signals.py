@@ -1,0 +1,297 @@
+"""A real host's events: exits and restarts from NVML process lists, engine logs, kernel Xids,
+all driven through the real collector and agent runtime against the fake NVML."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from inventory.agent.engine_logs import EngineLogs, FileTail
+from inventory.agent.kernel_log import KernelXidSource, NvmlPciMap, open_journal, open_kmsg
+from inventory.agent.runtime import HostRuntime
+from inventory.agent.signals import SignalOptions
+from inventory.agent.sources import NvmlSource
+from inventory.telemetry.collector import NvmlCollector
+from inventory.telemetry.fake_nvml import NVML_ERROR_NO_PERMISSION, FakeProcess
+from inventory.telemetry.process_events import LifecycleSettings, ProcessLifecycle
+from inventory.telemetry.process_mapping import map_processes
+from inventory.telemetry.simulator.catalogue import MIB
+from inventory.telemetry.xid_events import XID_CATALOGUE, XidDeduplicator
+from tests.telemetry.conftest import h100_card, nvml_for
+
+GIB = 1024 * MIB
+KERNEL_FIXTURE = os.path.join(
+    os.path.dirname(__file__), "..", "fixtures", "engine-logs", "kernel.log"
+)
+
+
+class Clock:
+    def __init__(self, t: float = 1_800_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _plan(entries):
+    return {
+        "host": "gpu-01",
+        "collector": "nvml",
+        "sample_interval_s": 1.0,
+        "flush_interval_s": 5.0,
+        "scrape_interval_s": 3600.0,
+        "deployments": entries,
+    }
+
+
+def _entry(card, deployment_id="7", **extra):
+    return {"deployment_id": deployment_id, "device_uuids": [card.uuid], "engine": "vllm",
+            "process_name_pattern": "python", **extra}  # fmt: skip
+
+
+# ---- exits and restarts -----------------------------------------------------------------
+
+
+def _observe(lifecycle, collector, card, clock, plan):
+    poll = collector.poll()
+    return lifecycle.observe(poll, map_processes(poll.cards, plan).deployments)
+
+
+def test_a_pid_gone_from_its_card_is_an_exit_with_last_and_peak_memory():
+    clock = Clock()
+    card = h100_card("gpu-01", 0, [FakeProcess(4242, "python3", 10 * GIB)])
+    collector = NvmlCollector(nvml_for(card), "gpu-01", clock=clock, watch_xid=False)
+    lifecycle = ProcessLifecycle(LifecycleSettings(exit_grace_s=2.0))
+    plan = [_entry(card)]
+    for used in (10 * GIB, 30 * GIB, 20 * GIB):
+        card.processes[0].used_bytes = used
+        assert _observe(lifecycle, collector, card, clock, plan) == []
+        clock.t += 1
+    card.processes.clear()
+    assert _observe(lifecycle, collector, card, clock, plan) == []  # waiting out its grace
+    clock.t += 2
+    (exit_,) = _observe(lifecycle, collector, card, clock, plan)
+    assert exit_.kind == "process_exit" and exit_.card_uuid == card.uuid
+    detail = exit_.detail
+    assert (detail["pid"], detail["deployment_id"]) == (4242, "7")
+    assert (detail["last_used_bytes"], detail["peak_used_bytes"]) == (20 * GIB, 30 * GIB)
+    assert detail["probable_oom"] is False and detail["oom_evidence"] == []
+
+
+def test_an_exit_at_the_cards_capacity_is_a_probable_oom_and_its_replacement_a_restart():
+    clock = Clock()
+    card = h100_card("gpu-01", 0, [FakeProcess(100, "python3", 1 * GIB)])
+    collector = NvmlCollector(nvml_for(card), "gpu-01", clock=clock, watch_xid=False)
+    lifecycle = ProcessLifecycle(LifecycleSettings(exit_grace_s=0.0))
+    plan = [_entry(card)]
+    _observe(lifecycle, collector, card, clock, plan)
+    usable = card.total_bytes - card.reserved_bytes - card.base_used_bytes
+    card.processes[0].used_bytes = usable - 512 * MIB  # under 3 % of the card left
+    clock.t += 1
+    _observe(lifecycle, collector, card, clock, plan)
+    card.processes[:] = [FakeProcess(200, "python3", 1 * GIB)]
+    clock.t += 1
+    events = _observe(lifecycle, collector, card, clock, plan)
+    kinds = {event.kind: event for event in events}
+    assert set(kinds) == {"process_exit", "oom", "process_restart"}
+    assert kinds["process_exit"].detail["oom_evidence"] == ["near_capacity"]
+    oom = kinds["oom"].detail
+    assert oom["source"] == "nvml_exit" and oom["pid"] == 100
+    assert [p["pid"] for p in oom["processes"]] == [100]  # the card at its last sample
+    restart = kinds["process_restart"].detail
+    assert (restart["old_pids"], restart["new_pids"], restart["reason"]) == ([100], [200], "oom")
+
+
+def test_an_engine_logs_oom_marks_the_exit_and_is_not_counted_twice():
+    clock = Clock()
+    card = h100_card("gpu-01", 0, [FakeProcess(100, "python3", 1 * GIB)])
+    collector = NvmlCollector(nvml_for(card), "gpu-01", clock=clock, watch_xid=False)
+    lifecycle = ProcessLifecycle(LifecycleSettings(exit_grace_s=3.0))
+    plan = [_entry(card)]
+    _observe(lifecycle, collector, card, clock, plan)
+    card.processes.clear()
+    clock.t += 1
+    assert _observe(lifecycle, collector, card, clock, plan) == []
+    lifecycle.note_log_oom(clock.t, "7", None)  # the log line arrives within the grace
+    clock.t += 3
+    (exit_,) = _observe(lifecycle, collector, card, clock, plan)
+    assert exit_.detail["oom_evidence"] == ["engine_log"]
+
+
+def test_a_card_whose_process_list_failed_or_that_was_lost_exits_nobody():
+    clock = Clock()
+    card = h100_card("gpu-01", 0, [FakeProcess(100, "python3", 1 * GIB)])
+    collector = NvmlCollector(nvml_for(card), "gpu-01", clock=clock, watch_xid=False)
+    lifecycle = ProcessLifecycle(LifecycleSettings(exit_grace_s=0.0))
+    _observe(lifecycle, collector, card, clock, [])
+    card.failing["nvmlDeviceGetComputeRunningProcesses"] = NVML_ERROR_NO_PERMISSION
+    card.failing["nvmlDeviceGetMPSComputeRunningProcesses"] = NVML_ERROR_NO_PERMISSION
+    clock.t += 1
+    assert _observe(lifecycle, collector, card, clock, []) == []
+    card.failing.clear()
+    card.lost = True
+    clock.t += 1
+    assert _observe(lifecycle, collector, card, clock, []) == []
+
+
+# ---- kernel log -------------------------------------------------------------------------
+
+
+def _kmsg_records(lines):
+    return "".join(f"4,{n},{n * 1000},-;{line}\n" for n, line in enumerate(lines))
+
+
+def test_kernel_log_xids_map_to_their_card_by_pci_and_skip_history(tmp_path):
+    card = h100_card("gpu-01", 0)
+    nvml = nvml_for(card)
+    nvml.nvmlInit()
+    path = tmp_path / "kmsg"
+    path.write_text(_kmsg_records(["NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=old"]))
+    source = KernelXidSource([lambda: open_kmsg(str(path))], NvmlPciMap(nvml))
+    assert source.read(1.0) == ([], [])  # what was there before the agent is history
+    with path.open("a") as kmsg:
+        kmsg.write(_kmsg_records([
+            "NVRM: Xid (PCI:0000:18:00): 94, pid=4242, name=python3, Contained: SM (0x1). "
+            "RST: No, D-RST: No",
+        ]) + " SUBSYSTEM=pci\n")  # fmt: skip
+    (event,), faults = source.read(2.0)
+    assert faults == []
+    assert (event.kind, event.card_index, event.card_uuid) == ("xid", 0, card.uuid)
+    assert event.detail["xid"] == 94 and event.detail["pid"] == 4242
+    assert event.detail["action"] == XID_CATALOGUE[94].action == "restart_app"
+    assert event.detail["source"] == "kernel"
+
+
+def test_an_unreadable_kernel_log_is_said_once_as_a_fault(tmp_path):
+    def no_kmsg():
+        raise PermissionError(13, "Operation not permitted", "/dev/kmsg")
+
+    def no_journal():
+        return open_journal(str(tmp_path / "no-journalctl"))
+
+    source = KernelXidSource([no_kmsg, no_journal], lambda pci: None)
+    events, (fault,) = source.read(1.0)
+    assert events == [] and fault.call == "kernel_log"
+    assert "Operation not permitted" in fault.message and "not found" in fault.message
+    assert source.read(2.0) == ([], [])
+
+
+def test_the_kernel_fixture_through_kmsg_yields_each_real_xid(tmp_path):
+    path = tmp_path / "kmsg"
+    path.write_text("")
+    source = KernelXidSource([lambda: open_kmsg(str(path))], lambda pci: None)
+    source.read(0.0)
+    text = Path(KERNEL_FIXTURE).read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    path.write_text(_kmsg_records(lines))
+    events, _ = source.read(1.0)
+    assert [e.detail["xid"] for e in events] == [31, 31, 62, 45, 45, 31, 79, 79]
+
+
+def test_xids_seen_by_nvml_and_the_kernel_log_are_one_event_but_repeats_are_not():
+    dedup = XidDeduplicator(window_s=30)
+    assert dedup.admit("nvml", "GPU-a", 31, 10.0)
+    assert not dedup.admit("kernel", "GPU-a", 31, 11.0)
+    assert dedup.admit("kernel", "GPU-a", 45, 12.0)
+    assert dedup.admit("kernel", "GPU-a", 45, 16.0)  # Xid 45 again: a second Xid
+    assert not dedup.admit("nvml", "GPU-a", 45, 16.5)
+    assert dedup.admit("nvml", "GPU-a", 31, 100.0)  # long after: a new one
+
+
+def test_the_xid_table_covers_what_on_call_meets_with_an_action_each():
+    required = {13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 109, 119, 120, 140, 154}
+    assert required <= set(XID_CATALOGUE)
+    actions = {"none", "restart_app", "check_row_remapping", "drain", "reset_gpu", "reboot_node"}
+    assert {info.action for info in XID_CATALOGUE.values()} <= actions
+    assert XID_CATALOGUE[63].action == "check_row_remapping"
+    assert XID_CATALOGUE[95].scope == "gpu" and XID_CATALOGUE[94].scope == "application"
+
+
+# ---- engine log tails -------------------------------------------------------------------
+
+
+def test_a_tail_follows_rotation_and_truncation_and_keeps_partial_lines(tmp_path):
+    path = tmp_path / "engine.log"
+    path.write_text("history\n")
+    tail = FileTail(str(path))
+    assert tail.read_lines() == []
+    with path.open("a") as log:
+        log.write("one\ntw")
+    assert tail.read_lines() == ["one"]
+    with path.open("a") as log:
+        log.write("o\nlast of the old file\n")
+    os.rename(path, tmp_path / "engine.log.1")
+    path.write_text("a new file, with a long first line\n")
+    assert tail.read_lines() == ["two", "last of the old file"]
+    assert tail.read_lines() == ["a new file, with a long first line"]
+    path.write_text("truncated\n")
+    assert tail.read_lines() == ["truncated"]
+
+
+def test_docker_json_file_lines_are_unwrapped(tmp_path):
+    path = tmp_path / "container-json.log"
+    path.write_text("")
+    logs = EngineLogs(idle_flush_s=0.0)
+    logs.follow([{"deployment_id": "3", "log_path": str(path), "engine": "vllm"}])
+    logs.read(0.0)
+    path.write_text(
+        '{"log":"ERROR 01-16 17:16:49 [core_client.py:605] Engine core proc EngineCore_DP0 '
+        'died unexpectedly, shutting down client.\\n","stream":"stderr",'
+        '"time":"2026-01-16T17:16:49.1Z"}\n'
+    )
+    assert logs.read(1.0) == ([], [])  # the event stays open while its log may go on
+    found, problems = logs.read(2.0)  # quiet now: closed
+    assert problems == []
+    assert [(d, e.kind, e.engine) for d, e in found] == [("3", "engine_died", "vllm")]
+
+
+# ---- all of it through the agent runtime, on the real NVML code path --------------------
+
+
+class Sink(list):
+    def __call__(self, batch):
+        self.append(batch)
+
+
+@pytest.fixture
+def host(tmp_path):
+    clock = Clock()
+    card = h100_card("gpu-01", 0, [FakeProcess(4242, "python3", 60 * GIB)])
+    nvml = nvml_for(card)
+    log = tmp_path / "vllm.log"
+    log.write_text("")
+    sink = Sink()
+    options = SignalOptions(lifecycle=LifecycleSettings(exit_grace_s=2.0))
+    runtime = HostRuntime("gpu-01", NvmlSource(nvml, clock, options), sink)
+    runtime.apply_plan(_plan([_entry(card, log_path=str(log), pids=[4242])]))
+    return runtime, clock, card, log, sink
+
+
+def _tick(runtime, clock, seconds):
+    for _ in range(seconds):
+        clock.t += 1
+        runtime.tick()
+        runtime.publish_pending()
+
+
+def test_an_oom_in_the_engine_log_lands_with_the_cards_processes_and_the_exit_with_it(host):
+    runtime, clock, card, log, sink = host
+    _tick(runtime, clock, 2)
+    with log.open("a") as engine:
+        engine.write(
+            "(VllmWorker TP0 pid=4242) ERROR 06-05 06:18:13 [x.py:1] torch.OutOfMemoryError: "
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 "
+            "GiB of which 1.00 GiB is free. Of the allocated memory 70.00 GiB is allocated by "
+            "PyTorch, and 5.00 GiB is reserved by PyTorch but unallocated.\n"
+        )
+    card.processes.clear()
+    _tick(runtime, clock, 8)
+    events = [event for batch in sink for event in batch["events"]]
+    by_kind = {event["kind"]: event for event in events}
+    assert sorted(by_kind) == ["oom", "process_exit"]
+    oom = by_kind["oom"]
+    assert oom["card_uuid"] == card.uuid and oom["detail"]["source"] == "engine_log"
+    assert oom["detail"]["requested_bytes"] == 2 * GIB and oom["detail"]["pid"] == 4242
+    (process,) = oom["detail"]["processes"]
+    assert process["allocator"] == {"allocated_bytes": 70 * GIB, "reserved_bytes": 75 * GIB}
+    assert by_kind["process_exit"]["detail"]["oom_evidence"] == ["engine_log"]
