@@ -16,7 +16,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_shutdown
 
 from console.broker import broker_transport_options, broker_url
-from console.env import env_int, env_str
+from console.env import env_float, env_int, env_str
 from inventory.agent.runtime import Agent, wall_clock
 from inventory.agent.secrets import read_secrets
 from inventory.agent.transport import batch_publisher
@@ -56,10 +56,26 @@ def _source_factory():
         def nvml_source(plan):
             if plan["host"] != this_host or plan.get("collector") != "nvml":
                 return None
-            return NvmlSource(pynvml, wall_clock)
+            return NvmlSource(pynvml, wall_clock, real_host_signals(pynvml))
 
         return nvml_source
     raise ValueError(f"AGENT_SOURCE={kind!r}: expected nvml or simulator")
+
+
+def real_host_signals(nvml):
+    """Kernel-log Xids and the MPS daemon where this host has them (AGENT_KERNEL_LOG,
+    AGENT_MPS: auto or off); exits, restarts and engine logs always."""
+    from inventory.agent.kernel_log import KernelXidSource, NvmlPciMap, open_journal, open_kmsg
+    from inventory.agent.mps import MpsMonitor
+    from inventory.agent.signals import SignalOptions
+
+    options = SignalOptions()
+    if env_str("AGENT_KERNEL_LOG", "auto") != "off":
+        options.kernel_log = KernelXidSource([open_kmsg, open_journal], NvmlPciMap(nvml))
+    if env_str("AGENT_MPS", "auto") != "off":
+        options.mps = MpsMonitor(interval_s=env_float("AGENT_MPS_INTERVAL_S", 5.0, minimum=0.5))
+        options.mps.start()
+    return options
 
 
 agent = Agent(

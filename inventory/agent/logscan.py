@@ -59,7 +59,7 @@ def split_prefix(raw: str) -> tuple[str, str]:
 
     The stream keeps interleaved tracebacks of tensor-parallel workers apart.
     """
-    text = _ANSI.sub("", raw).rstrip("\r\n").replace("^M", "")
+    text = _ANSI.sub("", raw).rstrip("\r\n").replace("^M", "").replace("\x00", "")
     text = re.sub(r"\s*│\s*$", "", text)
     stream = ""
     for _ in range(8):

@@ -136,6 +136,8 @@ class HostRuntime:
         for row in batch["processes"]:
             row["allocator"] = self._allocator.get(row["pid"])
         batch["agent"] = {"outbox_depth": len(self.outbox), "outbox_dropped": self.outbox.dropped}
+        if self.signals is not None and (mps := self.signals.mps_live()) is not None:
+            batch["agent"]["mps"] = mps  # the MPS servers now: who dies together
         self.outbox.put(batch)
 
     def publish_pending(self) -> int:

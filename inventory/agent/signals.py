@@ -192,6 +192,10 @@ class HostSignals:
                 row["log_allocator"] = printed
         return rows
 
+    def mps_live(self) -> list[dict] | None:
+        """The MPS servers, their cards and clients at the last answer; None without MPS."""
+        return None if self.options.mps is None else self.options.mps.live
+
     def close(self) -> None:
         self.options.engine_logs.close()
         if self.options.kernel_log is not None:

@@ -1,6 +1,7 @@
 """A real host's events: exits and restarts from NVML process lists, engine logs, kernel Xids,
 all driven through the real collector and agent runtime against the fake NVML."""
 
+import json
 import os
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 
 from inventory.agent.engine_logs import EngineLogs, FileTail
 from inventory.agent.kernel_log import KernelXidSource, NvmlPciMap, open_journal, open_kmsg
+from inventory.agent.mps import MpsControl, MpsMonitor
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.signals import SignalOptions
 from inventory.agent.sources import NvmlSource
@@ -295,3 +297,84 @@ def test_an_oom_in_the_engine_log_lands_with_the_cards_processes_and_the_exit_wi
     (process,) = oom["detail"]["processes"]
     assert process["allocator"] == {"allocated_bytes": 70 * GIB, "reserved_bytes": 75 * GIB}
     assert by_kind["process_exit"]["detail"]["oom_evidence"] == ["engine_log"]
+
+
+# ---- MPS control daemon -----------------------------------------------------------------
+
+FAKE_MPS_CONTROL = str(Path(__file__).with_name("fake_mps") / "nvidia-cuda-mps-control")
+
+
+def _daemon(pipe_dir, servers):
+    (pipe_dir / "daemon.json").write_text(json.dumps({"servers": servers}))
+
+
+@pytest.fixture
+def mps_host(tmp_path):
+    clock = Clock()
+    server = FakeProcess(900, "nvidia-cuda-mps-server", 300 * MIB)
+    clients = [FakeProcess(pid, "python3", 10 * GIB, kind="mps") for pid in (901, 902)]
+    cards = [h100_card("gpu-01", 0, [server, *clients]), h100_card("gpu-01", 1, [server])]
+    nvml = nvml_for(*cards)
+    pipe_dir = tmp_path / "mps"
+    pipe_dir.mkdir()
+    _daemon(pipe_dir, {"900": [901, 902]})
+    monitor = MpsMonitor(MpsControl(FAKE_MPS_CONTROL, str(pipe_dir), timeout_s=1.0))
+    sink = Sink()
+    options = SignalOptions(lifecycle=LifecycleSettings(exit_grace_s=60.0), mps=monitor)
+    runtime = HostRuntime("gpu-01", NvmlSource(nvml, clock, options), sink)
+    plan = [
+        {"deployment_id": "11", "device_uuids": [cards[0].uuid], "engine": "vllm", "pids": [901]},
+        {"deployment_id": "12", "device_uuids": [cards[0].uuid], "engine": "vllm", "pids": [902]},
+    ]
+    runtime.apply_plan(_plan(plan))
+    return runtime, clock, cards, pipe_dir, monitor, sink
+
+
+def _mps_tick(runtime, clock, monitor):
+    monitor.refresh()  # the monitor's thread, between two polls
+    _tick(runtime, clock, 1)
+
+
+def test_an_mps_server_gone_with_its_clients_is_server_down_naming_who_died(mps_host):
+    runtime, clock, cards, pipe_dir, monitor, sink = mps_host
+    _mps_tick(runtime, clock, monitor)
+    (live,) = monitor.live
+    assert live["card_uuids"] == [cards[0].uuid, cards[1].uuid]  # a server spans both cards
+    assert [c["deployment_id"] for c in live["clients"]] == ["11", "12"]
+    _daemon(pipe_dir, {})
+    for card in cards:
+        card.processes.clear()
+    _mps_tick(runtime, clock, monitor)
+    runtime.flush(clock.t)
+    runtime.publish_pending()
+    (down,) = [e for b in sink for e in b["events"] if e["kind"] == "mps_server_down"]
+    assert down["detail"]["cause"] == "server_exited" and down["detail"]["server_pid"] == 900
+    assert [(c["pid"], c["deployment_id"]) for c in down["detail"]["clients"]] == [
+        (901, "11"),
+        (902, "12"),
+    ]
+    assert down["card_uuid"] == cards[0].uuid
+
+
+def test_a_daemon_that_stops_answering_takes_its_servers_clients_down_once(mps_host):
+    runtime, clock, _, pipe_dir, monitor, sink = mps_host
+    _mps_tick(runtime, clock, monitor)
+    (pipe_dir / "hang").write_text("")
+    _mps_tick(runtime, clock, monitor)
+    _mps_tick(runtime, clock, monitor)
+    runtime.flush(clock.t)
+    runtime.publish_pending()
+    downs = [e for b in sink for e in b["events"] if e["kind"] == "mps_server_down"]
+    assert [d["detail"]["cause"] for d in downs] == ["daemon_not_answering"]
+    faults = [f for b in sink for f in b["faults"] if f["call"] == "mps_control"]
+    assert faults and "TimeoutExpired" in faults[0]["message"]
+
+
+def test_no_mps_daemon_on_a_host_is_one_fault_and_no_event(tmp_path):
+    monitor = MpsMonitor(MpsControl(FAKE_MPS_CONTROL, str(tmp_path / "absent")))
+    monitor.refresh()
+    poll = NvmlCollector(nvml_for(h100_card("h", 0)), "h", watch_xid=False).poll()
+    events, (fault,) = monitor.poll(1.0, poll, {})
+    assert events == [] and "no MPS pipe directory" in fault.message
+    monitor.refresh()
+    assert monitor.poll(2.0, poll, {}) == ([], [])
