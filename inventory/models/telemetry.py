@@ -51,6 +51,12 @@ class CollectorStatus(models.Model):
     outbox_depth = models.PositiveIntegerField(default=0)
     outbox_dropped = models.PositiveBigIntegerField(default=0)
     events_dropped = models.PositiveBigIntegerField(default=0)
+    mps_servers = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The MPS servers the agent last saw: server PID, cards, clients.",
+    )
+    mps_seen_at = models.DateTimeField(null=True, blank=True)
 
     objects = VisibleQuerySet.as_manager()
 
