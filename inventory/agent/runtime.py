@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from inventory.agent import allocator_scrape
 from inventory.telemetry.collector import NvmlCollector
 from inventory.telemetry.engines import ScrapeTarget, scrape_all
 from inventory.telemetry.outbox import Outbox
@@ -134,7 +135,12 @@ class HostRuntime:
         """Close the interval into a batch and queue it; publishing is another thread's job."""
         batch = self.sampler.flush(now)
         for row in batch["processes"]:
-            row["allocator"] = self._allocator.get(row["pid"])
+            figures = self._allocator.get(row["pid"])
+            row["allocator"] = dict(figures) if figures is not None else None
+        # the next interval's peaks start from its own first scrape
+        for figures in self._allocator.values():
+            for key in ("reserved_bytes", "allocated_bytes"):
+                figures.pop(f"{key}_max", None)
         batch["agent"] = {"outbox_depth": len(self.outbox), "outbox_dropped": self.outbox.dropped}
         if self.signals is not None and (mps := self.signals.mps_live()) is not None:
             batch["agent"]["mps"] = mps  # the MPS servers now: who dies together
@@ -170,17 +176,10 @@ class HostRuntime:
                 self._read_allocator(entry)
 
     def _read_allocator(self, entry: dict) -> None:
-        """Per-process caching-allocator figures, in the shape of torch.cuda.memory_stats()."""
+        """Per-process caching-allocator figures (torch.cuda.memory_stats()), with the
+        interval's peaks of reserved and allocated bytes, not only their last values."""
         try:
-            rows = json.loads(self.source.fetch(entry["allocator_url"], 2.0))
-            for row in rows:
-                stats = row["memory_stats"]
-                self._allocator[int(row["pid"])] = {
-                    "reserved_bytes": stats.get("reserved_bytes.all.current"),
-                    "allocated_bytes": stats.get("allocated_bytes.all.current"),
-                    "inactive_split_bytes": stats.get("inactive_split_bytes.all.current"),
-                    "largest_free_block_bytes": row.get("largest_free_block_bytes"),
-                }
+            figures = allocator_scrape.read(self.source.fetch, entry["allocator_url"])
         except Exception as exc:  # a bad or absent endpoint is a fault, never a crash
             self.sampler.add_faults(
                 [
@@ -193,6 +192,14 @@ class HostRuntime:
                     )
                 ]
             )
+            return
+        for pid, now in figures.items():
+            before = self._allocator.get(pid) or {}
+            for key in ("reserved_bytes", "allocated_bytes"):
+                if now.get(key) is not None:
+                    now[f"{key}_max"] = max(now[key], before.get(f"{key}_max") or 0)
+            now.setdefault("largest_free_block_bytes", None)
+            self._allocator[pid] = now
 
 
 SourceFactory = Callable[[dict[str, Any]], "Source | None"]

@@ -121,6 +121,8 @@ _ALLOCATOR = _spec(
         "inactive_split_bytes": _BYTES,
         "largest_free_block_bytes": _BYTES,
         "fragmentation_max": _FRACTION,
+        "reserved_bytes_max": _BYTES,  # the interval's peaks (allocator exporter scrapes)
+        "allocated_bytes_max": _BYTES,
     }
 )
 _PROCESS = _spec(

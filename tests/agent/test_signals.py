@@ -378,3 +378,28 @@ def test_no_mps_daemon_on_a_host_is_one_fault_and_no_event(tmp_path):
     assert events == [] and "no MPS pipe directory" in fault.message
     monitor.refresh()
     assert monitor.poll(2.0, poll, {}) == ([], [])
+
+
+def test_the_allocator_figures_in_a_batch_keep_the_intervals_peaks():
+    clock = Clock()
+    card = h100_card("gpu-01", 0, [FakeProcess(4242, "python3", 50 * GIB)])
+    reserved = iter([30, 45, 35, 20, 20, 20, 20, 20, 20, 20, 20, 20])
+
+    class Exporter(NvmlSource):
+        def fetch(self, url, timeout):
+            if not url.startswith("http://127.0.0.1:9464/"):
+                raise OSError("connection refused")  # no second serving process
+            value = next(reserved) * GIB
+            return (
+                f'torch_cuda_allocator_reserved_bytes{{pid="4242",device="0"}} {value}\n'
+                f'torch_cuda_allocator_allocated_bytes{{pid="4242",device="0"}} {value // 2}\n'
+            )
+
+    sink = Sink()
+    runtime = HostRuntime("gpu-01", Exporter(nvml_for(card), clock), sink)
+    plan = _plan([_entry(card, allocator_url="http://127.0.0.1:9464/metrics")])
+    runtime.apply_plan({**plan, "scrape_interval_s": 1.0})
+    _tick(runtime, clock, 11)
+    first, second = (batch["processes"][0]["allocator"] for batch in sink[:2])
+    assert (first["reserved_bytes_max"], first["reserved_bytes"]) == (45 * GIB, 20 * GIB)
+    assert second["reserved_bytes_max"] == 20 * GIB  # a new interval, its own peak
