@@ -171,6 +171,8 @@ class HostRuntime:
         for reading in readings:
             self.sampler.add_engine(reading)
         self.sampler.add_faults(faults)
+        if self.signals is not None:
+            self.sampler.add_events(self.signals.engine_events(readings))
         for entry in entries:
             if entry.get("allocator_url"):
                 self._read_allocator(entry)

@@ -17,6 +17,7 @@ from typing import Any
 from inventory.agent.engine_logs import EngineLogs
 from inventory.agent.kernel_log import KernelXidSource
 from inventory.agent.logscan import LogEvent
+from inventory.telemetry.engine_signals import EngineWatch
 from inventory.telemetry.process_events import LifecycleSettings, ProcessLifecycle
 from inventory.telemetry.readings import CollectorFault, PollResult, TelemetryEvent
 from inventory.telemetry.xid_events import XidDeduplicator
@@ -40,6 +41,8 @@ class HostSignals:
         self.options = options or SignalOptions()
         self.lifecycle = ProcessLifecycle(self.options.lifecycle)
         self.xids = XidDeduplicator()
+        self.engine_watch = EngineWatch()
+        self._restarted_at: dict[str | None, float] = {}
         # An engine log's OOM is often read after its process left NVML's list: its card and
         # snapshot come from the last poll that still had it.
         self._polls: deque[tuple[PollResult, Mapping[tuple[int, int], str]]] = deque(
@@ -76,7 +79,7 @@ class HostSignals:
             CollectorFault(None, "engine_log", error, f"{deployment_id} {message}", ts=ts)
             for deployment_id, error, message in problems
         ]
-        events += self.lifecycle.observe(poll, deployments)
+        events += self._one_per_restart(self.lifecycle.observe(poll, deployments))
         if (kernel := self.options.kernel_log) is not None:
             kernel_events, kernel_faults = kernel.read(ts)
             faults += kernel_faults
@@ -191,6 +194,23 @@ class HostSignals:
             if row["pid"] == pid and len(printed) == 2:
                 row["log_allocator"] = printed
         return rows
+
+    def engine_events(self, readings) -> list[TelemetryEvent]:
+        """Restarts and KV pressure from the engines' metrics of one scrape."""
+        return self._one_per_restart(self.engine_watch.observe(readings))
+
+    def _one_per_restart(self, events: list[TelemetryEvent]) -> list[TelemetryEvent]:
+        """NVML's process lists and the engine's start time both see a restart: one event."""
+        kept = []
+        for event in events:
+            if event.kind == "process_restart":
+                deployment = event.detail.get("deployment_id")
+                last = self._restarted_at.get(deployment)
+                self._restarted_at[deployment] = event.ts
+                if last is not None and event.ts - last <= self.options.lifecycle.restart_window_s:
+                    continue
+            kept.append(event)
+        return kept
 
     def mps_live(self) -> list[dict] | None:
         """The MPS servers, their cards and clients at the last answer; None without MPS."""

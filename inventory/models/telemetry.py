@@ -104,6 +104,7 @@ class Event(models.Model):
         PROCESS_RESTART = "process_restart", "Process restart"
         PROCESS_EXIT = "process_exit", "Process exit"
         ENGINE_FAULT = "engine_fault", "Engine fault"
+        KV_PRESSURE = "kv_pressure", "KV cache pressure"
 
     host = models.ForeignKey("inventory.Host", on_delete=models.CASCADE, related_name="events")
     gpu = models.ForeignKey(

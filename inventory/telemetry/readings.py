@@ -69,7 +69,13 @@ class CollectorFault:
 
 
 EventKind = Literal[
-    "xid", "oom", "mps_server_down", "process_restart", "process_exit", "engine_fault"
+    "xid",
+    "oom",
+    "mps_server_down",
+    "process_restart",
+    "process_exit",
+    "engine_fault",
+    "kv_pressure",
 ]
 
 

@@ -403,3 +403,44 @@ def test_the_allocator_figures_in_a_batch_keep_the_intervals_peaks():
     first, second = (batch["processes"][0]["allocator"] for batch in sink[:2])
     assert (first["reserved_bytes_max"], first["reserved_bytes"]) == (45 * GIB, 20 * GIB)
     assert second["reserved_bytes_max"] == 20 * GIB  # a new interval, its own peak
+
+
+# ---- engine metrics ---------------------------------------------------------------------
+
+
+def _vllm_metrics(start, preemptions, waiting):
+    return (
+        "# TYPE process_start_time_seconds gauge\n"
+        f"process_start_time_seconds {start}\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{model_name="m"} 4.0\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{model_name="m"} 0.97\n'
+        "# TYPE vllm:num_preemptions counter\n"
+        f'vllm:num_preemptions_total{{model_name="m"}} {preemptions}\n'
+    )
+
+
+def test_engine_metrics_tell_restarts_and_kv_pressure_once_each():
+    clock = Clock()
+    card = h100_card("gpu-01", 0, [FakeProcess(4242, "python3", 50 * GIB)])
+    scrapes = iter(
+        [(1000.0, 0, 0), (1000.0, 0, 0), (1000.0, 5, 0), (1000.0, 9, 0), (2000.0, 0, 0)]
+        + [(2000.0, 0, 0)] * 20
+    )
+
+    class Engine(NvmlSource):
+        def fetch(self, url, timeout):
+            return _vllm_metrics(*next(scrapes))
+
+    sink = Sink()
+    runtime = HostRuntime("gpu-01", Engine(nvml_for(card), clock), sink)
+    plan = _plan([_entry(card, metrics_url="http://127.0.0.1:8000/metrics")])
+    runtime.apply_plan({**plan, "scrape_interval_s": 1.0})
+    _tick(runtime, clock, 11)
+    events = [(e["kind"], e["detail"].get("reason")) for b in sink for e in b["events"]]
+    assert events == [("kv_pressure", "preemptions"), ("process_restart", "engine_restarted")]
+    pressure = next(e for b in sink for e in b["events"] if e["kind"] == "kv_pressure")
+    assert pressure["detail"]["preemptions"] == 5 and pressure["detail"]["deployment_id"] == "7"
