@@ -8,6 +8,7 @@ Beat (central) sends each host its collection plan to its queue; the agent start
 a host on its first plan and publishes batches to the `ingest` queue (inventory.agent.transport).
 """
 
+import importlib
 import logging
 import socket
 from pathlib import Path
@@ -47,7 +48,8 @@ def _source_factory():
 
         return FleetSimulator(seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock).source_for
     if kind == "nvml":
-        import pynvml
+        # AGENT_NVML_MODULE: another module with pynvml's API (an end-to-end test's fake NVML)
+        pynvml = importlib.import_module(env_str("AGENT_NVML_MODULE", "pynvml"))
 
         from inventory.agent.sources import NvmlSource
 
