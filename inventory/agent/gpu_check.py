@@ -564,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         checks["mps"] = check_mps
     if args.signals:
         checks.update(gpu_check_signals.CHECKS)
+        args.holder = Holder
     report: dict[str, Any] = {}
     for name, check in checks.items():
         try:

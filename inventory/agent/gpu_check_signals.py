@@ -186,7 +186,6 @@ def check_oom(pynvml, context, args, host: str) -> dict[str, Any]:
 
 
 def check_mps_kill(pynvml, context, args, host: str) -> dict[str, Any]:
-    from inventory.agent.gpu_check import Holder
     from inventory.agent.mps import MpsControl, MpsMonitor
     from inventory.agent.signals import SignalOptions
 
@@ -204,7 +203,8 @@ def check_mps_kill(pynvml, context, args, host: str) -> dict[str, Any]:
     holders = []
     monitor = MpsMonitor(MpsControl(control, env["CUDA_MPS_PIPE_DIRECTORY"]))
     try:
-        holders = [Holder(context, args.device, 512, env=env) for _ in range(2)]
+        # gpu_check's own Holder (given through args: gpu_check imports this module)
+        holders = [args.holder(context, args.device, 512, env=env) for _ in range(2)]
         clients = {holder.pid for holder in holders}
         runtime, batches = _runtime(pynvml, host, SignalOptions(mps=monitor), [])
         _run_until(

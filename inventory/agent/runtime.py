@@ -109,7 +109,8 @@ class HostRuntime:
             self.next_poll = now + interval
         entries = self.source.deployments(self.plan["deployments"])
         poll = self.collector.poll()
-        mapping = map_processes(poll.cards, entries)
+        containers = self.signals.container_of if self.signals is not None else None
+        mapping = map_processes(poll.cards, entries, containers)
         signals = self._collect_signals(poll, mapping.deployments, entries)
         self.sampler.add_poll(poll, mapping.deployments)
         self.sampler.add_events(signals[0])

@@ -9,14 +9,17 @@ cap, the kernel log and the MPS control daemon through non-blocking pipes or sho
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from inventory.agent.engine_logs import EngineLogs
 from inventory.agent.kernel_log import KernelXidSource
 from inventory.agent.logscan import LogEvent
+from inventory.telemetry.containers import Container, container_of
 from inventory.telemetry.engine_signals import EngineWatch
 from inventory.telemetry.process_events import LifecycleSettings, ProcessLifecycle
 from inventory.telemetry.readings import CollectorFault, PollResult, TelemetryEvent
@@ -25,6 +28,7 @@ from inventory.telemetry.xid_events import XidDeduplicator
 # logscan kind -> event kind; `restart` is left to the process lists, which see the new PID
 _EVENT_KIND = {"oom": "oom", "fault": "engine_fault", "engine_died": "engine_fault", "xid": "xid"}
 _POLLS_KEPT = 30
+_HIDDEN_PROCESS_BYTES = 512 << 20  # more than a MIG instance's own overhead
 _FIGURES_FROM_LOG = ("requested_bytes", "free_bytes", "gpu_index", "reason", "phase", "message")
 
 
@@ -34,6 +38,8 @@ class SignalOptions:
     kernel_log: KernelXidSource | None = None
     mps: Any = None  # inventory.agent.mps.MpsMonitor
     engine_logs: EngineLogs = field(default_factory=EngineLogs)
+    proc: Path = Path("/proc")
+    is_root: bool = field(default_factory=lambda: os.geteuid() == 0)
 
 
 class HostSignals:
@@ -43,6 +49,8 @@ class HostSignals:
         self.xids = XidDeduplicator()
         self.engine_watch = EngineWatch()
         self._restarted_at: dict[str | None, float] = {}
+        self._containers: dict[int, Container | None] = {}
+        self._hidden: set[int] = set()
         # An engine log's OOM is often read after its process left NVML's list: its card and
         # snapshot come from the last poll that still had it.
         self._polls: deque[tuple[PollResult, Mapping[tuple[int, int], str]]] = deque(
@@ -79,6 +87,7 @@ class HostSignals:
             CollectorFault(None, "engine_log", error, f"{deployment_id} {message}", ts=ts)
             for deployment_id, error, message in problems
         ]
+        faults += self._privileges(poll)
         events += self._one_per_restart(self.lifecycle.observe(poll, deployments))
         if (kernel := self.options.kernel_log) is not None:
             kernel_events, kernel_faults = kernel.read(ts)
@@ -194,6 +203,44 @@ class HostSignals:
             if row["pid"] == pid and len(printed) == 2:
                 row["log_allocator"] = printed
         return rows
+
+    def container_of(self, pid: int) -> Container | None:
+        """The container of a host PID (cached: a PID keeps its container while it lives)."""
+        if pid not in self._containers:
+            if len(self._containers) > 4096:
+                self._containers.clear()
+            self._containers[pid] = container_of(pid, self.options.proc)
+        return self._containers[pid]
+
+    def _privileges(self, poll: PollResult) -> list[CollectorFault]:
+        """MIG instances holding memory with no process listed: NVML hides MIG processes
+        from an agent without root (CAP_SYS_ADMIN). Said once per card, while it lasts."""
+        if self.options.is_root:
+            return []
+        faults = []
+        for card in poll.cards:
+            hidden = (
+                card.mig_current == 1
+                and not card.processes
+                and any((mig.used_bytes or 0) > _HIDDEN_PROCESS_BYTES for mig in card.mig_devices)
+            )
+            if hidden and card.index not in self._hidden:
+                faults.append(
+                    CollectorFault(
+                        card.index,
+                        "privileges",
+                        "ProcessesHidden",
+                        "MIG instances hold memory but NVML lists no process: without root "
+                        "(or CAP_SYS_ADMIN) NVML hides MIG processes; run the agent as root",
+                        card.uuid,
+                        poll.ts,
+                    )
+                )
+            if hidden:
+                self._hidden.add(card.index)
+            else:
+                self._hidden.discard(card.index)
+        return faults
 
     def engine_events(self, readings) -> list[TelemetryEvent]:
         """Restarts and KV pressure from the engines' metrics of one scrape."""

@@ -310,6 +310,7 @@ class FakeHostState:
     cards: list[FakeCard]
     driver_version: str = "590.48.01"
     driver_loaded: bool = True
+    init_error: int | None = None  # an NVML code nvmlInit raises, e.g. a version mismatch
     event_sets: list[FakeEventSet] = field(default_factory=list)
 
     def post_xid(self, card_index: int, xid: int, gi: int | None = None, ci: int | None = None):
@@ -350,6 +351,8 @@ class FakeNvml:
     def nvmlInit(self) -> None:
         if not self.state.driver_loaded:
             _raise(NVML_ERROR_DRIVER_NOT_LOADED)
+        if self.state.init_error is not None:
+            _raise(self.state.init_error)
         self._init_count += 1
 
     def nvmlShutdown(self) -> None:

@@ -444,3 +444,103 @@ def test_engine_metrics_tell_restarts_and_kv_pressure_once_each():
     assert events == [("kv_pressure", "preemptions"), ("process_restart", "engine_restarted")]
     pressure = next(e for b in sink for e in b["events"] if e["kind"] == "kv_pressure")
     assert pressure["detail"]["preemptions"] == 5 and pressure["detail"]["deployment_id"] == "7"
+
+
+# ---- real hosts as they are -------------------------------------------------------------
+
+CONTAINER = "3f4e2a1b" * 8
+
+
+def _proc(tmp_path, pid, cgroup, nspid):
+    folder = tmp_path / "proc" / str(pid)
+    folder.mkdir(parents=True)
+    (folder / "cgroup").write_text(cgroup)
+    (folder / "status").write_text(f"Name:\tpython3\nNSpid:\t{nspid}\nPPid:\t1\n")
+    return tmp_path / "proc"
+
+
+def test_container_pids_map_to_their_deployment_through_proc(tmp_path):
+    from inventory.telemetry.containers import container_of
+
+    proc = _proc(tmp_path, 4242, f"0::/system.slice/docker-{CONTAINER}.scope\n", "4242\t1")
+    pod = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b3c4d_5e6f_" \
+          f"7081_92a3_b4c5d6e7f809.slice/cri-containerd-{'9' * 64}.scope\n"  # fmt: skip
+    _proc(tmp_path, 4343, pod, "4343\t7")
+    _proc(tmp_path, 4444, "12:memory:/user.slice\n", "4444")
+    docker = container_of(4242, proc)
+    assert (docker.container_id, docker.namespace_pid, docker.pod_uid) == (CONTAINER, 1, None)
+    assert container_of(4343, proc).pod_uid == "1a2b3c4d-5e6f-7081-92a3-b4c5d6e7f809"
+    assert container_of(4444, proc) is None and container_of(1, proc) is None
+
+    clock = Clock()
+    card = h100_card("gpu-01", 0, [FakeProcess(4242, None, 10 * GIB),
+                                   FakeProcess(4343, None, 10 * GIB)])  # fmt: skip
+    sink = Sink()
+    runtime = HostRuntime(
+        "gpu-01", NvmlSource(nvml_for(card), clock, SignalOptions(proc=proc)), sink
+    )
+    runtime.apply_plan(_plan([
+        {"deployment_id": "1", "device_uuids": [card.uuid], "container_ids": [CONTAINER]},
+        {"deployment_id": "2", "device_uuids": [card.uuid],
+         "pod_uid": "1a2b3c4d-5e6f-7081-92a3-b4c5d6e7f809"},
+    ]))  # fmt: skip
+    _tick(runtime, clock, 6)
+    rows = {row["pid"]: row["deployment_id"] for row in sink[0]["processes"]}
+    assert rows == {4242: "1", 4343: "2"}
+
+
+def test_mig_processes_hidden_without_root_are_reported_once():
+    from tests.telemetry.conftest import h200_mig_card
+
+    clock = Clock()
+    card = h200_mig_card("gpu-01", 0)
+    card.processes.clear()  # what a non-root agent sees
+    for mig in card.mig_devices:
+        mig.base_used_bytes = 2 * GIB
+    sink = Sink()
+    options = SignalOptions(is_root=False)
+    runtime = HostRuntime("gpu-01", NvmlSource(nvml_for(card), clock, options), sink)
+    runtime.apply_plan(_plan([]))
+    _tick(runtime, clock, 6)
+    (fault,) = [f for f in sink[0]["faults"] if f["call"] == "privileges"]
+    assert fault["count"] == 1 and "root" in fault["message"]
+
+
+def test_a_driver_library_mismatch_and_a_gpu_needing_reset_are_host_faults_in_words():
+    from inventory.telemetry.fake_nvml import (
+        NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+        NVML_ERROR_RESET_REQUIRED,
+    )
+
+    card = h100_card("gpu-01", 0)
+    nvml = nvml_for(card)
+    nvml.state.init_error = NVML_ERROR_LIB_RM_VERSION_MISMATCH
+    collector = NvmlCollector(nvml, "gpu-01", watch_xid=False)
+    (fault,) = collector.poll().faults
+    assert fault.error == "NVMLError_LibRmVersionMismatch" and "reboot" in fault.message
+    nvml.state.init_error = None
+    assert collector.poll().cards[0].total_bytes == card.total_bytes
+    card.failing["nvmlDeviceGetMemoryInfo"] = NVML_ERROR_RESET_REQUIRED
+    calls = []
+    original = nvml.nvmlDeviceGetHandleByIndex
+    nvml.nvmlDeviceGetHandleByIndex = lambda index: calls.append(index) or original(index)
+    polls = [collector.poll() for _ in range(5)]
+    assert calls == []  # the card is kept, not forgotten and looked up again each poll
+    assert all(p.cards[0].uuid == card.uuid for p in polls)
+    assert all("needs a reset" in p.faults[0].message for p in polls)
+
+
+def test_a_mig_instance_created_beside_running_ones_is_found_within_n_polls():
+    from inventory.telemetry import collector as collector_module
+    from tests.telemetry.conftest import h200_mig_card
+
+    card = h200_mig_card("gpu-01", 0)
+    created = card.mig_devices.pop()
+    collector = NvmlCollector(nvml_for(card), "gpu-01", watch_xid=False)
+    before = len(collector.poll().cards[0].mig_devices)
+    card.mig_devices.append(created)
+    counts = [
+        len(collector.poll().cards[0].mig_devices)
+        for _ in range(collector_module.MIG_REDISCOVER_POLLS + 1)
+    ]
+    assert counts[0] == before and counts[-1] == before + 1
