@@ -15,6 +15,8 @@ Kinds:
                failure, NCCL; not an OOM
   xid          an `NVRM: Xid` kernel line (or a card that fell off the bus: Xid 79)
   engine_died  the engine's core, scheduler, shard or runner died
+  kv_pressure  the engine ran out of KV cache space and retracted or preempted requests: it
+               coped, so this is pressure, not an OOM
   restart      the engine started again after it had started or died earlier in the log
 
 The patterns hold on to the stable parts of each phrasing (the exception names and the fixed
@@ -141,6 +143,8 @@ _NUMBER_FIGURES = [
     ("max_model_len", re.compile(r"max seq len \((\d+)\)")),
     ("kv_cache_tokens", re.compile(r"stored in KV cache \((\d+)\)")),
     ("prefill_tokens", re.compile(r"Not enough memory to handle (\d+)")),
+    ("requested_tokens", re.compile(r"Try to allocate (\d+) tokens")),
+    ("available_tokens", re.compile(r"Ava(?:il|li)able tokens: (\d+)")),
 ]
 _VLLM_FREE = re.compile(
     r"Free memory on device(?: cuda:(\d+))? \(([\d.]+)/([\d.]+) GiB\) on startup is less than "
@@ -198,9 +202,21 @@ def _rule(kind, reason, pattern, phase=None, follow_on=False) -> _Rule:
 
 
 _RULES = [
+    # -- KV cache pressure the engine handled (requests retracted or preempted): not an OOM
+    _rule("kv_pressure", "retracted", r"Decode out of memory happened"),
+    _rule("kv_pressure", "retracted", r"KV cache pool is full\. Retract requests"),
+    _rule(
+        "kv_pressure",
+        "preempted",
+        r"preempted by PreemptionMode\.\w+ mode because there is "
+        r"not enough KV cache space",
+    ),
     # -- out of memory, at run time
     _rule("oom", "torch_oom", r"\bOutOfMemoryError\b"),
     _rule("oom", "cuda_oom", r"\bCUDA out of memory\. Tried to allocate"),
+    _rule("oom", "cuda_oom", r"\bCUDA out of memory occurred\b"),
+    _rule("oom", "cuda_oom", r"\w(?:Error|Exception): .*\bCUDA out of memory\b"),
+    _rule("oom", "kv_pool_exhausted", r"(?:Prefill|Decode) out of memory\. Try to lower"),
     _rule("oom", "cuda_oom", r"\bCUDA (?:driver )?error: out of memory"),
     _rule("oom", "cuda_oom", r"\bCUDA error \d+ at \S+: out of memory"),
     _rule("oom", "cuda_oom", r"\b(?:cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY)\b"),
@@ -290,7 +306,8 @@ _CONTINUATION = re.compile(
     r"^\s*(?:CUDA kernel errors might be|For debugging consider passing|Compile with "
     r"`TORCH_USE_CUDA_DSA`|Exception raised from|frame #\d+|Currently allocated|Requested\s*:"
     r"|Device limit|Free \(according to CUDA\)|PyTorch limit|: \d+(?:\.\d+)? GiB|rank=\d+"
-    r"|If reserved|See documentation|Search for `cudaError|Device-side assertions? )"
+    r"|If reserved|See documentation|Search for `cudaError|Device-side assertions? "
+    r"|Try to allocate \d+ tokens|Ava(?:il|li)able tokens:|self\.token_to_kv_pool|self\.tree_cache)"
 )
 # A traceback's source lines quote the messages they raise: `raise ValueError("No available
 # memory for the cache blocks. "` is code, not the error.
@@ -317,7 +334,7 @@ _PHASES = [
             re.I,
         ),
     ),
-    ("warmup", re.compile(r"\bwarm_?up\b|Method Warmup", re.I)),
+    ("warmup", re.compile(r"\bwarm_?up\b|warming up|Method Warmup", re.I)),
     (
         "load",
         re.compile(
@@ -344,7 +361,15 @@ _PHASE_MARKERS = [
 ]
 _ENGINE_HINTS = [
     ("vllm", re.compile(r"vllm|EngineCore|VllmWorker|gpu_memory_utilization", re.I)),
-    ("sglang", re.compile(r"sglang|mem-fraction-static|Scheduler hit an exception|sigquit", re.I)),
+    (
+        "sglang",
+        re.compile(
+            r"sglang|mem-fraction-static|Scheduler hit an exception|sigquit|#retracted_reqs"
+            r"|(?:Decode|Prefill) out of memory"
+            r"|^\[\d{4}-\d\d-\d\d [\d:]+(?: (?:TP|DP|PP|EP)\d+)+\]",
+            re.I,
+        ),
+    ),
     ("tgi", re.compile(r"text[_-]generation|ShardCannotStart|shard-manager|Webserver", re.I)),
     ("ollama", re.compile(r"ollama|llama runner|source=\w+\.go:\d+", re.I)),
     ("llamacpp", re.compile(r"\bggml[-_]|\bllama_|\bllm_load|cudaMalloc failed|load_tensors:")),
@@ -357,7 +382,7 @@ _ENGINE_HINTS = [
         ),
     ),
 ]
-_PRIORITY = {"oom": 3, "fault": 2, "engine_died": 1}
+_PRIORITY = {"oom": 3, "fault": 2, "engine_died": 1, "kv_pressure": 0}
 MERGE_WINDOW_LINES = 40  # the same incident told again by another process, or once per thread
 DEATH_WINDOW_LINES = 3  # one engine death, told in its own words by each of its processes
 _HISTORY_LINES = 30  # the lines before a one-line event: its phase, its engine

@@ -26,7 +26,13 @@ from inventory.telemetry.readings import CollectorFault, PollResult, TelemetryEv
 from inventory.telemetry.xid_events import XidDeduplicator
 
 # logscan kind -> event kind; `restart` is left to the process lists, which see the new PID
-_EVENT_KIND = {"oom": "oom", "fault": "engine_fault", "engine_died": "engine_fault", "xid": "xid"}
+_EVENT_KIND = {
+    "oom": "oom",
+    "fault": "engine_fault",
+    "engine_died": "engine_fault",
+    "xid": "xid",
+    "kv_pressure": "kv_pressure",
+}
 _POLLS_KEPT = 30
 _HIDDEN_PROCESS_BYTES = 512 << 20  # more than a MIG instance's own overhead
 _FIGURES_FROM_LOG = ("requested_bytes", "free_bytes", "gpu_index", "reason", "phase", "message")

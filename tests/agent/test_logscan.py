@@ -178,6 +178,33 @@ EXPECTED = {
         (13, "oom", "llamacpp", {"reason": "cuda_oom"}),
         (17, "oom", "llamacpp", {"gpu_index": 4, "requested_bytes": 150995968}),
     ],
+    "kv-pressure.log": [
+        (3, "oom", "vllm", {"reason": "cuda_oom", "phase": "warmup", "pid": 10948}),
+        (
+            6,
+            "oom",
+            "vllm",
+            {
+                "gpu_index": 1,
+                "requested_bytes": gib(1.74),
+                "allocated_bytes": gib(20.21),
+                "reserved_bytes": gib(20.21) + mib(185.98),
+            },
+        ),
+        (7, "oom", "vllm", {"gpu_index": 0, "free_bytes": mib(594.88)}),
+        (9, "kv_pressure", "sglang", {"reason": "retracted"}),
+        (
+            10,
+            "oom",
+            "sglang",
+            {
+                "reason": "kv_pool_exhausted",
+                "end_line": 12,
+                "requested_tokens": 148,
+                "available_tokens": 2048,
+            },
+        ),
+    ],
     "kernel.log": [
         (
             5,
