@@ -294,7 +294,7 @@ _XID = re.compile(
 )
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]+)")
 _GPU_NAMED = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)")
-_FALLEN = re.compile(r"fallen off the bus and is not responding")
+_FALLEN = re.compile(r"fallen off the bus")
 _STARTS = re.compile(
     r"Starting vLLM API server|vLLM API server version \S+|The server is fired up and ready "
     r"to roll|text_generation_launcher: Starting shard (?:0\b|rank=0\b)|Listening on \S+ \(version "
@@ -307,7 +307,8 @@ _CONTINUATION = re.compile(
     r"`TORCH_USE_CUDA_DSA`|Exception raised from|frame #\d+|Currently allocated|Requested\s*:"
     r"|Device limit|Free \(according to CUDA\)|PyTorch limit|: \d+(?:\.\d+)? GiB|rank=\d+"
     r"|If reserved|See documentation|Search for `cudaError|Device-side assertions? "
-    r"|Try to allocate \d+ tokens|Ava(?:il|li)able tokens:|self\.token_to_kv_pool|self\.tree_cache)"
+    r"|current device: \d+|Try to allocate \d+ tokens|Ava(?:il|li)able tokens:"
+    r"|self\.token_to_kv_pool|self\.tree_cache)"
 )
 # A traceback's source lines quote the messages they raise: `raise ValueError("No available
 # memory for the cache blocks. "` is code, not the error.
@@ -377,7 +378,7 @@ _ENGINE_HINTS = [
         "pytorch",
         re.compile(
             r"\btorch\b|PyTorch|CUBLAS_|c10::|CUDA out of memory\. Tried to "
-            r"allocate|max_split_size_mb",
+            r"allocate|max_split_size_mb|RuntimeError: CUDA error",
             re.I,
         ),
     ),
