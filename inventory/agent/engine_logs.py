@@ -147,6 +147,14 @@ class EngineLogs:
                 log.quiet_since = None
         return found, problems
 
+    def flush(self) -> list[tuple[str, LogEvent]]:
+        """Every event still open (the agent is stopping): a traceback cut short is kept."""
+        return [
+            (log.deployment_id, event)
+            for log in self._logs.values()
+            for event in log.scanner.flush()
+        ]
+
     def close(self) -> None:
         for log in self._logs.values():
             log.tail.close()

@@ -320,6 +320,9 @@ class Agent:
         for runtime in self._runtimes():
             # One last flush, so a clean shutdown loses no poll; what cannot be published now
             # waits in the outbox file for the next start.
+            if runtime.signals is not None:
+                runtime.sampler.add_events(runtime.signals.drain(runtime.source.now()))
+                runtime.signals.close()
             if runtime.sampler.polls:
                 runtime.flush(runtime.source.now())
             runtime.publish_pending()

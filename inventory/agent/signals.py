@@ -57,6 +57,7 @@ class HostSignals:
         self._restarted_at: dict[str | None, float] = {}
         self._containers: dict[int, Container | None] = {}
         self._hidden: set[int] = set()
+        self._entries: dict[str, dict] = {}
         # An engine log's OOM is often read after its process left NVML's list: its card and
         # snapshot come from the last poll that still had it.
         self._polls: deque[tuple[PollResult, Mapping[tuple[int, int], str]]] = deque(
@@ -84,7 +85,7 @@ class HostSignals:
         logs = self.options.engine_logs
         logs.follow(entries)
         found, problems = logs.read(ts)
-        by_id = {str(e.get("deployment_id")): e for e in entries}
+        by_id = self._entries = {str(e.get("deployment_id")): e for e in entries}
         for deployment_id, log_event in found:
             event = self._from_log(deployment_id, log_event, by_id.get(deployment_id), ts)
             if event is not None:
@@ -264,6 +265,22 @@ class HostSignals:
                     continue
             kept.append(event)
         return kept
+
+    def drain(self, ts: float) -> list[TelemetryEvent]:
+        """What the engine logs still hold open, for the agent's last batch before it stops."""
+        if not self._polls:
+            return []
+        found = self.options.engine_logs.flush()
+        return [
+            event
+            for deployment_id, log_event in found
+            if (
+                event := self._from_log(
+                    deployment_id, log_event, self._entries.get(deployment_id), ts
+                )
+            )
+            is not None
+        ]
 
     def mps_live(self) -> list[dict] | None:
         """The MPS servers, their cards and clients at the last answer; None without MPS."""

@@ -544,3 +544,22 @@ def test_a_mig_instance_created_beside_running_ones_is_found_within_n_polls():
         for _ in range(collector_module.MIG_REDISCOVER_POLLS + 1)
     ]
     assert counts[0] == before and counts[-1] == before + 1
+
+
+def test_an_agent_stopping_keeps_the_oom_its_engine_log_was_still_writing(tmp_path):
+    from inventory.agent.runtime import Agent
+
+    clock = Clock()
+    card = h100_card("gpu-01", 0, [FakeProcess(4242, "python3", 60 * GIB)])
+    log = tmp_path / "engine.log"
+    log.write_text("")
+    sink = Sink()
+    agent = Agent(lambda plan: NvmlSource(nvml_for(card), clock, SignalOptions()), sink)
+    agent.apply_plan(_plan([_entry(card, log_path=str(log), pids=[4242])]))
+    runtime = agent.hosts["gpu-01"]
+    _tick(runtime, clock, 1)
+    log.write_text("RuntimeError: CUDA error: out of memory\n")
+    _tick(runtime, clock, 1)  # read, but still open: its traceback might go on
+    agent.stop()
+    (oom,) = [e for b in sink for e in b["events"] if e["kind"] == "oom"]
+    assert oom["detail"]["deployment_id"] == "7" and oom["detail"]["pid"] == 4242
