@@ -51,6 +51,10 @@ HOST_FAULTS = {
     "NVMLError_ResetRequired": "the GPU needs a reset (nvidia-smi -r) once its processes have "
     "stopped; it is not read until then",
 }
+# A driver or binding without nvmlMemory_v2 answers one of these to the v2 call.
+_NO_MEMORY_V2 = frozenset(
+    {"NVMLError_ArgumentVersionMismatch", "NVMLError_FunctionNotFound", "NVMLError_NotSupported"}
+)
 RESET_RECHECK_POLLS = 30  # a card that needs a reset is asked again this often, not every poll
 MIG_REDISCOVER_POLLS = 60  # MIG instances created next to running ones show up within this
 _MIG_NAME_MARKER = " MIG "
@@ -90,6 +94,7 @@ class _CardStatic:
     mig_devices: list[_MigStatic] | None = None  # None: not enumerated for the current mode
     mig_age: int = 0  # polls since the MIG layout was enumerated
     reset_wait: int = 0  # polls left before a card that needed a reset is asked again
+    memory_v1: bool = False  # the driver or bindings have no nvmlMemory_v2
     mig_by_instance: dict[tuple[int, int], str | None] = field(default_factory=dict)
 
 
@@ -234,19 +239,23 @@ class NvmlCollector:
         try:
             return getattr(nvml, call)(*args)
         except nvml.NVMLError as exc:
-            error = type(exc).__name__
-            if isinstance(exc, nvml.NVMLError_NotSupported) and static is not None:
-                static.unsupported.add(call)  # a capability, not an incident: stop asking
-                return None
-            ctx.fault(call, error, _explained(error, exc))
-            lost = isinstance(exc, nvml.NVMLError_GpuIsLost)
-            if error == "NVMLError_ResetRequired" and static is not None:
-                # a host-level state, not a forgotten card: keep it, ask again later
-                static.reset_wait = RESET_RECHECK_POLLS
-                raise _CardGone(False, keep=True) from None
-            if lost or error in _STALE_HANDLE_ERRORS:
-                raise _CardGone(lost) from None
+            return self._failed(ctx, static, call, exc)
+
+    def _failed(self, ctx: _PollContext, static: _CardStatic | None, call: str, exc: Exception):
+        nvml = self._nvml
+        error = type(exc).__name__
+        if isinstance(exc, nvml.NVMLError_NotSupported) and static is not None:
+            static.unsupported.add(call)  # a capability, not an incident: stop asking
             return None
+        ctx.fault(call, error, _explained(error, exc))
+        lost = isinstance(exc, nvml.NVMLError_GpuIsLost)
+        if error == "NVMLError_ResetRequired" and static is not None:
+            # a host-level state, not a forgotten card: keep it, ask again later
+            static.reset_wait = RESET_RECHECK_POLLS
+            raise _CardGone(False, keep=True) from None
+        if lost or error in _STALE_HANDLE_ERRORS:
+            raise _CardGone(lost) from None
+        return None
 
     def _read_card(self, index: int, ctx: _PollContext, seen_pids: set[int]) -> CardReading:
         static = self._cards[index]
@@ -300,13 +309,27 @@ class NvmlCollector:
         return static
 
     def _read_memory(self, ctx: _PollContext, static: _CardStatic, reading: CardReading) -> None:
-        memory = self._attempt(
-            ctx, static, "nvmlDeviceGetMemoryInfo", static.handle, self._nvml.nvmlMemory_v2
-        )
+        nvml = self._nvml
+        if not static.memory_v1:
+            try:
+                memory = nvml.nvmlDeviceGetMemoryInfo(static.handle, nvml.nvmlMemory_v2)
+            except TypeError:  # bindings older than the version argument
+                static.memory_v1 = True
+            except nvml.NVMLError as exc:
+                if type(exc).__name__ not in _NO_MEMORY_V2:
+                    self._failed(ctx, static, "nvmlDeviceGetMemoryInfo", exc)
+                    return
+                static.memory_v1 = True  # a driver before memory v2 (R510)
+            else:
+                reading.total_bytes = memory.total
+                reading.reserved_bytes = memory.reserved
+                reading.used_bytes = memory.used
+                reading.free_bytes = memory.free
+                return
+        memory = self._attempt(ctx, static, "nvmlDeviceGetMemoryInfo", static.handle)
         if memory is not None:
-            reading.total_bytes = memory.total
-            reading.reserved_bytes = memory.reserved
-            reading.used_bytes = memory.used
+            # v1 counts the driver's reserve as used; the reserve itself is not told apart
+            reading.total_bytes, reading.used_bytes = memory.total, memory.used
             reading.free_bytes = memory.free
 
     def _read_modes(self, ctx: _PollContext, static: _CardStatic, reading: CardReading) -> None:

@@ -563,3 +563,26 @@ def test_an_agent_stopping_keeps_the_oom_its_engine_log_was_still_writing(tmp_pa
     agent.stop()
     (oom,) = [e for b in sink for e in b["events"] if e["kind"] == "oom"]
     assert oom["detail"]["deployment_id"] == "7" and oom["detail"]["pid"] == 4242
+
+
+def test_a_driver_without_memory_v2_is_read_through_v1():
+    from inventory.telemetry.fake_nvml import NVML_ERROR_FUNCTION_NOT_FOUND, NVMLError
+
+    card = h100_card("gpu-01", 0, [FakeProcess(4242, "python3", 10 * GIB)])
+    nvml = nvml_for(card)
+    v2_calls = []
+
+    def memory_info(handle, version=None):
+        if version is not None:
+            v2_calls.append(version)
+            raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+        return type(nvml).nvmlDeviceGetMemoryInfo(nvml, handle)
+
+    nvml.nvmlDeviceGetMemoryInfo = memory_info
+    collector = NvmlCollector(nvml, "gpu-01", watch_xid=False)
+    first, second = collector.poll(), collector.poll()
+    assert len(v2_calls) == 1  # asked once, then v1 only
+    reading = second.cards[0]
+    assert reading.total_bytes == card.total_bytes and reading.reserved_bytes is None
+    assert reading.used_bytes + reading.free_bytes == card.total_bytes
+    assert first.faults == [] and second.faults == []
