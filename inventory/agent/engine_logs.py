@@ -1,7 +1,9 @@
 """Each deployment's engine log, tailed between polls and read by logscan.
 
-A deployment's plan entry names its log with `log_path` (a file the engine or its supervisor
-writes: `--log-file`, a `docker logs` json-file, a systemd `StandardOutput=append:` file). The
+A deployment's plan entry names its log with `log_path`: a file the engine or its supervisor
+writes (`--log-file`, a `docker logs` json-file, a systemd `StandardOutput=append:` file), or
+`journald:<unit>` for a systemd unit logging to the journal (`journalctl -u <unit> -f`, read
+through a non-blocking pipe; needs the `systemd-journal` group or root). The
 tail starts at the end of the file (what was logged before the agent came is history), follows
 rotation (a new inode at the path: the rest of the old file first, then the new one from its
 start) and truncation (`copytruncate`: back to the start), and reads at most `max_bytes` per
@@ -17,9 +19,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from typing import IO
 
+from inventory.agent.kernel_log import JournalReader
 from inventory.agent.logscan import LogEvent, LogScanner
 
 
@@ -88,10 +92,43 @@ def _decoded(raw: bytes) -> str:
 class DeploymentLog:
     deployment_id: str
     engine: str | None
-    tail: FileTail
+    tail: FileTail | JournalTail
     scanner: LogScanner
     quiet_since: float | None = None
     broken: str | None = None  # why the log could not be read, said once
+
+
+class JournalTail:
+    """A systemd unit's journal, followed from now on."""
+
+    def __init__(self, unit: str, journalctl: str = "journalctl") -> None:
+        self.path = f"journald:{unit}"
+        self._unit, self._journalctl = unit, journalctl
+        self._reader = None
+
+    def read_lines(self) -> list[str]:
+        if self._reader is None:
+            binary = shutil.which(self._journalctl)
+            if binary is None:
+                raise FileNotFoundError(f"{self._journalctl} not found")
+            command = [binary, "-u", self._unit, "-f", "-n", "0", "-o", "cat", "--no-pager"]
+            self._reader = JournalReader(command)
+        try:
+            return self._reader.lines()
+        except OSError:
+            self.close()  # started again at the next poll
+            raise
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+def open_tail(path: str, max_bytes: int) -> FileTail | JournalTail:
+    if path.startswith("journald:"):
+        return JournalTail(path.removeprefix("journald:"))
+    return FileTail(path, max_bytes=max_bytes)
 
 
 class EngineLogs:
@@ -120,7 +157,7 @@ class EngineLogs:
                 self._logs[deployment_id] = DeploymentLog(
                     deployment_id,
                     engine,
-                    FileTail(entry["log_path"], max_bytes=self.max_bytes),
+                    open_tail(entry["log_path"], self.max_bytes),
                     LogScanner(engine if engine in _SCANNED_ENGINES else None),
                 )
 

@@ -69,7 +69,9 @@ def open_kmsg(path: str = "/dev/kmsg") -> _LineReader:
     return _LineReader(fd, kmsg=True)
 
 
-class _JournalReader(_LineReader):
+class JournalReader(_LineReader):
+    """`journalctl ... -f -o cat`, read through a non-blocking pipe."""
+
     def __init__(self, command: list[str]) -> None:
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
@@ -96,7 +98,7 @@ def open_journal(journalctl: str = "journalctl") -> _LineReader:
     binary = shutil.which(journalctl)
     if binary is None:
         raise FileNotFoundError(f"{journalctl} not found")
-    return _JournalReader([binary, "-k", "-f", "-n", "0", "-o", "cat", "--no-pager"])
+    return JournalReader([binary, "-k", "-f", "-n", "0", "-o", "cat", "--no-pager"])
 
 
 CardByPci = Callable[[str], "tuple[int, str | None] | None"]

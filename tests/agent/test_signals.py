@@ -586,3 +586,28 @@ def test_a_driver_without_memory_v2_is_read_through_v1():
     assert reading.total_bytes == card.total_bytes and reading.reserved_bytes is None
     assert reading.used_bytes + reading.free_bytes == card.total_bytes
     assert first.faults == [] and second.faults == []
+
+
+def test_a_systemd_units_journal_is_followed_without_blocking(tmp_path, monkeypatch):
+    import time
+
+    journal = Path(__file__).with_name("fake_journal")
+    monkeypatch.setenv("PATH", f"{journal}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_JOURNAL_DIR", str(tmp_path))
+    (tmp_path / "vllm-chat.service").write_text("old line\n")
+    logs = EngineLogs(idle_flush_s=0.0)
+    logs.follow([{"deployment_id": "5", "log_path": "journald:vllm-chat.service"}])
+    assert logs.read(0.0) == ([], [])
+    following = tmp_path / "vllm-chat.service.following"
+    deadline = time.monotonic() + 30
+    while not following.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the follower is not at the end of the journal yet
+    with (tmp_path / "vllm-chat.service").open("a") as unit:
+        unit.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.\n")
+    deadline = time.monotonic() + 10
+    found = []
+    while not found and time.monotonic() < deadline:
+        found += logs.read(time.monotonic())[0]
+        time.sleep(0.1)
+    logs.close()
+    assert [(d, e.kind, e.detail["requested_bytes"]) for d, e in found] == [("5", "oom", GIB)]
