@@ -81,6 +81,8 @@ class DeploymentAdminForm(forms.ModelForm):
             "kv_reservation_basis",
             "admission_policy",
             "status",
+            "log_path",
+            "allocator_url",
         ]
 
     def clean(self):

@@ -109,3 +109,45 @@ def test_a_real_hosts_signals_land_as_events_with_snapshot_and_triage(tmp_path):
     status = CollectorStatus.objects.get(host=host)
     assert status.mps_servers == []  # the daemon's last answer: no server left
     assert status.mps_seen_at is not None
+
+
+def test_the_plan_carries_a_deployments_log_path_and_allocator_url_only_when_set():
+    from inventory.collection import collection_plan
+
+    host = HostFactory(collector=Host.Collector.NVML)
+    gpu = GpuFactory(host=host, index=0)
+    DeploymentFactory(host=host, gpus=[gpu], log_path="/var/log/vllm/chat.log",
+                      allocator_url="http://127.0.0.1:9464/metrics")  # fmt: skip
+    DeploymentFactory(host=host, gpus=[gpu])
+    with_log, plain = sorted(collection_plan(host)["deployments"], key=lambda e: "log_path" in e)[
+        ::-1
+    ]
+    assert with_log["log_path"] == "/var/log/vllm/chat.log"
+    assert with_log["allocator_url"] == "http://127.0.0.1:9464/metrics"
+    assert "log_path" not in plain and "allocator_url" not in plain
+
+
+def test_an_admin_may_set_a_deployments_log_path_and_it_is_audited(admin_client):
+    from console.models import AuditEntry
+
+    gpu = GpuFactory(index=0)
+    deployment = DeploymentFactory(host=gpu.host, gpus=[gpu])
+    response = admin_client.post(
+        f"/admin/inventory/deployment/{deployment.pk}/change/",
+        {
+            "served_model": deployment.served_model_id,
+            "host": deployment.host_id,
+            "gpus": [gpu.pk],
+            "isolation_mode": deployment.isolation_mode,
+            "kv_reservation_bytes": deployment.kv_reservation_bytes,
+            "kv_reservation_basis": deployment.kv_reservation_basis,
+            "admission_policy": deployment.admission_policy,
+            "status": deployment.status,
+            "log_path": "journald:vllm-chat.service",
+            "allocator_url": "http://127.0.0.1:9464/metrics",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    deployment.refresh_from_db()
+    assert deployment.log_path == "journald:vllm-chat.service"
+    assert AuditEntry.objects.filter(action="deployment.change").exists()
