@@ -156,4 +156,6 @@ def test_a_real_hosts_oom_exit_restart_and_mps_crash_fill_the_console(real_host,
     history = client_as("manager").get("/oom/")
     assert history.status_code == 200 and "chat" in history.content.decode()
     page = client_as("oncall").get(f"/hosts/{HOST}/")
-    assert page.status_code == 200 and oom.cause in page.content.decode()
+    text = page.content.decode()
+    assert page.status_code == 200 and oom.cause in text
+    assert "Process exit" in text and "probable OOM" in text and "engine_log" in text
