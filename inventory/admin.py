@@ -83,6 +83,8 @@ class DeploymentAdminForm(forms.ModelForm):
             "status",
             "pod_namespace",
             "pod_selector",
+            "log_path",
+            "allocator_url",
         ]
 
     def clean_pod_selector(self):

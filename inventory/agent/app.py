@@ -8,6 +8,7 @@ Beat (central) sends each host its collection plan to its queue; the agent start
 a host on its first plan and publishes batches to the `ingest` queue (inventory.agent.transport).
 """
 
+import importlib
 import logging
 import socket
 from pathlib import Path
@@ -16,7 +17,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_shutdown
 
 from console.broker import broker_transport_options, broker_url
-from console.env import env_bool, env_int, env_str
+from console.env import env_bool, env_float, env_int, env_str
 from inventory.agent.runtime import Agent, wall_clock
 from inventory.agent.secrets import read_secrets
 from inventory.agent.transport import batch_publisher
@@ -47,7 +48,8 @@ def _source_factory():
 
         return FleetSimulator(seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock).source_for
     if kind == "nvml":
-        import pynvml
+        # AGENT_NVML_MODULE: another module with pynvml's API (an end-to-end test's fake NVML)
+        pynvml = importlib.import_module(env_str("AGENT_NVML_MODULE", "pynvml"))
 
         from inventory.agent.sources import NvmlSource
 
@@ -61,10 +63,26 @@ def _source_factory():
         def nvml_source(plan):
             if plan["host"] != this_host or plan.get("collector") != "nvml":
                 return None
-            return NvmlSource(pynvml, wall_clock, pods=pods)
+            return NvmlSource(pynvml, wall_clock, real_host_signals(pynvml), pods=pods)
 
         return nvml_source
     raise ValueError(f"AGENT_SOURCE={kind!r}: expected nvml or simulator")
+
+
+def real_host_signals(nvml):
+    """Kernel-log Xids and the MPS daemon where this host has them (AGENT_KERNEL_LOG,
+    AGENT_MPS: auto or off); exits, restarts and engine logs always."""
+    from inventory.agent.kernel_log import KernelXidSource, NvmlPciMap, open_journal, open_kmsg
+    from inventory.agent.mps import MpsMonitor
+    from inventory.agent.signals import SignalOptions
+
+    options = SignalOptions()
+    if env_str("AGENT_KERNEL_LOG", "auto") != "off":
+        options.kernel_log = KernelXidSource([open_kmsg, open_journal], NvmlPciMap(nvml))
+    if env_str("AGENT_MPS", "auto") != "off":
+        options.mps = MpsMonitor(interval_s=env_float("AGENT_MPS_INTERVAL_S", 5.0, minimum=0.5))
+        options.mps.start()
+    return options
 
 
 agent = Agent(

@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+from inventory.agent.signals import HostSignals, SignalOptions
 from inventory.telemetry.engines import http_fetch
 from inventory.telemetry.readings import TelemetryEvent
 from inventory.telemetry.simulator.fleet import Fleet
@@ -15,11 +16,19 @@ log = logging.getLogger(__name__)
 
 
 class NvmlSource:
-    """This machine's GPUs through nvidia-ml-py, its engines over HTTP."""
+    """This machine's GPUs through nvidia-ml-py, its engines over HTTP; its exits, restarts,
+    engine logs, kernel Xids and MPS daemon through inventory.agent.signals."""
 
-    def __init__(self, nvml_module: Any, clock, pods=None) -> None:
+    def __init__(
+        self,
+        nvml_module: Any,
+        clock,
+        signal_options: SignalOptions | None = None,
+        pods=None,
+    ) -> None:
         self._nvml = nvml_module
         self.now = clock
+        self._signal_options = signal_options
         self.pods = pods  # on a Kubernetes node: this node's pods (inventory.agent.kubernetes)
 
     def nvml(self) -> Any:
@@ -32,7 +41,10 @@ class NvmlSource:
         return planned
 
     def events(self) -> list[TelemetryEvent]:
-        return []  # Xid events arrive through the collector's NVML event set
+        return []  # Xids arrive through the collector's NVML event set, the rest via signals()
+
+    def signals(self) -> HostSignals:
+        return HostSignals(self._signal_options)
 
 
 class SimulatedSource:

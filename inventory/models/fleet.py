@@ -355,6 +355,17 @@ class Deployment(models.Model):
         help_text='Kubernetes: the label selector of its pods, e.g. {"app": "vllm-llama"} or '
         '{"matchExpressions": [...]}; their GPU processes are this deployment\'s.',
     )
+    log_path = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="The engine's log file on its host (a --log-file, a docker json-file log, a "
+        "systemd append: file), tailed by the host agent for OOMs and faults.",
+    )
+    allocator_url = models.URLField(
+        blank=True,
+        help_text="The allocator exporter the engine loads (inventory.agent.allocator_exporter)"
+        ", e.g. http://127.0.0.1:9464/memory_stats.",
+    )
     isolation_mode = models.CharField(max_length=16, choices=Isolation)
     mps_active_thread_percentage = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]

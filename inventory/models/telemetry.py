@@ -51,6 +51,12 @@ class CollectorStatus(models.Model):
     outbox_depth = models.PositiveIntegerField(default=0)
     outbox_dropped = models.PositiveBigIntegerField(default=0)
     events_dropped = models.PositiveBigIntegerField(default=0)
+    mps_servers = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The MPS servers the agent last saw: server PID, cards, clients.",
+    )
+    mps_seen_at = models.DateTimeField(null=True, blank=True)
 
     objects = VisibleQuerySet.as_manager()
 
@@ -96,6 +102,9 @@ class Event(models.Model):
         MPS_SERVER_DOWN = "mps_server_down", "MPS server down"
         GPU_LOST = "gpu_lost", "GPU lost"
         PROCESS_RESTART = "process_restart", "Process restart"
+        PROCESS_EXIT = "process_exit", "Process exit"
+        ENGINE_FAULT = "engine_fault", "Engine fault"
+        KV_PRESSURE = "kv_pressure", "KV cache pressure"
 
     host = models.ForeignKey("inventory.Host", on_delete=models.CASCADE, related_name="events")
     gpu = models.ForeignKey(

@@ -83,6 +83,9 @@ class EngineReading:
     latency: dict[str, LatencySummary] = field(default_factory=dict)  # "e2e", "ttft", "itl"
     vram_bytes: int | None = None  # Ollama: sum of size_vram over loaded models
     models: list[OllamaModel] = field(default_factory=list)
+    # prometheus_client's process collector: changes when the engine's server restarts
+    process_start_time_s: float | None = None
+    preemptions_total: float | None = None  # vLLM: requests preempted for KV space, a counter
 
 
 # --- Prometheus text ----------------------------------------------------------------------
@@ -218,7 +221,16 @@ def parse_vllm_metrics(text: str, model_name: str | None = None) -> EngineReadin
         requests_waiting=_gauge_sum(samples, ["vllm:num_requests_waiting"], model_name),
         cache_config=dict(config_rows[0][0]) if config_rows else {},
         latency=_latencies(samples, _VLLM_LATENCY, model_name),
+        process_start_time_s=_start_time(samples),
+        preemptions_total=_gauge_sum(
+            samples, ["vllm:num_preemptions_total", "vllm:num_preemptions"], model_name
+        ),
     )
+
+
+def _start_time(samples) -> float | None:
+    rows = samples.get("process_start_time_seconds")
+    return max(value for _, value in rows) if rows else None
 
 
 def parse_sglang_metrics(text: str, model_name: str | None = None) -> EngineReading:
@@ -233,6 +245,7 @@ def parse_sglang_metrics(text: str, model_name: str | None = None) -> EngineRead
         requests_running=running,
         requests_waiting=_gauge_sum(samples, ["sglang:num_queue_reqs"], model_name),
         latency=_latencies(samples, _SGLANG_LATENCY, model_name),
+        process_start_time_s=_start_time(samples),
     )
 
 
@@ -250,6 +263,7 @@ def parse_tgi_metrics(text: str, model_name: str | None = None) -> EngineReading
         requests_waiting=queue,
         cache_config={} if max_tokens is None else {"batch_current_max_tokens": f"{max_tokens:g}"},
         latency=_latencies(samples, _TGI_LATENCY, None),
+        process_start_time_s=_start_time(samples),
     )
 
 

@@ -609,6 +609,23 @@ def _update_statuses(payloads: list[dict], hosts: dict[str, Host]) -> None:
             [[status.host_id for status in rows]]
             + [[getattr(status, name) for status in rows] for name in _STATUS_FIELDS],
         )
+    _update_mps_servers(payloads, hosts)
+
+
+def _update_mps_servers(payloads: list[dict], hosts: dict[str, Host]) -> None:
+    """The live MPS state of each host whose agent reported one: the latest batch's."""
+    latest: dict[int, dict] = {}
+    for payload in payloads:
+        mps = (payload.get("agent") or {}).get("mps")
+        pk = hosts[payload["host"]].pk
+        if isinstance(mps, list) and (
+            pk not in latest or payload["interval_end"] > latest[pk]["interval_end"]
+        ):
+            latest[pk] = payload
+    for pk, payload in sorted(latest.items()):
+        CollectorStatus.objects.filter(host_id=pk).update(
+            mps_servers=payload["agent"]["mps"], mps_seen_at=_ts(payload["interval_end"])
+        )
 
 
 def _apply_to_status(status: CollectorStatus, payload: dict) -> None:
