@@ -118,6 +118,28 @@ def collector_section(figures: dict) -> str:
                 for row in series
             ),
         ]
+    if signals := figures.get("signals"):
+        events = ", ".join(f"{count} {kind}" for kind, count in sorted(signals["events"].items()))
+        lines += [
+            "",
+            "### Sampling with every real-host signal source on (issue 12)",
+            "",
+            f"`python tests/bench/bench_collector.py --skip-memory --signals-seconds "
+            f"{signals['seconds']:g}`: an 8-card host through the real NVML code path against "
+            "the fake NVML, 0.5 s polls in real time; 8 engine logs receiving lines with a vLLM "
+            "OOM traceback every few seconds, kmsg records with Xids, the MPS control daemon "
+            "asked by its own thread (fake control binary), a process replaced every 4 s.",
+            "",
+            "| figure | value |",
+            "|---|---|",
+            f"| polls taken / due | {signals['polls_taken']} / {signals['polls_due']} |",
+            f"| sampling tick CPU per poll, mean / max | {signals['tick_cpu_ms_mean']:.2f} ms / "
+            f"{signals['tick_cpu_ms_max']:.2f} ms |",
+            f"| MPS control processes' CPU per poll | "
+            f"{signals['mps_control_cpu_ms_per_poll']:.1f} ms (the fake is a Python script; the "
+            "real `nvidia-cuda-mps-control` is a small C client) |",
+            f"| events raised | {events} |",
+        ]
     return "\n".join(lines)
 
 
