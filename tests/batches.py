@@ -98,10 +98,11 @@ def engine_row(deployment, *, running, p99_s, kv_usage=0.5):
 
 
 def write_history(host, tenants, *, start, minutes, demand, running=None, p99=None,
-                  alloc_free=2 * GIB, largest_block=GIB):  # fmt: skip
+                  alloc_free=2 * GIB, largest_block=GIB, context=0):  # fmt: skip
     """Ingest one batch a minute for `minutes`: each (gpu, deployment) tenant holds
     demand(minute, tenant_index) bytes; its engine runs running(minute, tenant_index)
-    requests at p99(minute, tenant_index) seconds."""
+    requests at p99(minute, tenant_index) seconds. NVML sees each process `context` bytes
+    beyond its allocator pool (CUDA context, libraries)."""
     from inventory.timeseries import rollups
     from inventory.timeseries.ingest import ingest_batches
 
@@ -113,12 +114,13 @@ def write_history(host, tenants, *, start, minutes, demand, running=None, p99=No
         processes, engines, used = [], {}, {gpu.pk: 0 for gpu in gpus}
         for index, (gpu, deployment) in enumerate(tenants):
             held = demand(minute, index)
-            used[gpu.pk] += held + alloc_free
+            used[gpu.pk] += held + alloc_free + context
             alloc = {"reserved_bytes": held + alloc_free, "allocated_bytes": held,
                      "inactive_split_bytes": alloc_free - largest_block,
                      "largest_free_block_bytes": largest_block}  # fmt: skip
-            processes.append(process_row(gpu, 1000 + index, used_max=held + alloc_free,
-                                         used_last=held + alloc_free, deployment=deployment,
+            nvml = held + alloc_free + context
+            processes.append(process_row(gpu, 1000 + index, used_max=nvml,
+                                         used_last=nvml, deployment=deployment,
                                          alloc=alloc))  # fmt: skip
             if running is not None:
                 engines[deployment.pk] = engine_row(

@@ -32,6 +32,8 @@ from console.proposals.gates.memory import (
 )
 from console.proposals.loadtests import LoadTestRun
 from console.proposals.models import Proposal
+from inventory.analytics.context import cuda_context_estimate
+from inventory.analytics.kv import kv_reservation_per_card
 from inventory.analytics.stats import percentile
 from inventory.models import Deployment, Gpu, MigSlice
 from inventory.placement_state import WORKSPACE_ALLOWANCE, estimated_bytes_per_card
@@ -58,12 +60,24 @@ class Checked:
     solver_gpus: list[Gpu]  # the cards the solver chose; empty when it did not choose
 
 
+def _card_type(proposal: Proposal) -> str:
+    gpu = proposal.host.gpus.order_by("index").first()
+    return gpu.product_name if gpu else ""
+
+
 def share_of(proposal: Proposal, cards: int) -> Share:
+    """The proposal's memory on each card: KV as each tensor-parallel card holds it (one
+    pipeline stage: a proposal does not state pipeline parallelism), and its process's CUDA
+    context (the card type's estimate: the process does not exist yet)."""
+    kv = kv_reservation_per_card(
+        proposal.kv_reservation_bytes, proposal.served_model.kv_shape(), max(1, cards)
+    )
     return Share.per_card(
         proposal.served_model.weights_bytes,
-        proposal.kv_reservation_bytes,
+        kv,
         WORKSPACE_ALLOWANCE,
         cards,
+        cuda_context_estimate(_card_type(proposal)),
     )
 
 
@@ -94,15 +108,28 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
     for gpu in host.gpus.exclude(mig_mode=Gpu.MigMode.ENABLED).order_by("index"):
         capacity = card_capacity(gpu)
         tenants = []
+        context = cuda_context_estimate(gpu.product_name)
         for deployment in on_card.get(gpu.pk, []):
             measured = capacity.demand_p95.get(deployment.pk)
             tenants.append(
-                Tenant(deployment.served_model.name, measured, "P95 measured, 7 days")
+                Tenant(
+                    deployment.served_model.name,
+                    measured,
+                    "P95 measured, 7 days, with what NVML counts outside the allocator",
+                    capacity.context_p95.get(deployment.pk, 0),
+                    context.source
+                    if deployment.pk in capacity.context_estimated
+                    else "nvml_used_minus_allocator",
+                )
                 if measured is not None
                 else Tenant(
                     deployment.served_model.name,
-                    estimated_bytes_per_card(deployment, len(deployment.gpus.all())),
-                    "estimate: weights + KV reservation + workspace",
+                    estimated_bytes_per_card(
+                        deployment, len(deployment.gpus.all()), gpu.product_name
+                    ),
+                    "estimate: weights + KV per card + CUDA context + workspace",
+                    context.bytes,
+                    context.source,
                 )
             )
         budgets[gpu] = CardBudget(
@@ -119,6 +146,7 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
 
 
 def slice_budget(mig_slice: MigSlice, leaving: int | None) -> CardBudget:
+    context = cuda_context_estimate(mig_slice.gpu.product_name)
     others = (
         Deployment.objects.filter(mig_slice=mig_slice)
         .exclude(status=Deployment.Status.STOPPED)
@@ -130,7 +158,14 @@ def slice_budget(mig_slice: MigSlice, leaving: int | None) -> CardBudget:
         total_bytes=mig_slice.memory_bytes,
         driver_reserved_bytes=0,
         tenants=tuple(
-            Tenant(d.served_model.name, estimated_bytes_per_card(d, 1), "estimate") for d in others
+            Tenant(
+                d.served_model.name,
+                estimated_bytes_per_card(d, 1, mig_slice.gpu.product_name),
+                "estimate",
+                context.bytes,
+                context.source,
+            )
+            for d in others
         ),
         fragmentation_peak_bytes=0,
         fragmentation_index_peak=None,

@@ -13,7 +13,7 @@ from django.db import models
 from django.urls import reverse
 
 from console.access import VisibleQuerySet
-from inventory.analytics.kv import kv_bytes_per_token
+from inventory.analytics.kv import CardKv, KvShape, kv_bytes_per_token, kv_reservation_per_card
 
 HOST_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 host_name_validator = RegexValidator(
@@ -210,8 +210,8 @@ class ServedModel(models.Model):
     num_kv_heads = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
-        help_text="The model's KV heads (all of them: a tensor-parallel deployment splits the "
-        "KV cache of each token across its cards).",
+        help_text="The model's KV heads (all of them: a tensor-parallel deployment splits them "
+        "across its cards, one at least on each; an MLA latent is whole on every card).",
     )
     head_dim = models.PositiveSmallIntegerField(null=True, blank=True)
     kv_dtype = models.CharField(max_length=10, blank=True, choices=KV_DTYPES)
@@ -253,6 +253,20 @@ class ServedModel(models.Model):
 
     def shape_given(self) -> bool:
         return None not in self._shape()
+
+    def kv_shape(self) -> KvShape | None:
+        """The architecture the per-card KV figures come from; None when it is not given."""
+        if not self.shape_given():
+            return None
+        return KvShape(
+            self.num_layers,
+            self.num_kv_heads or 0,
+            self.head_dim or 0,
+            self.kv_dtype,
+            mla=self.uses_mla,
+            kv_lora_rank=self.kv_lora_rank,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+        )
 
     @property
     def effective_kv_bytes_per_token(self) -> int | None:
@@ -334,6 +348,12 @@ class Deployment(models.Model):
         "deployment's processes from its neighbours' on shared cards.",
     )
     isolation_mode = models.CharField(max_length=16, choices=Isolation)
+    pipeline_parallel = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text="Pipeline stages; the deployment's cards divided by this is its tensor "
+        "parallelism. Each stage caches only its own layers' KV.",
+    )
     mps_active_thread_percentage = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
     )
@@ -407,6 +427,20 @@ class Deployment(models.Model):
             raise ValidationError({"gpus": f"Not on {host}: {', '.join(foreign)}."})
         if isolation_mode != cls.Isolation.MIG and not gpus:
             raise ValidationError({"gpus": "Pick the cards this deployment runs on."})
+
+    @property
+    def tensor_parallel(self) -> int:
+        cards = 1 if self.mig_slice_id else len(self.gpus.all())
+        return max(1, cards // max(1, self.pipeline_parallel))
+
+    def kv_per_card(self) -> CardKv:
+        """This deployment's KV reservation as each of its cards holds it."""
+        return kv_reservation_per_card(
+            self.kv_reservation_bytes,
+            self.served_model.kv_shape(),
+            self.tensor_parallel,
+            max(1, self.pipeline_parallel),
+        )
 
     def card_labels(self) -> list[str]:
         if self.mig_slice_id:

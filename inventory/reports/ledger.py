@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
+from inventory.analytics.context import cuda_context_estimate
 from inventory.analytics.fragmentation import CardStatus, card_status
 from inventory.analytics.ledger import CardLedger, build_ledger
 from inventory.analytics.snapshot import (
@@ -78,12 +79,12 @@ def card_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
             if card and card["free_last"] is not None
             else None,
             processes=tuple(
-                _process(row, deployments.get(row["deployment_id"]), kv_usage)
+                _process(row, deployments.get(row["deployment_id"]), kv_usage, gpu)
                 for row in processes.get(gpu.pk, [])
             )
             # Nothing measured: the card's deployments as their own figures say (estimates).
             or tuple(
-                _process(_UNMEASURED, deployment, kv_usage)
+                _process(_UNMEASURED, deployment, kv_usage, gpu)
                 for deployment in deployments.values()
                 if deployment.status != Deployment.Status.STOPPED and gpu in deployment.gpus.all()
             ),
@@ -115,14 +116,16 @@ _UNMEASURED = {
 }
 
 
-def _process(row: dict, deployment: Deployment | None, kv_usage: dict) -> ProcessSnapshot:
+def _process(row: dict, deployment: Deployment | None, kv_usage: dict, gpu: Gpu) -> ProcessSnapshot:
     spec = kv = None
     if deployment is not None:
         cards = max(1, len(deployment.gpus.all()))
-        reservation = deployment.kv_reservation_bytes // cards
+        card_kv = deployment.kv_per_card()
+        reservation = card_kv.bytes
         spec = DeploymentSpec(
             weights_bytes=deployment.served_model.weights_bytes // cards,
             kv_reservation_bytes=reservation,
+            cuda_context_bytes=cuda_context_estimate(gpu.product_name).bytes,
         )
         if reservation:
             kv = EngineKvCache(
@@ -131,7 +134,9 @@ def _process(row: dict, deployment: Deployment | None, kv_usage: dict) -> Proces
                 if deployment.pk in kv_usage
                 else None,
                 pool_basis=Basis.ESTIMATED,
-                pool_source="deployment KV reservation",
+                pool_source="deployment KV reservation, per card from the model's shape"
+                if card_kv.how == "shape"
+                else "deployment KV reservation split evenly (model shape unknown)",
             )
     return ProcessSnapshot(
         pid=row["pid"],

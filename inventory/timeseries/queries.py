@@ -217,13 +217,19 @@ def driver_reserved_at(gpu_id: int, at: dt.datetime) -> int | None:
 
 def deployment_demand(gpu_id: int, start: dt.datetime, end: dt.datetime) -> list[dict]:
     """Per sample time and deployment on the card: bytes allocated (NVML's per-process figure
-    where no allocator statistics exist), bytes the allocators held unallocated, and the worst
-    fragmentation index."""
+    where no allocator statistics exist), bytes the allocators held unallocated, bytes held
+    outside the allocators (NVML used - allocator reserved: CUDA context, library workspaces),
+    the count of processes with allocator statistics but no NVML figure (their context is
+    unknown), and the worst fragmentation index."""
     return _rows(
         """
         SELECT ts, deployment_id,
                sum(coalesce(alloc_allocated_last, used_max)) AS allocated,
                sum(greatest(coalesce(alloc_reserved_last - alloc_allocated_last, 0), 0)) AS held,
+               sum(greatest(used_last - alloc_reserved_last, 0)) AS outside,
+               count(*) FILTER (
+                   WHERE alloc_reserved_last IS NOT NULL AND used_last IS NULL
+               ) AS blind,
                max(frag_index_max) AS frag
         FROM inventory_process_sample
         WHERE gpu_id = %s AND ts > %s AND ts <= %s

@@ -17,6 +17,7 @@ from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
 
 pytestmark = pytest.mark.django_db
+MIB = 1024**2
 
 
 @pytest.fixture
@@ -94,6 +95,25 @@ def test_capacity_splits_allocated_demand_from_allocator_held_memory(shared_card
     # 1 - 1 GiB largest block / 2 GiB free in the pool
     assert capacity.fragmentation_index_peak == pytest.approx(0.5)
     assert capacity.fragmentation_status == "red"
+
+
+def test_capacity_counts_what_nvml_sees_outside_the_allocator_as_demand():
+    # The H200 check measured 518 MiB of CUDA context per process (docs/gpu-check.md): NVML
+    # per-process used minus the allocator's reserved pool.
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    chat = DeploymentFactory(host=gpu.host, gpus=[gpu])
+    start = (timezone.now() - dt.timedelta(hours=1)).timestamp()
+    write_history(gpu.host, [(gpu, chat)], start=start, minutes=30,
+                  demand=lambda minute, index: 30 * GIB, context=518 * MIB)  # fmt: skip
+    capacity = card_capacity(gpu)
+    assert capacity.context_p95[chat.pk] == 518 * MIB
+    assert capacity.context_estimated == frozenset()
+    assert capacity.demand_p95[chat.pk] == 30 * GIB + 518 * MIB
+    # Allocated + context + the 2 GiB pool held: all NVML showed as used, nothing twice.
+    assert capacity.joint_peak_bytes + capacity.allocator_held_peak_bytes == 32 * GIB + 518 * MIB
+    (view,) = card_views(gpu.host)
+    context = [line for line in view.ledger.lines if line.kind.value == "cuda_context"]
+    assert [(line.bytes, line.basis.value) for line in context] == [(518 * MIB, "measured")]
 
 
 def test_the_ledger_sums_to_the_card_and_reads_red_by_fragmentation(shared_card):

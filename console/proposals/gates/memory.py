@@ -2,11 +2,17 @@
 
 For each target card::
 
-    weights / cards + KV reservation / cards + workspace      (this card's share)
+    weights / cards + KV per card + CUDA context + workspace   (this card's share)
   + co-tenants' P95 demand on the card                         (measured, or their own figures)
   + the card's fragmentation peak                               (allocator-held, not in use)
   + headroom
   <= total - driver reserved
+
+KV per card comes from the model's architecture (``inventory.analytics.kv``): an MLA latent is
+whole on every tensor-parallel card, GQA heads are split and replicated past the head count.
+Every process holds a CUDA context and library workspaces outside its allocator; NVML counts
+them, so the gate does: measured (NVML used - allocator reserved) for co-tenants with
+telemetry, the card type's estimate otherwise (``inventory.analytics.context``), labelled.
 
 Capacity never adds across cards: a model that needs more than any one card has fails, however
 much the host has free in total. A card whose framework fragmentation is red fails whatever its
@@ -16,6 +22,8 @@ totals say: "nvidia-smi total green, framework fragmentation red" means do not a
 from dataclasses import dataclass, field
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus
+from inventory.analytics.context import ContextOverhead
+from inventory.analytics.kv import CardKv
 from inventory.analytics.units import format_gib
 
 DEFRAGMENT_NOTE = "defragment-off-peak-reload"
@@ -27,6 +35,9 @@ class Tenant:
     name: str
     demand_bytes: int
     basis: str  # "P95 measured" or "estimate: weights + KV + workspace"
+    # Of the demand, what the process holds outside its allocator (CUDA context, workspaces).
+    context_bytes: int = 0
+    context_source: str = ""  # a code of inventory.analytics.context.SOURCE_LABELS
 
 
 @dataclass(frozen=True)
@@ -62,15 +73,32 @@ class Share:
     weights_bytes: int
     kv_bytes: int
     workspace_bytes: int
+    context_bytes: int = 0  # its process's CUDA context on the card (an estimate)
+    kv_how: str = "shape"  # inventory.analytics.kv.CardKv.how
+    context_source: str = ""
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_bytes + self.workspace_bytes
+        return self.weights_bytes + self.kv_bytes + self.context_bytes + self.workspace_bytes
 
     @classmethod
-    def per_card(cls, weights: int, kv_reservation: int, workspace: int, cards: int) -> "Share":
-        cards = max(1, cards)
-        return cls(-(-weights // cards), -(-kv_reservation // cards), workspace)
+    def per_card(
+        cls,
+        weights: int,
+        kv: CardKv,
+        workspace: int,
+        cards: int,
+        context: ContextOverhead | None = None,
+    ) -> "Share":
+        """Weights split over the cards; KV as each card holds it (already per card)."""
+        return cls(
+            -(-weights // max(1, cards)),
+            kv.bytes,
+            workspace,
+            context.bytes if context else 0,
+            kv.how,
+            context.source if context else "",
+        )
 
 
 @dataclass(frozen=True)
@@ -95,10 +123,21 @@ def _row(card: CardBudget, share: Share, headroom: int) -> dict:
         "weights_bytes": share.weights_bytes,
         "kv_bytes": share.kv_bytes,
         "workspace_bytes": share.workspace_bytes,
+        "context_bytes": share.context_bytes,
+        "context_source": share.context_source,
+        "kv_how": share.kv_how,
         "tenants": [
-            {"name": t.name, "demand_bytes": t.demand_bytes, "basis": t.basis} for t in card.tenants
+            {
+                "name": t.name,
+                "demand_bytes": t.demand_bytes,
+                "basis": t.basis,
+                "context_bytes": t.context_bytes,
+                "context_source": t.context_source,
+            }
+            for t in card.tenants
         ],
         "tenants_bytes": card.tenants_bytes,
+        "tenants_context_bytes": sum(t.context_bytes for t in card.tenants),
         "fragmentation_peak_bytes": card.fragmentation_peak_bytes,
         "fragmentation_index_peak": card.fragmentation_index_peak,
         "fragmentation_status": card.fragmentation_status,
@@ -114,8 +153,10 @@ def _row(card: CardBudget, share: Share, headroom: int) -> dict:
 def _breakdown(row: dict) -> str:
     return (
         f"weights {format_gib(row['weights_bytes'])} + KV {format_gib(row['kv_bytes'])} + "
+        f"CUDA context {format_gib(row['context_bytes'])} + "
         f"workspace {format_gib(row['workspace_bytes'])} + co-tenants "
-        f"{format_gib(row['tenants_bytes'])} + fragmentation "
+        f"{format_gib(row['tenants_bytes'])} (of which CUDA context "
+        f"{format_gib(row['tenants_context_bytes'])}) + fragmentation "
         f"{format_gib(row['fragmentation_peak_bytes'])} + headroom "
         f"{format_gib(row['headroom_bytes'])} = {format_gib(row['need_bytes'])} of "
         f"{format_gib(row['usable_bytes'])} usable"
@@ -155,8 +196,9 @@ def evaluate_memory(request: MemoryRequest) -> GateOutcome:
         "estimates_note": (
             "No telemetry for "
             + ", ".join(estimates)
-            + ": the co-tenants' own figures (weights + KV reservation + workspace) stand in "
-            "for their measured P95, and fragmentation counts as zero. These are estimates."
+            + ": the co-tenants' own figures (weights + KV per card + CUDA context + "
+            "workspace) stand in for their measured P95, and fragmentation counts as zero. "
+            "These are estimates."
             if estimates
             else ""
         ),
