@@ -220,3 +220,44 @@ def recommended_kv_reservation_bytes(
 def kv_reservation_gap_bytes(recommended_bytes: int, current_bytes: int) -> int:
     """Recommended minus current reservation: positive means under-reserved by that much."""
     return recommended_bytes - current_bytes
+
+
+@dataclass(frozen=True)
+class KvPool:
+    """A deployment's KV on one card three ways, never mixed up: the pool the engine allocated,
+    the part of it in use, and what the console's policy reserves for it."""
+
+    pool_bytes: int | None  # the engine's pool on this card; None when the engine says nothing
+    pool_source: str  # a code: "engine_bytes", "engine_blocks", "not_reported"
+    in_use_bytes: int | None  # the engine's usage fraction x its pool
+    reserved_by_policy_bytes: int  # the deployment's reservation on this card
+    memory_fraction: float | None  # the share of the card the engine was started with
+
+
+def engine_kv_pool(
+    reserved_by_policy_bytes: int,
+    *,
+    bytes_per_token_per_card: float | None,
+    usage_fraction: float | None,
+    pool_tokens: int | None,
+    pool_bytes: int | None,
+    memory_fraction: float | None = None,
+) -> KvPool:
+    """The engine's KV pool on one card, from what it reported (vLLM ``cache_config_info``).
+
+    vLLM and SGLang report KV usage as a fraction of the pool *they* allocated (vLLM sizes it
+    from ``gpu_memory_utilization``, or ``--kv-cache-memory-bytes`` per GPU; each worker holds
+    ``num_gpu_blocks`` blocks of ``block_size`` tokens), so in-use bytes are that fraction of
+    the pool, never of the console's reservation. The pool in bytes is the stated figure, else
+    the pool's tokens x this card's bytes per token (needs the model's shape).
+    """
+    if pool_bytes:
+        pool, source = pool_bytes, "engine_bytes"
+    elif pool_tokens and bytes_per_token_per_card:
+        pool, source = math.ceil(pool_tokens * bytes_per_token_per_card), "engine_blocks"
+    else:
+        pool, source = None, "not_reported"
+    in_use = (
+        round(pool * usage_fraction) if pool is not None and usage_fraction is not None else None
+    )
+    return KvPool(pool, source, in_use, reserved_by_policy_bytes, memory_fraction)

@@ -3,8 +3,11 @@
 The newest card sample at or before the moment (raw samples, within a few intervals) gives
 NVML's card figures; the process samples of the same batch give per-process memory and
 allocator statistics; the deployment's spec fills in weights, KV reservation and the rest as
-estimates; the engine's KV usage splits the reservation into used and reserved-unused. Beside
-the ledger, each card's headroom over the two hours before the moment (reports.headroom).
+estimates. The KV line is the engine's own pool where it reported one (vLLM cache_config_info),
+split by its usage fraction into used and reserved-unused; otherwise the deployment's
+reservation on the card, whole (the usage is a share of the engine's pool, not of the
+reservation). Beside the ledger: each card's headroom over the two hours before the moment
+(reports.headroom) and each deployment's KV pool, in use and reserved by policy, apart.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from django.utils import timezone
 
 from inventory.analytics.context import cuda_context_estimate
 from inventory.analytics.fragmentation import CardStatus, card_status
+from inventory.analytics.kv import KvPool, engine_kv_pool
 from inventory.analytics.ledger import CardLedger, build_ledger
 from inventory.analytics.snapshot import (
     Basis,
@@ -43,6 +47,7 @@ class CardView:
     ledger: CardLedger
     status: CardStatus
     headroom_bytes: int | None  # over the two hours before the moment; None: not measured
+    kv_pools: tuple[tuple[str, KvPool], ...] = ()  # (deployment, its KV pool on this card)
 
 
 def card_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
@@ -61,7 +66,7 @@ def card_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
         .select_related("served_model")
         .prefetch_related("gpus")
     }
-    kv_usage = queries.kv_usage_at(list(deployments), at, freshness)
+    engine_kv = queries.engine_kv_at(list(deployments), at, freshness)
     headroom = {
         card.peaks.gpu_id: card.headroom_bytes for card in recent_card_headroom([host.pk], at)
     }
@@ -79,12 +84,12 @@ def card_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
             if card and card["free_last"] is not None
             else None,
             processes=tuple(
-                _process(row, deployments.get(row["deployment_id"]), kv_usage, gpu)
+                _process(row, deployments.get(row["deployment_id"]), engine_kv, gpu)
                 for row in processes.get(gpu.pk, [])
             )
             # Nothing measured: the card's deployments as their own figures say (estimates).
             or tuple(
-                _process(_UNMEASURED, deployment, kv_usage, gpu)
+                _process(_UNMEASURED, deployment, engine_kv, gpu)
                 for deployment in deployments.values()
                 if deployment.status != Deployment.Status.STOPPED and gpu in deployment.gpus.all()
             ),
@@ -101,6 +106,12 @@ def card_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
                 build_ledger(snapshot),
                 status,
                 headroom.get(gpu.pk),
+                tuple(
+                    (deployment.served_model.name, kv_pool_on_card(deployment, engine_kv))
+                    for deployment in deployments.values()
+                    if deployment.status != Deployment.Status.STOPPED
+                    and gpu in deployment.gpus.all()
+                ),
             )
         )
     return views
@@ -116,26 +127,56 @@ _UNMEASURED = {
 }
 
 
-def _process(row: dict, deployment: Deployment | None, kv_usage: dict, gpu: Gpu) -> ProcessSnapshot:
+def kv_pool_on_card(deployment: Deployment, engine_kv: dict) -> KvPool:
+    """The deployment's KV on each of its cards: engine pool, in use, reserved by policy."""
+    card_kv = deployment.kv_per_card()
+    engine = engine_kv.get(deployment.pk) or {}
+    usage = engine.get("usage")
+    return engine_kv_pool(
+        card_kv.bytes,
+        bytes_per_token_per_card=card_kv.bytes_per_token,
+        usage_fraction=None if usage is None else min(1.0, max(0.0, usage)),
+        pool_tokens=engine.get("pool_tokens"),
+        pool_bytes=engine.get("pool_bytes"),
+        memory_fraction=engine.get("memory_fraction"),
+    )
+
+
+_POOL_SOURCES = {
+    "engine_bytes": "engine cache_config kv_cache_memory_bytes",
+    "engine_blocks": "engine cache_config num_gpu_blocks x block_size x bytes/token on this card",
+}
+
+
+def _process(
+    row: dict, deployment: Deployment | None, engine_kv: dict, gpu: Gpu
+) -> ProcessSnapshot:
     spec = kv = None
     if deployment is not None:
         cards = max(1, len(deployment.gpus.all()))
-        card_kv = deployment.kv_per_card()
-        reservation = card_kv.bytes
+        pool = kv_pool_on_card(deployment, engine_kv)
+        usage = (engine_kv.get(deployment.pk) or {}).get("usage")
         spec = DeploymentSpec(
             weights_bytes=deployment.served_model.weights_bytes // cards,
-            kv_reservation_bytes=reservation,
+            kv_reservation_bytes=pool.reserved_by_policy_bytes,
             cuda_context_bytes=cuda_context_estimate(gpu.product_name).bytes,
         )
-        if reservation:
+        if pool.pool_bytes is not None:
             kv = EngineKvCache(
-                pool_bytes=reservation,
-                usage_fraction=min(1.0, max(0.0, kv_usage.get(deployment.pk) or 0.0))
-                if deployment.pk in kv_usage
-                else None,
+                pool_bytes=pool.pool_bytes,
+                usage_fraction=None if usage is None else min(1.0, max(0.0, usage)),
+                pool_basis=Basis.MEASURED,
+                pool_source=_POOL_SOURCES[pool.pool_source],
+            )
+        elif pool.reserved_by_policy_bytes:
+            # The engine's usage is a share of a pool it did not report: applied to the
+            # reservation it would be a share of the wrong figure, so the KV is shown whole.
+            kv = EngineKvCache(
+                pool_bytes=pool.reserved_by_policy_bytes,
+                usage_fraction=None,
                 pool_basis=Basis.ESTIMATED,
                 pool_source="deployment KV reservation, per card from the model's shape"
-                if card_kv.how == "shape"
+                if deployment.kv_per_card().how == "shape"
                 else "deployment KV reservation split evenly (model shape unknown)",
             )
     return ProcessSnapshot(

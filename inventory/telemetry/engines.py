@@ -84,6 +84,39 @@ class EngineReading:
     vram_bytes: int | None = None  # Ollama: sum of size_vram over loaded models
     models: list[OllamaModel] = field(default_factory=list)
 
+    # The engine's own KV pool, from vLLM's `vllm:cache_config_info` labels: `num_gpu_blocks`
+    # x `block_size` tokens; `kv_cache_memory_bytes` when the pool was set in bytes
+    # (--kv-cache-memory-bytes; "None" otherwise); `gpu_memory_utilization`, the share of the
+    # card the engine may take. The usage fraction is a share of this pool, not of any
+    # reservation the console holds.
+    @property
+    def kv_pool_tokens(self) -> int | None:
+        blocks = _whole(self.cache_config.get("num_gpu_blocks"))
+        size = _whole(self.cache_config.get("block_size"))
+        if blocks is not None and size is not None:
+            return blocks * size
+        return _whole(self.cache_config.get("kv_cache_size_tokens"))
+
+    @property
+    def kv_pool_bytes(self) -> int | None:
+        return _whole(self.cache_config.get("kv_cache_memory_bytes"))
+
+    @property
+    def memory_fraction(self) -> float | None:
+        raw = self.cache_config.get("gpu_memory_utilization")
+        try:
+            value = float(raw) if raw is not None else None
+        except ValueError:
+            return None
+        return value if value is not None and 0 < value <= 1 else None
+
+
+def _whole(raw: str | None) -> int | None:
+    """A non-negative integer label, or None for absent, "None" or garbage."""
+    if raw is None or not raw.isdigit():
+        return None
+    return int(raw)
+
 
 # --- Prometheus text ----------------------------------------------------------------------
 

@@ -191,18 +191,22 @@ def process_samples_of_batches(
     )
 
 
-def kv_usage_at(deployment_ids: list[int], at: dt.datetime, within: dt.timedelta) -> dict:
-    """Each deployment's newest KV cache usage (a fraction) at or before `at`."""
+def engine_kv_at(deployment_ids: list[int], at: dt.datetime, within: dt.timedelta) -> dict:
+    """Each deployment's newest engine KV figures at or before `at`: its usage (a fraction of
+    the engine's pool) and the pool as the engine reported it (tokens, bytes when stated, the
+    memory fraction it was started with); a field the engine does not report is None."""
     rows = _rows(
         """
-        SELECT DISTINCT ON (deployment_id) deployment_id, kv_usage_last
+        SELECT DISTINCT ON (deployment_id) deployment_id, kv_usage_last AS usage,
+               kv_pool_tokens AS pool_tokens, kv_pool_bytes AS pool_bytes, memory_fraction
         FROM inventory_engine_sample
-        WHERE deployment_id = ANY(%s) AND ts <= %s AND ts > %s AND kv_usage_last IS NOT NULL
+        WHERE deployment_id = ANY(%s) AND ts <= %s AND ts > %s
+          AND (kv_usage_last IS NOT NULL OR kv_pool_tokens IS NOT NULL)
         ORDER BY deployment_id, ts DESC
         """,
         [deployment_ids, at, at - within],
     )
-    return {row["deployment_id"]: row["kv_usage_last"] for row in rows}
+    return {row.pop("deployment_id"): row for row in rows}
 
 
 def driver_reserved_at(gpu_id: int, at: dt.datetime) -> int | None:

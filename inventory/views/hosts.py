@@ -70,6 +70,9 @@ def host_detail(request, name: str):
             "ledger_data": ledger_json(ledgers),
             "card_status": {view.gpu.pk: view.status for view in ledgers},
             "card_headroom": {view.gpu.pk: view.headroom_bytes for view in ledgers},
+            "kv_pools": [
+                (view.gpu, name, pool) for view in ledgers for name, pool in view.kv_pools
+            ],
             "mps_groups": analysis.mps_groups(host),
             "ooms": ooms,
             "oom_points": [

@@ -1,6 +1,7 @@
 """The host page's analyses, on histories written through the real ingest."""
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -114,6 +115,49 @@ def test_capacity_counts_what_nvml_sees_outside_the_allocator_as_demand():
     (view,) = card_views(gpu.host)
     context = [line for line in view.ledger.lines if line.kind.value == "cuda_context"]
     assert [(line.bytes, line.basis.value) for line in context] == [(518 * MIB, "measured")]
+
+
+def test_the_ledger_shows_the_engines_pool_in_use_and_the_policy_reservation_apart(client_as):
+    # vllm_metrics_live.txt (tests/fixtures/engines): llava-1.5-7b, whose language model has
+    # 32 layers and 32 KV heads of 128 in fp16 (2 x 32 x 32 x 128 x 2 = 512 KiB a token),
+    # reported num_gpu_blocks 6400 x block_size 16 at gpu_memory_utilization 0.92 and 31.4%
+    # usage: a pool of 102,400 tokens x 512 KiB = 50 GiB, 15.7 GiB of it in use.
+    from inventory.telemetry.engines import parse_vllm_metrics
+
+    reading = parse_vllm_metrics(
+        (Path(__file__).parents[1] / "fixtures/engines/vllm_metrics_live.txt").read_text()
+    )
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    llava = DeploymentFactory(
+        host=gpu.host, gpus=[gpu], kv_reservation_bytes=20 * GIB,
+        served_model=ServedModelFactory(name="llava", num_layers=32, num_kv_heads=32,
+                                        head_dim=128, kv_dtype="fp16", weights_bytes=14 * GIB),
+    )  # fmt: skip
+    start = (timezone.now() - dt.timedelta(minutes=10)).timestamp()
+    pool = {
+        "kv_pool_tokens": reading.kv_pool_tokens,
+        "kv_pool_bytes": reading.kv_pool_bytes,
+        "memory_fraction": reading.memory_fraction,
+    }
+    write_history(gpu.host, [(gpu, llava)], start=start, minutes=5,
+                  demand=lambda minute, index: 70 * GIB, running=lambda minute, index: 2.0,
+                  p99=lambda minute, index: 0.3, pool=pool)  # fmt: skip
+    (view,) = card_views(gpu.host)
+    ((name, figures),) = view.kv_pools
+    assert name == "llava"
+    assert figures.pool_bytes == 102_400 * 524_288 == 50 * GIB
+    assert figures.pool_source == "engine_blocks"
+    assert figures.reserved_by_policy_bytes == 20 * GIB
+    assert figures.memory_fraction == pytest.approx(0.92)
+    # tests.batches reports 50% usage: of the engine's 50 GiB, not of the 20 GiB reservation.
+    assert figures.in_use_bytes == 25 * GIB
+    kv = {line.kind.value: line for line in view.ledger.lines if line.kind.value.startswith("kv")}
+    assert kv["kv_cache_used"].bytes == 25 * GIB
+    assert kv["kv_cache_reserved_unused"].bytes == 25 * GIB
+    assert kv["kv_cache_used"].basis.value == "measured"
+    page = client_as("oncall").get(f"/hosts/{gpu.host.name}/")
+    assert page.context["kv_pools"] == [(gpu, "llava", figures)]
+    assert 'id="kv-pools"' in page.content.decode()
 
 
 def test_the_ledger_sums_to_the_card_and_reads_red_by_fragmentation(shared_card):
