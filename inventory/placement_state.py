@@ -62,8 +62,7 @@ def current_placement(host: Host) -> tuple[dict, dict]:
         if deployment.mig_slice_id:
             piece = deployment.mig_slice
             entry = slices.setdefault(piece.gpu_id, {}).setdefault(
-                piece.start_slot,
-                {"profile": piece.profile_name, "start": piece.start_slot, "model": ""},
+                piece.start_slot, _slice_entry(piece)
             )
             entry["model"] = ", ".join(filter(None, [entry["model"], label]))
             continue
@@ -106,8 +105,17 @@ def _card(gpu: Gpu) -> dict:
     }
 
 
-def _unused_slices(gpu: Gpu) -> dict[int, dict]:
+def _slice_entry(piece) -> dict:
+    # Slots and memory as NVML reported them, so a card type without a MIG catalogue entry
+    # can still be drawn from its own figures.
     return {
-        piece.start_slot: {"profile": piece.profile_name, "start": piece.start_slot, "model": ""}
-        for piece in gpu.mig_slices.all()
+        "profile": piece.profile_name,
+        "start": piece.start_slot,
+        "size_slots": piece.size_slots,
+        "memory_mib": piece.memory_bytes // MIB,
+        "model": "",
     }
+
+
+def _unused_slices(gpu: Gpu) -> dict[int, dict]:
+    return {piece.start_slot: _slice_entry(piece) for piece in gpu.mig_slices.all()}

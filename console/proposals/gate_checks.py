@@ -145,16 +145,27 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
     return budgets
 
 
-def slice_budget(mig_slice: MigSlice, leaving: int | None) -> CardBudget:
-    context = cuda_context_estimate(mig_slice.gpu.product_name)
-    others = (
-        Deployment.objects.filter(mig_slice=mig_slice)
+def _gpu_instance_tenants(mig_slice: MigSlice, leaving: int | None):
+    """Deployments on any compute instance of the slice's GPU instance: they share its memory
+    (1c.3g.71gb and 2c.3g.71gb hold one 3g.71gb's memory between them)."""
+    return (
+        Deployment.objects.filter(mig_slice__in=mig_slice.gpu_instance_devices())
         .exclude(status=Deployment.Status.STOPPED)
         .exclude(pk=leaving)
-        .select_related("served_model")
+        .select_related("served_model", "mig_slice")
+        .prefetch_related("gpus")
     )
+
+
+def slice_budget(mig_slice: MigSlice, leaving: int | None) -> CardBudget:
+    """The memory budget of the slice's GPU instance, counted once for all its compute
+    instances, so siblings cannot book the same bytes twice."""
+    context = cuda_context_estimate(mig_slice.gpu.product_name)
+    others = _gpu_instance_tenants(mig_slice, leaving)
+    devices = sorted(device.profile_name for device in mig_slice.gpu_instance_devices())
+    shared = f" (GPU instance of {' + '.join(devices)})" if len(devices) > 1 else ""
     return CardBudget(
-        card=f"{mig_slice.gpu} {mig_slice.profile_name}@{mig_slice.start_slot}",
+        card=f"{mig_slice.gpu} {mig_slice.profile_name}@{mig_slice.start_slot}{shared}",
         total_bytes=mig_slice.memory_bytes,
         driver_reserved_bytes=0,
         tenants=tuple(
@@ -311,13 +322,7 @@ def check_kv(proposal: Proposal, now: dt.datetime) -> GateOutcome:
 def _target_tenants(proposal: Proposal, targets: list[Gpu]) -> list[Deployment]:
     leaving = _leaving(proposal)
     if proposal.isolation_mode == Deployment.Isolation.MIG:
-        return list(
-            Deployment.objects.filter(mig_slice=proposal.mig_slice)
-            .exclude(status=Deployment.Status.STOPPED)
-            .exclude(pk=leaving)
-            .select_related("served_model")
-            .prefetch_related("gpus")
-        )
+        return list(_gpu_instance_tenants(proposal.mig_slice, leaving))
     on_card = _tenants_by_card(proposal.host, leaving)
     seen: dict[int, Deployment] = {}
     for gpu in targets:
@@ -327,7 +332,18 @@ def _target_tenants(proposal: Proposal, targets: list[Gpu]) -> list[Deployment]:
 
 
 def check_isolation(proposal: Proposal, targets: list[Gpu], now: dt.datetime) -> GateOutcome:
-    tenants = [] if proposal.isolation_mode == "mig" else _target_tenants(proposal, targets)
+    mig = proposal.isolation_mode == Deployment.Isolation.MIG
+    tenants = [] if mig else _target_tenants(proposal, targets)
+    in_instance = (
+        [d for d in _target_tenants(proposal, targets) if d.mig_slice_id == proposal.mig_slice_id]
+        if mig
+        else []
+    )
+    siblings = (
+        [d for d in _target_tenants(proposal, targets) if d.mig_slice_id != proposal.mig_slice_id]
+        if mig
+        else []
+    )
     labels = {f"{d.served_model.name} #{d.pk}" for d in tenants}
     findings = tuple(
         InterferenceFinding(report.deployment, report.explanation)
@@ -340,6 +356,8 @@ def check_isolation(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
             model=proposal.served_model.name,
             mode=proposal.isolation_mode,
             cotenants=tuple(sorted(d.served_model.name for d in tenants)),
+            instance_cotenants=tuple(sorted(d.served_model.name for d in in_instance)),
+            gpu_instance_siblings=tuple(sorted(d.served_model.name for d in siblings)),
             interference=findings,
             acknowledged_by=(
                 proposal.mps_acknowledged_by.get_username() if proposal.mps_acknowledged_by else ""

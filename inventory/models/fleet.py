@@ -158,6 +158,13 @@ class MigSlice(models.Model):
     def end_slot(self) -> int:
         return self.start_slot + self.size_slots
 
+    def gpu_instance_devices(self):
+        """Every MIG device (compute instance) of this one's GPU instance, itself included:
+        they share its memory."""
+        return MigSlice.objects.filter(
+            gpu_id=self.gpu_id, start_slot=self.start_slot, size_slots=self.size_slots
+        )
+
     def same_gpu_instance(self, other: "MigSlice") -> bool:
         return (
             self.gpu_instance_id is not None

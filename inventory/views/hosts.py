@@ -20,6 +20,7 @@ from inventory.reports import analysis
 from inventory.reports.collector import collector_health
 from inventory.reports.ledger import card_views
 from inventory.reports.ledger_json import ledger_json
+from inventory.reports.mig import gpu_instances, mig_catalogued
 from inventory.reports.series import WINDOWS
 from inventory.reports.series import host_charts as host_charts_data
 from runbooks.models import RunbookNote
@@ -70,6 +71,12 @@ def host_detail(request, name: str):
             "ledger_data": ledger_json(ledgers),
             "card_status": {view.gpu.pk: view.status for view in ledgers},
             "card_headroom": {view.gpu.pk: view.headroom_bytes for view in ledgers},
+            "gpu_instances": {gpu.pk: gpu_instances(list(gpu.mig_slices.all())) for gpu in gpus},
+            "mig_uncatalogued": {
+                gpu.pk
+                for gpu in gpus
+                if gpu.mig_mode == Gpu.MigMode.ENABLED and not mig_catalogued(gpu)
+            },
             "kv_pools": [
                 (view.gpu, name, pool) for view in ledgers for name, pool in view.kv_pools
             ],

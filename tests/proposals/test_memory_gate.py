@@ -18,7 +18,13 @@ from inventory.analytics.kv import KvShape, kv_reservation_per_card
 from inventory.analytics.units import format_gib
 from inventory.models import Deployment, Event, Gpu
 from inventory.reports.capacity import CardCapacity
-from tests.factories import GIB, ServedModelFactory
+from tests.factories import (
+    GIB,
+    DeploymentFactory,
+    GpuFactory,
+    MigSliceFactory,
+    ServedModelFactory,
+)
 from tests.proposals.support import create_proposal, seed_host
 
 HEADROOM = 4 * GIB
@@ -269,3 +275,41 @@ def test_recent_ooms_on_a_target_card_point_to_the_triage(personas):
     assert outcome.evidence["recent_ooms"] == {"a100-node:2": 1}
     assert outcome.runbook_slug == "oom-triage"
     assert "Recent OOMs on the target cards (a100-node:2 1)" in outcome.summary
+
+
+@pytest.mark.django_db
+def test_sibling_compute_instances_share_one_gpu_instances_memory(personas):
+    # One 3g.71gb GPU instance split into 1c.3g.71gb and 2c.3g.71gb compute instances (NVIDIA
+    # MIG user guide, "Concepts": compute instances of a GI share its memory). NVML shows each
+    # with the GI's whole 69.75 GiB (71424 MiB, the H200 capture); the gate counts it once.
+    gpu = GpuFactory(product_name="NVIDIA H200", memory_total_bytes=143771 * 1024**2,
+                     mig_mode=Gpu.MigMode.ENABLED)  # fmt: skip
+    first, second = (
+        MigSliceFactory(gpu=gpu, profile_name=name, start_slot=0, size_slots=4,
+                        memory_bytes=71424 * 1024**2, gpu_instance_id=1, compute_instance_id=ci)
+        for ci, name in enumerate(("1c.3g.71gb", "2c.3g.71gb"))
+    )  # fmt: skip
+    DeploymentFactory(
+        host=gpu.host, isolation_mode=Deployment.Isolation.MIG, mig_slice=first,
+        served_model=ServedModelFactory(name="chat", weights_bytes=40 * GIB),
+        kv_reservation_bytes=10 * GIB,
+    )  # fmt: skip
+    proposal = create_proposal(
+        personas["oncall"], host=gpu.host, gpus=[],
+        model=ServedModelFactory(name="code", weights_bytes=10 * GIB),
+        isolation_mode=Deployment.Isolation.MIG, mig_slice=second,
+        kv_reservation_bytes=4 * GIB,
+    )  # fmt: skip
+    outcome, _ = check_memory(proposal, timezone.now())
+    (row,) = outcome.numbers["cards"]
+    # chat's 40 + 10 GiB + context + workspace on the first CI count against the second's GI.
+    assert [t["name"] for t in row["tenants"]] == ["chat"]
+    assert row["usable_bytes"] == 71424 * 1024**2
+    assert outcome.status is GateStatus.FAIL
+    assert "1c.3g.71gb + 2c.3g.71gb" in row["card"]
+    alone = create_proposal(
+        personas["oncall"], host=gpu.host, gpus=[],
+        model=ServedModelFactory(name="small", weights_bytes=2 * GIB),
+        isolation_mode=Deployment.Isolation.MIG, mig_slice=second, kv_reservation_bytes=GIB,
+    )  # fmt: skip
+    assert check_memory(alone, timezone.now())[0].status is GateStatus.PASS
