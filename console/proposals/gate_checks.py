@@ -16,6 +16,12 @@ from django.utils import timezone
 
 from console.placement import PlacementInputError, solve
 from console.proposals.gates import Gate, GateOutcome, GateStatus
+from console.proposals.gates.engine_settings import (
+    CardEngines,
+    EngineSettingsRequest,
+    engine_claim,
+    evaluate_engine_settings,
+)
 from console.proposals.gates.isolation import (
     InterferenceFinding,
     IsolationRequest,
@@ -425,6 +431,81 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
     )
 
 
+def _engine_claim(record, model, cards: int, total: int, product: str, reported, proposed=False):
+    """One engine's claim on a card from its settings (a Deployment or a Proposal: both carry
+    EngineSettings); ``reported`` is the memory fraction the engine reported, if any."""
+    kv_shape = model.kv_shape()
+    context_kv = None
+    if record.engine_context_tokens and kv_shape is not None:
+        per_token = kv_reservation_per_card(
+            record.engine_context_tokens * math.ceil(kv_shape.bytes_per_token()),
+            kv_shape,
+            max(1, cards),
+        )
+        context_kv = per_token.bytes
+    return engine_claim(
+        model.name,
+        model.engine,
+        total_bytes=total,
+        memory_fraction=record.engine_memory_fraction,
+        kv_cache_bytes=record.engine_kv_cache_bytes,
+        weights_bytes=model.weights_bytes // max(1, cards),
+        overhead_bytes=(record.engine_overhead_bytes or 0)
+        + cuda_context_estimate(product).bytes
+        + WORKSPACE_ALLOWANCE,
+        context_kv_bytes=context_kv,
+        reported_fraction=reported,
+        staggered=record.staggered_start,
+        version=record.engine_version,
+        proposed=proposed,
+    )
+
+
+def check_engine_settings(proposal: Proposal, targets: list[Gpu], now: dt.datetime) -> GateOutcome:
+    leaving = _leaving(proposal)
+    model = proposal.served_model
+    if proposal.isolation_mode == Deployment.Isolation.MIG:
+        piece = proposal.mig_slice
+        places = [(str(piece), piece.memory_bytes, piece.gpu.product_name,
+                   list(_gpu_instance_tenants(piece, leaving)))]  # fmt: skip
+        cards = 1
+    else:
+        on_card = _tenants_by_card(proposal.host, leaving)
+        places = [
+            (str(gpu), gpu.memory_total_bytes, gpu.product_name, on_card.get(gpu.pk, []))
+            for gpu in targets
+        ]
+        cards = len(targets)
+    tenants = {d.pk for _, _, _, ds in places for d in ds}
+    reported = queries.engine_kv_at(list(tenants), now, dt.timedelta(days=1))
+    request = EngineSettingsRequest(
+        model.name,
+        settings.GATE_HEADROOM_BYTES,
+        tuple(
+            CardEngines(
+                label,
+                total,
+                (
+                    _engine_claim(proposal, model, cards, total, product, None, proposed=True),
+                    *(
+                        _engine_claim(
+                            d,
+                            d.served_model,
+                            1 if d.mig_slice_id else len(d.gpus.all()),
+                            total,
+                            product,
+                            (reported.get(d.pk) or {}).get("memory_fraction"),
+                        )
+                        for d in deployments
+                    ),
+                ),
+            )
+            for label, total, product, deployments in places
+        ),
+    )
+    return evaluate_engine_settings(request)
+
+
 def _not_applicable(gate: Gate) -> GateOutcome:
     return GateOutcome(
         gate,
@@ -459,6 +540,7 @@ def check(proposal: Proposal, now: dt.datetime | None = None) -> Checked:
         (Gate.KV, lambda: check_kv(proposal, now)),
         (Gate.ISOLATION, lambda: check_isolation(proposal, targets, now)),
         (Gate.LOAD_TEST, lambda: check_load_test(proposal, targets, now)),
+        (Gate.ENGINE_SETTINGS, lambda: check_engine_settings(proposal, targets, now)),
     ):
         try:
             outcomes.append(run())

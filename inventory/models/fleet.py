@@ -307,7 +307,49 @@ class ServedModel(models.Model):
             )
 
 
-class Deployment(models.Model):
+class EngineSettings(models.Model):
+    """How the engine is told to size its memory: what it takes of each card whatever the
+    console reserves (read by the engine-settings gate)."""
+
+    engine_memory_fraction = models.FloatField(
+        "engine memory fraction",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.01), MaxValueValidator(1.0)],
+        help_text="vLLM --gpu-memory-utilization (default 0.9), SGLang --mem-fraction-static, "
+        "TGI --cuda-memory-fraction (default 1.0): the share of each card the engine takes.",
+    )
+    engine_kv_cache_bytes = models.PositiveBigIntegerField(
+        "engine KV cache bytes",
+        null=True,
+        blank=True,
+        help_text="vLLM --kv-cache-memory-bytes: the KV pool per card, in place of the fraction.",
+    )
+    engine_overhead_bytes = models.PositiveBigIntegerField(
+        "engine GPU overhead bytes",
+        null=True,
+        blank=True,
+        help_text="Ollama OLLAMA_GPU_OVERHEAD: memory it keeps free beside the model.",
+    )
+    engine_context_tokens = models.PositiveIntegerField(
+        "engine context tokens",
+        null=True,
+        blank=True,
+        help_text="Ollama context size (num_ctx / OLLAMA_CONTEXT_LENGTH), for its KV.",
+    )
+    engine_version = models.CharField(max_length=32, blank=True, help_text="e.g. 0.28.0")
+    staggered_start = models.BooleanField(
+        "starts after its card's other engines",
+        default=False,
+        help_text="The serving stack starts this engine only once the other engines on its "
+        "cards have loaded (they size their memory from what is free at start).",
+    )
+
+    class Meta:
+        abstract = True
+
+
+class Deployment(EngineSettings):
     class Isolation(models.TextChoices):
         GPU_GROUP = "gpu_group", "GPU group"
         MPS = "mps", "MPS"

@@ -98,7 +98,13 @@ def test_the_status_lists_the_gates_of_the_current_revision(personas):
     assert response.status_code == 200
     data = response.json()
     assert data["state"] == "ready_for_approval"
-    assert [gate["gate"] for gate in data["gates"]] == ["memory", "kv", "isolation", "load_test"]
+    assert [gate["gate"] for gate in data["gates"]] == [
+        "memory",
+        "kv",
+        "isolation",
+        "load_test",
+        "engine_settings",
+    ]
     assert data["gates"][1]["status"] == "pass"
     assert data["gates"][0]["runbook_url"].endswith("/runbooks/before-adding-a-model/")
     assert data["decisions"] == []

@@ -76,6 +76,9 @@ def test_a_proposal_through_the_worker_to_the_inventory(worker, personas):
         isolation_mode=Deployment.Isolation.TIME_SLICING,
         mps_acknowledged=True,
         expected_request_rate=3.0,
+        # 5 + 6 GiB + context + workspace of 80 GiB, started after its neighbours.
+        engine_memory_fraction=0.17,
+        staggered_start=True,
     )
     run, files = _combined_test()
     services.do_attach_load_test(proposal, acting_user=personas["oncall"], run=run, files=files)
