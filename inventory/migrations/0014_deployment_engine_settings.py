@@ -5,40 +5,67 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0013_engine_sample_kv_pool'),
+        ("inventory", "0013_engine_sample_kv_pool"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='deployment',
-            name='engine_context_tokens',
-            field=models.PositiveIntegerField(blank=True, help_text='Ollama context size (num_ctx / OLLAMA_CONTEXT_LENGTH), for its KV.', null=True, verbose_name='engine context tokens'),
+            model_name="deployment",
+            name="engine_context_tokens",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Ollama context size (num_ctx / OLLAMA_CONTEXT_LENGTH), for its KV.",
+                null=True,
+                verbose_name="engine context tokens",
+            ),
         ),
         migrations.AddField(
-            model_name='deployment',
-            name='engine_kv_cache_bytes',
-            field=models.PositiveBigIntegerField(blank=True, help_text='vLLM --kv-cache-memory-bytes: the KV pool per card, in place of the fraction.', null=True, verbose_name='engine KV cache bytes'),
+            model_name="deployment",
+            name="engine_kv_cache_bytes",
+            field=models.PositiveBigIntegerField(
+                blank=True,
+                help_text="vLLM --kv-cache-memory-bytes: the KV pool per card, in place of the fraction.",
+                null=True,
+                verbose_name="engine KV cache bytes",
+            ),
         ),
         migrations.AddField(
-            model_name='deployment',
-            name='engine_memory_fraction',
-            field=models.FloatField(blank=True, help_text='vLLM --gpu-memory-utilization (default 0.9), SGLang --mem-fraction-static, TGI --cuda-memory-fraction (default 1.0): the share of each card the engine takes.', null=True, validators=[django.core.validators.MinValueValidator(0.01), django.core.validators.MaxValueValidator(1.0)], verbose_name='engine memory fraction'),
+            model_name="deployment",
+            name="engine_memory_fraction",
+            field=models.FloatField(
+                blank=True,
+                help_text="vLLM --gpu-memory-utilization (default 0.9), SGLang --mem-fraction-static, TGI --cuda-memory-fraction (default 1.0): the share of each card the engine takes.",
+                null=True,
+                validators=[
+                    django.core.validators.MinValueValidator(0.01),
+                    django.core.validators.MaxValueValidator(1.0),
+                ],
+                verbose_name="engine memory fraction",
+            ),
         ),
         migrations.AddField(
-            model_name='deployment',
-            name='engine_overhead_bytes',
-            field=models.PositiveBigIntegerField(blank=True, help_text='Ollama OLLAMA_GPU_OVERHEAD: memory it keeps free beside the model.', null=True, verbose_name='engine GPU overhead bytes'),
+            model_name="deployment",
+            name="engine_overhead_bytes",
+            field=models.PositiveBigIntegerField(
+                blank=True,
+                help_text="Ollama OLLAMA_GPU_OVERHEAD: memory it keeps free beside the model.",
+                null=True,
+                verbose_name="engine GPU overhead bytes",
+            ),
         ),
         migrations.AddField(
-            model_name='deployment',
-            name='engine_version',
-            field=models.CharField(blank=True, help_text='e.g. 0.28.0', max_length=32),
+            model_name="deployment",
+            name="engine_version",
+            field=models.CharField(blank=True, help_text="e.g. 0.28.0", max_length=32),
         ),
         migrations.AddField(
-            model_name='deployment',
-            name='staggered_start',
-            field=models.BooleanField(default=False, help_text='The serving stack starts this engine only once the other engines on its cards have loaded (they size their memory from what is free at start).', verbose_name="starts after its card's other engines"),
+            model_name="deployment",
+            name="staggered_start",
+            field=models.BooleanField(
+                default=False,
+                help_text="The serving stack starts this engine only once the other engines on its cards have loaded (they size their memory from what is free at start).",
+                verbose_name="starts after its card's other engines",
+            ),
         ),
     ]
