@@ -126,6 +126,7 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
                     context.source
                     if deployment.pk in capacity.context_estimated
                     else "nvml_used_minus_allocator",
+                    measured=True,
                 )
                 if measured is not None
                 else Tenant(
@@ -147,6 +148,11 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
             fragmentation_index_peak=capacity.fragmentation_index_peak,
             fragmentation_status=capacity.fragmentation_status,
             measured=capacity.samples > 0,
+            measured_joint_peak_bytes=capacity.joint_peak_of(
+                {d.pk for d in on_card.get(gpu.pk, []) if d.pk in capacity.demand_p95}
+            ),
+            fragmentation_index_sustained=capacity.fragmentation_index_sustained,
+            fragmentation_scale=capacity.fragmentation_scale,
         )
     return budgets
 

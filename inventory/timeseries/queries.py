@@ -224,7 +224,8 @@ def deployment_demand(gpu_id: int, start: dt.datetime, end: dt.datetime) -> list
     where no allocator statistics exist), bytes the allocators held unallocated, bytes held
     outside the allocators (NVML used - allocator reserved: CUDA context, library workspaces),
     the count of processes with allocator statistics but no NVML figure (their context is
-    unknown), and the worst fragmentation index."""
+    unknown), the worst fragmentation index, and whether any index there was the fallback
+    (inactive split / reserved: no largest-free-block figure), a different scale."""
     return _rows(
         """
         SELECT ts, deployment_id,
@@ -234,7 +235,9 @@ def deployment_demand(gpu_id: int, start: dt.datetime, end: dt.datetime) -> list
                count(*) FILTER (
                    WHERE alloc_reserved_last IS NOT NULL AND used_last IS NULL
                ) AS blind,
-               max(frag_index_max) AS frag
+               max(frag_index_max) AS frag,
+               bool_or(frag_index_max IS NOT NULL AND alloc_largest_free_last IS NULL)
+                   AS frag_fallback
         FROM inventory_process_sample
         WHERE gpu_id = %s AND ts > %s AND ts <= %s
         GROUP BY ts, deployment_id

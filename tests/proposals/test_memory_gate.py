@@ -75,7 +75,7 @@ def test_red_fragmentation_fails_a_card_whose_totals_fit():
     row = outcome.numbers["cards"][0]
     assert row["fits"] is True
     assert outcome.status is GateStatus.FAIL
-    assert "fragmentation is red" in outcome.summary
+    assert "fragmentation stayed red" in outcome.summary
     assert outcome.runbook_slug == "defragment-off-peak-reload"
 
 
@@ -254,7 +254,7 @@ def test_measured_p95_and_red_fragmentation_come_from_card_capacity(personas, mo
     # 2 + 1 + 2 + (21 + 20 + 15) + 3 + 4 = 68 GiB fits in 79.5 GiB: red fragmentation fails it.
     assert row["fits"] is True
     assert outcome.status is GateStatus.FAIL
-    assert "framework fragmentation is red" in outcome.summary
+    assert "framework fragmentation stayed red" in outcome.summary
 
 
 @pytest.mark.django_db
@@ -313,3 +313,47 @@ def test_sibling_compute_instances_share_one_gpu_instances_memory(personas):
         isolation_mode=Deployment.Isolation.MIG, mig_slice=second, kv_reservation_bytes=GIB,
     )  # fmt: skip
     assert check_memory(alone, timezone.now())[0].status is GateStatus.PASS
+
+
+@pytest.mark.django_db
+def test_co_tenants_with_history_count_at_their_joint_peak_not_the_sum_of_p95s(personas):
+    import datetime as dt
+
+    from tests.batches import write_history
+
+    # Two tenants of one card peak at different hours (chat at :10-:15, code at :40-:45): each
+    # P95 is 37 GiB, so their P95s sum to 74 GiB, but together they never hold more than 67.
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    chat, code = (
+        DeploymentFactory(host=gpu.host, gpus=[gpu], served_model__name=name,
+                          isolation_mode=Deployment.Isolation.TIME_SLICING)
+        for name in ("chat", "code")
+    )  # fmt: skip
+
+    def demand(minute, index):
+        start = 10 if index == 0 else 40
+        return (37 if start <= minute % 60 < start + 5 else 30) * GIB
+
+    start = (timezone.now() - dt.timedelta(hours=6)).timestamp()
+    write_history(gpu.host, [(gpu, chat), (gpu, code)], start=start, minutes=360, demand=demand,
+                  alloc_free=2 * GIB, largest_block=2 * GIB)  # fmt: skip
+    proposal = create_proposal(personas["oncall"], host=gpu.host, gpus=[gpu],
+                               model=ServedModelFactory(weights_bytes=GIB),
+                               kv_reservation_bytes=GIB)  # fmt: skip
+    outcome, _ = check_memory(proposal, timezone.now())
+    (row,) = outcome.numbers["cards"]
+    assert row["tenants_sum_of_p95_bytes"] == 74 * GIB
+    assert row["tenants_joint_peak_bytes"] == 67 * GIB
+    assert row["tenants_basis"] == "joint_peak"
+    assert row["tenants_bytes"] == 67 * GIB
+    assert "at their joint peak" in outcome.summary
+
+
+def test_a_fallback_index_is_named_as_another_scale():
+    target = card(frag=GIB, status="red")
+    target = CardBudget(**{**target.__dict__, "fragmentation_scale": "inactive_split_over_reserved",
+                           "fragmentation_index_sustained": 0.55})  # fmt: skip
+    outcome = evaluate_memory(
+        MemoryRequest("new", Share(GIB, GIB, GIB), HEADROOM, (target,), (target,))
+    )
+    assert "on the fallback scale (inactive split / reserved" in outcome.reasons[0]

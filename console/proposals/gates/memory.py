@@ -3,7 +3,7 @@
 For each target card::
 
     weights / cards + KV per card + CUDA context + workspace   (this card's share)
-  + co-tenants' P95 demand on the card                         (measured, or their own figures)
+  + co-tenants' demand on the card          (measured: their joint peak, or their own figures)
   + the card's fragmentation peak                               (allocator-held, not in use)
   + headroom
   <= total - driver reserved
@@ -13,6 +13,13 @@ whole on every tensor-parallel card, GQA heads are split and replicated past the
 Every process holds a CUDA context and library workspaces outside its allocator; NVML counts
 them, so the gate does: measured (NVML used - allocator reserved) for co-tenants with
 telemetry, the card type's estimate otherwise (``inventory.analytics.context``), labelled.
+
+Co-tenants with history count at their **joint peak**: the highest sum of their demand at one
+moment over the window (the co-peak), not the sum of their P95s, which hides peaks that
+collide and over-counts peaks that never meet. Co-tenants without history add their own
+figures. Fragmentation blocks a card only when it stayed red (the index held for a share of
+the window, counting only moments whose pools held a minimum of free bytes); an index from the
+fallback statistic (inactive split / reserved) is on another scale and is labelled so.
 
 Capacity never adds across cards: a model that needs more than any one card has fails, however
 much the host has free in total. A card whose framework fragmentation is red fails whatever its
@@ -38,6 +45,7 @@ class Tenant:
     # Of the demand, what the process holds outside its allocator (CUDA context, workspaces).
     context_bytes: int = 0
     context_source: str = ""  # a code of inventory.analytics.context.SOURCE_LABELS
+    measured: bool = False  # from the card's history: counted in the joint peak
 
 
 @dataclass(frozen=True)
@@ -48,8 +56,12 @@ class CardBudget:
     tenants: tuple[Tenant, ...]  # everyone else on the card, after the change
     fragmentation_peak_bytes: int
     fragmentation_index_peak: float | None
-    fragmentation_status: str  # green / amber / red
+    fragmentation_status: str  # green / amber / red, of the sustained index
     measured: bool  # False: no telemetry, every figure is an estimate
+    # The measured tenants' joint peak (co-peak) over the window; None: no history.
+    measured_joint_peak_bytes: int | None = None
+    fragmentation_index_sustained: float | None = None
+    fragmentation_scale: str = "largest_free_block"  # or "inactive_split_over_reserved"
 
     @property
     def usable_bytes(self) -> int:
@@ -57,6 +69,13 @@ class CardBudget:
 
     @property
     def tenants_bytes(self) -> int:
+        if self.measured_joint_peak_bytes is None:
+            return sum(tenant.demand_bytes for tenant in self.tenants)
+        unmeasured = sum(t.demand_bytes for t in self.tenants if not t.measured)
+        return self.measured_joint_peak_bytes + unmeasured
+
+    @property
+    def sum_of_p95_bytes(self) -> int:
         return sum(tenant.demand_bytes for tenant in self.tenants)
 
     def free_bytes(self, headroom_bytes: int) -> int:
@@ -137,9 +156,14 @@ def _row(card: CardBudget, share: Share, headroom: int) -> dict:
             for t in card.tenants
         ],
         "tenants_bytes": card.tenants_bytes,
+        "tenants_basis": "joint_peak" if card.measured_joint_peak_bytes is not None else "sum",
+        "tenants_sum_of_p95_bytes": card.sum_of_p95_bytes,
+        "tenants_joint_peak_bytes": card.measured_joint_peak_bytes,
         "tenants_context_bytes": sum(t.context_bytes for t in card.tenants),
         "fragmentation_peak_bytes": card.fragmentation_peak_bytes,
         "fragmentation_index_peak": card.fragmentation_index_peak,
+        "fragmentation_index_sustained": card.fragmentation_index_sustained,
+        "fragmentation_scale": card.fragmentation_scale,
         "fragmentation_status": card.fragmentation_status,
         "headroom_bytes": headroom,
         "need_bytes": need,
@@ -155,7 +179,9 @@ def _breakdown(row: dict) -> str:
         f"weights {format_gib(row['weights_bytes'])} + KV {format_gib(row['kv_bytes'])} + "
         f"CUDA context {format_gib(row['context_bytes'])} + "
         f"workspace {format_gib(row['workspace_bytes'])} + co-tenants "
-        f"{format_gib(row['tenants_bytes'])} (of which CUDA context "
+        f"{format_gib(row['tenants_bytes'])}"
+        f"{' at their joint peak' if row['tenants_basis'] == 'joint_peak' else ''} "
+        f"(of which CUDA context "
         f"{format_gib(row['tenants_context_bytes'])}) + fragmentation "
         f"{format_gib(row['fragmentation_peak_bytes'])} + headroom "
         f"{format_gib(row['headroom_bytes'])} = {format_gib(row['need_bytes'])} of "
@@ -170,10 +196,19 @@ def _card_reasons(row: dict) -> list[str]:
             f"{row['card']} is short by {format_gib(-row['margin_bytes'])}: {_breakdown(row)}."
         )
     if row["fragmentation_red"]:
+        index = row["fragmentation_index_sustained"]
+        if index is None:
+            index = row["fragmentation_index_peak"]
+        scale = (
+            " on the fallback scale (inactive split / reserved, not comparable to "
+            "1 - largest free block / free)"
+            if row["fragmentation_scale"] == "inactive_split_over_reserved"
+            else ""
+        )
         reasons.append(
-            f"{row['card']}: framework fragmentation is red (index "
-            f"{row['fragmentation_index_peak']:.2f} at its peak), whatever nvidia-smi's totals "
-            "say; reload off-peak before adding a model."
+            f"{row['card']}: framework fragmentation stayed red (index {index:.2f}{scale}, "
+            f"held for a share of the last 7 days; peak {row['fragmentation_index_peak']:.2f}),"
+            " whatever nvidia-smi's totals say; reload off-peak before adding a model."
         )
     return reasons
 
