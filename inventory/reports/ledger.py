@@ -31,6 +31,7 @@ from inventory.analytics.snapshot import (
 )
 from inventory.models import Deployment, Gpu, Host
 from inventory.reports.headroom import recent_card_headroom
+from inventory.reports.mig import gpu_instances
 from inventory.reports.thresholds import fragmentation_thresholds, usage_thresholds
 from inventory.timeseries import queries
 
@@ -48,6 +49,7 @@ class CardView:
     status: CardStatus
     headroom_bytes: int | None  # over the two hours before the moment; None: not measured
     kv_pools: tuple[tuple[str, KvPool], ...] = ()  # (deployment, its KV pool on this card)
+    label: str = ""  # a MIG GPU instance's name; empty for a whole card
 
 
 def card_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
@@ -119,6 +121,7 @@ def card_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
 
 _UNMEASURED = {
     "pid": None,
+    "mig_slice_id": None,
     "used_last": None,
     "alloc_reserved_last": None,
     "alloc_allocated_last": None,
@@ -192,3 +195,71 @@ def _process(
         kv_cache=kv,
         spec=spec,
     )
+
+
+def mig_instance_views(host: Host, at: dt.datetime | None = None) -> list[CardView]:
+    """A ledger per MIG GPU instance: its memory (shared by its compute instances, counted
+    once), what NVML reports used in it, and the processes of all its compute instances."""
+    freshness = FRESHNESS if at else NEWEST
+    at = at or timezone.now()
+    gpus = list(
+        host.gpus.filter(mig_mode=Gpu.MigMode.ENABLED)
+        .prefetch_related("mig_slices")
+        .order_by("index")
+    )
+    if not gpus:
+        return []
+    ids = [gpu.pk for gpu in gpus]
+    cards = queries.card_samples_at(ids, at, freshness)
+    batches = list({row["batch_id"] for row in cards.values()})
+    processes = queries.process_samples_of_batches(ids, batches, at - freshness, at)
+    slices = [piece for gpu in gpus for piece in gpu.mig_slices.all()]
+    mig = queries.mig_samples_of_batches([p.pk for p in slices], batches, at - freshness, at)
+    deployments = {
+        d.pk: d
+        for d in Deployment.objects.filter(host=host, mig_slice__in=slices)
+        .exclude(status=Deployment.Status.STOPPED)
+        .select_related("served_model")
+        .prefetch_related("gpus")
+    }
+    engine_kv = queries.engine_kv_at(list(deployments), at, freshness)
+    views = []
+    for gpu in gpus:
+        card = cards.get(gpu.pk)
+        for instance in gpu_instances(list(gpu.mig_slices.all())):
+            members = {piece.pk for piece in instance.compute_instances}
+            samples = [mig[pk] for pk in members if pk in mig]
+            used = [row["used_last"] for row in samples if row["used_last"] is not None]
+            total = max((row["total_bytes"] or 0 for row in samples), default=0)
+            own = [d for d in deployments.values() if d.mig_slice_id in members]
+            snapshot = CardSnapshot(
+                card_id=f"{gpu} GI {instance.profile}@{instance.start_slot}",
+                at=(card["ts"] if card else at).timestamp(),
+                total_bytes=total or instance.memory_bytes,
+                # An instance's memory is what NVML gives its processes: no driver reserve.
+                driver_reserved_bytes=0,
+                used_bytes=max(used) if used else None,
+                free_bytes=None,
+                processes=tuple(
+                    _process(row, deployments.get(row["deployment_id"]), engine_kv, gpu)
+                    for row in processes
+                    if row["mig_slice_id"] in members
+                )
+                or tuple(_process(_UNMEASURED, d, engine_kv, gpu) for d in own),
+            )
+            views.append(
+                CardView(
+                    gpu,
+                    card["ts"] if card else None,
+                    build_ledger(snapshot),
+                    card_status(
+                        snapshot,
+                        usage_thresholds=usage_thresholds(),
+                        fragmentation_thresholds=fragmentation_thresholds(),
+                    ),
+                    None,
+                    tuple((d.served_model.name, kv_pool_on_card(d, engine_kv)) for d in own),
+                    label=snapshot.card_id,
+                )
+            )
+    return views

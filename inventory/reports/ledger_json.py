@@ -8,7 +8,8 @@ from inventory.reports.ledger import CardView
 def ledger_json(views: list[CardView]) -> list[dict]:
     return [
         {
-            "card": str(view.gpu),
+            "card": view.label or str(view.gpu),
+            "mig_instance": bool(view.label),
             "index": view.gpu.index,
             "uuid": view.gpu.uuid,
             "sampled_at": view.at.isoformat() if view.at else None,

@@ -182,13 +182,31 @@ def process_samples_of_batches(
         return []
     return _rows(
         """
-        SELECT gpu_id, pid, deployment_id, used_last, alloc_reserved_last,
+        SELECT gpu_id, pid, deployment_id, mig_slice_id, used_last, alloc_reserved_last,
                alloc_allocated_last, alloc_inactive_split_last, alloc_largest_free_last
         FROM inventory_process_sample
         WHERE gpu_id = ANY(%s) AND batch_id = ANY(%s) AND ts > %s AND ts <= %s
         """,
         [gpu_ids, batch_ids, start, end],
     )
+
+
+def mig_samples_of_batches(
+    slice_ids: list[int], batch_ids: list, start: dt.datetime, end: dt.datetime
+) -> dict[int, dict]:
+    """Each MIG device's sample (its GPU instance's memory) in these batches."""
+    if not slice_ids or not batch_ids:
+        return {}
+    rows = _rows(
+        """
+        SELECT DISTINCT ON (mig_slice_id) mig_slice_id, total_bytes, used_last
+        FROM inventory_mig_sample
+        WHERE mig_slice_id = ANY(%s) AND batch_id = ANY(%s) AND ts > %s AND ts <= %s
+        ORDER BY mig_slice_id, ts DESC
+        """,
+        [slice_ids, batch_ids, start, end],
+    )
+    return {row["mig_slice_id"]: row for row in rows}
 
 
 def engine_kv_at(deployment_ids: list[int], at: dt.datetime, within: dt.timedelta) -> dict:

@@ -202,3 +202,63 @@ def test_the_fleet_row_reports_headroom_of_the_best_card_and_problems(shared_car
     assert row.fragmentation_status == "red"
     assert row.p99_status == "red"  # 1.6 s against an 800 ms SLO
     assert row.problems
+
+
+def test_a_mig_gpu_instance_has_one_ledger_for_its_compute_instances(client_as):
+    # The H200 MIG capture's layout: 1c.3g.71gb and 2c.3g.71gb in one 3g.71gb GPU instance
+    # (71,424 MiB). NVML reports the instance's memory on both devices; it is counted once.
+    import time
+
+    from inventory.models import Gpu
+    from inventory.timeseries.ingest import ingest_batches
+    from tests.batches import batch, card_row, process_row
+    from tests.factories import MigSliceFactory
+
+    gpu = GpuFactory(index=0, product_name="NVIDIA H200", memory_total_bytes=143771 * MIB,
+                     mig_mode=Gpu.MigMode.ENABLED)  # fmt: skip
+    devices = [
+        MigSliceFactory(gpu=gpu, profile_name=name, start_slot=0, size_slots=4,
+                        memory_bytes=71424 * MIB, gpu_instance_id=2, compute_instance_id=ci,
+                        uuid=f"MIG-0000000{ci}-0000-0000-0000-000000000000")
+        for ci, name in enumerate(("1c.3g.71gb", "2c.3g.71gb"))
+    ]  # fmt: skip
+    chat, code = (
+        DeploymentFactory(host=gpu.host, isolation_mode=Deployment.Isolation.MIG,
+                          mig_slice=device, served_model=ServedModelFactory(name=name),
+                          kv_reservation_bytes=0, kv_reservation_basis=Deployment.KvBasis.NONE)
+        for device, name in zip(devices, ("chat", "code"), strict=True)
+    )  # fmt: skip
+    now = time.time()
+    card = card_row(gpu, used_max=20 * GIB, used_last=20 * GIB, total=143771 * MIB)
+    mig_rows = [
+        {"card_index": 0, "card_uuid": gpu.uuid, "uuid": device.uuid, "gpu_instance_id": 2,
+         "compute_instance_id": device.compute_instance_id, "profile": device.profile_name,
+         "total_bytes": 71424 * MIB, "used_bytes_max": 18 * GIB, "used_bytes_last": 18 * GIB,
+         "free_bytes_min": 71424 * MIB - 18 * GIB, "free_bytes_last": 71424 * MIB - 18 * GIB}
+        for device in devices
+    ]  # fmt: skip
+    processes = []
+    for pid, (device, deployment, held) in enumerate(
+        [(devices[0], chat, 10 * GIB), (devices[1], code, 8 * GIB)], start=100
+    ):
+        row = process_row(gpu, pid, used_max=held, used_last=held, deployment=deployment)
+        row.update(mig_device_uuid=device.uuid, gpu_instance_id=2,
+                   compute_instance_id=device.compute_instance_id)  # fmt: skip
+        processes.append(row)
+    payload = batch(gpu.host, start=now - 60, end=now, cards=[card], processes=processes)
+    payload["mig_devices"] = mig_rows
+    ingest_batches([payload])
+
+    from inventory.reports.ledger import mig_instance_views
+
+    (view,) = mig_instance_views(gpu.host)
+    assert view.label == f"{gpu} GI 3g.71gb@0"
+    assert view.ledger.total_bytes == 71424 * MIB
+    assert sum(line.bytes for line in view.ledger.lines) == 71424 * MIB
+    assert {line.deployment for line in view.ledger.lines if line.deployment} == {"chat", "code"}
+    # Measured: both compute instances' processes, as NVML reported them.
+    assert {line.pid for line in view.ledger.lines if line.pid} == {100, 101}
+    assert view.ledger.free_bytes == 71424 * MIB - 18 * GIB
+    page = client_as("oncall").get(f"/hosts/{gpu.host.name}/")
+    cards = [card["card"] for card in page.context["ledger_data"]]
+    assert cards == [view.label]  # the instance, not the whole card twice over
