@@ -81,6 +81,14 @@ class DeploymentAdminForm(forms.ModelForm):
             "kv_reservation_basis",
             "admission_policy",
             "status",
+            # How the deployment is spread and how its engine sizes its memory (gates 1 and 5).
+            "pipeline_parallel",
+            "engine_memory_fraction",
+            "engine_kv_cache_bytes",
+            "engine_overhead_bytes",
+            "engine_context_tokens",
+            "engine_version",
+            "staggered_start",
         ]
 
     def clean(self):
