@@ -245,3 +245,15 @@ def test_cache_config_labels_that_are_not_numbers_give_no_pool():
         'kv_cache_memory_bytes="3221225472"} 1.0\n'
     )
     assert (stated.kv_pool_tokens, stated.kv_pool_bytes) == (661 * 16, 3 * 1024**3)
+
+
+def test_sglang_reports_its_kv_pool_in_tokens():
+    # sglang:max_total_num_tokens: the KV pool's capacity, one gauge per TP rank.
+    reading = parse_sglang_metrics(
+        'sglang:token_usage{tp_rank="0"} 0.25\n'
+        'sglang:num_running_reqs{tp_rank="0"} 4\n'
+        'sglang:max_total_num_tokens{tp_rank="0"} 471258\n'
+        'sglang:max_total_num_tokens{tp_rank="1"} 471258\n'
+    )
+    assert reading.kv_pool_tokens == 471_258
+    assert reading.kv_cache_usage == pytest.approx(0.25)
