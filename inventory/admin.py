@@ -68,6 +68,15 @@ class ServedModelAdmin(AuditedModelAdmin):
 
 
 class DeploymentAdminForm(forms.ModelForm):
+    # Left empty, one pipeline stage (forms that predate the field keep working).
+    pipeline_parallel = forms.IntegerField(
+        min_value=1,
+        max_value=64,
+        required=False,
+        initial=1,
+        help_text=Deployment._meta.get_field("pipeline_parallel").help_text,
+    )
+
     class Meta:
         model = Deployment
         fields = [
@@ -90,6 +99,9 @@ class DeploymentAdminForm(forms.ModelForm):
             "engine_version",
             "staggered_start",
         ]
+
+    def clean_pipeline_parallel(self) -> int:
+        return self.cleaned_data.get("pipeline_parallel") or 1
 
     def clean(self):
         cleaned = super().clean()
