@@ -131,3 +131,25 @@ def test_the_gate_runs_with_the_others_on_an_empty_card(personas):
     )
     outcomes = {outcome.gate: outcome for outcome in check(proposal).outcomes}
     assert outcomes[Gate.ENGINE_SETTINGS].status is GateStatus.PASS
+
+
+@pytest.mark.django_db
+def test_the_proposal_page_shows_each_cards_engines_and_their_sum(personas, client_as):
+    from console.proposals.services import do_record_gate_results, do_start_checks, do_submit
+
+    host = seed_host()
+    busy = host.gpus.get(index=1)
+    proposal = create_proposal(
+        personas["oncall"],
+        host=host,
+        gpus=[busy],
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=5 * GIB),
+        isolation_mode=Deployment.Isolation.TIME_SLICING,
+    )
+    do_submit(proposal, acting_user=personas["oncall"])
+    do_start_checks(proposal.pk, 1)
+    do_record_gate_results(proposal.pk, 1, check(proposal))
+    page = client_as("oncall").get(f"/proposals/{proposal.pk}/").content.decode()
+    assert 'data-testid="gate-engine_settings"' in page
+    assert "phi-3-mini (vllm) 90%" in page and "vllm_default" in page
+    assert "CUDA context" in page  # the memory gate's new column
