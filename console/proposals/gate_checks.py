@@ -174,17 +174,17 @@ def slice_budget(mig_slice: MigSlice, leaving: int | None) -> CardBudget:
     instances, so siblings cannot book the same bytes twice."""
     context = cuda_context_estimate(mig_slice.gpu.product_name)
     others = _gpu_instance_tenants(mig_slice, leaving)
-    devices = sorted(device.profile_name for device in mig_slice.gpu_instance_devices())
-    shared = f" (GPU instance of {' + '.join(devices)})" if len(devices) > 1 else ""
     return CardBudget(
-        card=f"{mig_slice.gpu} {mig_slice.profile_name}@{mig_slice.start_slot}{shared}",
+        card=f"{mig_slice.gpu} {mig_slice.profile_name}@{mig_slice.start_slot}",
         total_bytes=mig_slice.memory_bytes,
         driver_reserved_bytes=0,
         tenants=tuple(
             Tenant(
                 d.served_model.name,
                 estimated_bytes_per_card(d, 1, mig_slice.gpu.product_name),
-                "estimate",
+                "estimate"
+                if d.mig_slice_id == mig_slice.pk
+                else f"estimate, on {d.mig_slice.profile_name} of the same GPU instance",
                 context.bytes,
                 context.source,
             )
@@ -334,7 +334,13 @@ def check_kv(proposal: Proposal, now: dt.datetime) -> GateOutcome:
 def _target_tenants(proposal: Proposal, targets: list[Gpu]) -> list[Deployment]:
     leaving = _leaving(proposal)
     if proposal.isolation_mode == Deployment.Isolation.MIG:
-        return list(_gpu_instance_tenants(proposal.mig_slice, leaving))
+        return list(
+            Deployment.objects.filter(mig_slice=proposal.mig_slice)
+            .exclude(status=Deployment.Status.STOPPED)
+            .exclude(pk=leaving)
+            .select_related("served_model")
+            .prefetch_related("gpus")
+        )
     on_card = _tenants_by_card(proposal.host, leaving)
     seen: dict[int, Deployment] = {}
     for gpu in targets:
@@ -346,13 +352,13 @@ def _target_tenants(proposal: Proposal, targets: list[Gpu]) -> list[Deployment]:
 def check_isolation(proposal: Proposal, targets: list[Gpu], now: dt.datetime) -> GateOutcome:
     mig = proposal.isolation_mode == Deployment.Isolation.MIG
     tenants = [] if mig else _target_tenants(proposal, targets)
-    in_instance = (
-        [d for d in _target_tenants(proposal, targets) if d.mig_slice_id == proposal.mig_slice_id]
-        if mig
-        else []
-    )
+    in_instance = _target_tenants(proposal, targets) if mig else []
     siblings = (
-        [d for d in _target_tenants(proposal, targets) if d.mig_slice_id != proposal.mig_slice_id]
+        [
+            d
+            for d in _gpu_instance_tenants(proposal.mig_slice, _leaving(proposal))
+            if d.mig_slice_id != proposal.mig_slice_id
+        ]
         if mig
         else []
     )

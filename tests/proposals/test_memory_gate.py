@@ -306,7 +306,7 @@ def test_sibling_compute_instances_share_one_gpu_instances_memory(personas):
     assert [t["name"] for t in row["tenants"]] == ["chat"]
     assert row["usable_bytes"] == 71424 * 1024**2
     assert outcome.status is GateStatus.FAIL
-    assert "1c.3g.71gb + 2c.3g.71gb" in row["card"]
+    assert row["tenants"][0]["basis"] == "estimate, on 1c.3g.71gb of the same GPU instance"
     alone = create_proposal(
         personas["oncall"], host=gpu.host, gpus=[],
         model=ServedModelFactory(name="small", weights_bytes=2 * GIB),
