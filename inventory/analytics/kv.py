@@ -60,11 +60,10 @@ def kv_bytes_per_token(
     """KV-cache bytes one token occupies on one card.
 
     Standard attention stores a key and a value per KV head: ``2 x layers x kv_heads x head_dim
-    x dtype_bytes``; ``kv_heads`` is the count held on this card (divided by tensor
-    parallelism). MLA (DeepSeek-V2/V3) caches one compressed latent plus the decoupled RoPE key
-    per layer, with no separate value and so no factor 2: ``layers x (kv_lora_rank +
-    qk_rope_head_dim) x dtype_bytes``; ``kv_heads`` and ``head_dim`` are then ignored, and the
-    latent is replicated, not split, across tensor-parallel ranks.
+    x dtype_bytes``. MLA (DeepSeek-V2/V3) caches one compressed latent plus the decoupled RoPE
+    key per layer, with no separate value and so no factor 2: ``layers x (kv_lora_rank +
+    qk_rope_head_dim) x dtype_bytes``; ``kv_heads`` and ``head_dim`` are then ignored. For the
+    figure on one card of a TP/PP deployment use :func:`kv_bytes_per_token_per_card`.
     """
     element = bytes_per_element(dtype_bytes) if isinstance(dtype_bytes, str) else dtype_bytes
     if element <= 0:
