@@ -99,6 +99,8 @@ def run() -> int:
         try:
             say("applying migrations")
             _manage(env, "migrate", "--noinput", "-v", "0")
+            say("bringing the default runbook notes up to date")
+            _manage(env, "sync_runbook_library")
             say("loading the demo fleet and demo users")
             _manage(env, "seed_demo")
             celery = [PYTHON, "-m", "celery", "-A", "console"]

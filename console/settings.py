@@ -257,6 +257,11 @@ FRAGMENTATION_RED = env_float("FRAGMENTATION_RED", 0.5, minimum=0.0)
 USAGE_AMBER = env_float("USAGE_AMBER", 0.80, minimum=0.0)
 USAGE_RED = env_float("USAGE_RED", 0.90, minimum=0.0)
 KV_BUFFER = env_float("KV_BUFFER", 0.20, minimum=0.0)
+# The memory gate blocks a card for red fragmentation only when it stayed red: the index the
+# card held for FRAGMENTATION_SUSTAINED_SHARE of the last 7 days, counting only moments whose
+# allocator pools held at least FRAGMENTATION_MIN_FREE_BYTES free (a tiny pool's index is noise).
+FRAGMENTATION_SUSTAINED_SHARE = env_float("FRAGMENTATION_SUSTAINED_SHARE", 0.10, minimum=0.001)
+FRAGMENTATION_MIN_FREE_BYTES = env_int("FRAGMENTATION_MIN_FREE_BYTES", 1024**3, minimum=0)
 
 # The longest solve one API call may ask for; longer ones belong to the command line.
 PLACEMENT_API_MAX_TIME_S = env_float("PLACEMENT_API_MAX_TIME_S", 30.0, minimum=0.1)

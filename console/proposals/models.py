@@ -15,6 +15,7 @@ from console.access import VisibleQuerySet
 from console.proposals.gates import Gate, GateStatus
 from console.proposals.transitions import State
 from inventory.models import Deployment, Gpu
+from inventory.models.fleet import EngineSettings
 
 
 class ProposalQuerySet(VisibleQuerySet):
@@ -23,7 +24,7 @@ class ProposalQuerySet(VisibleQuerySet):
         return self.filter(state=State.READY).exclude(author=approver)
 
 
-class Proposal(models.Model):
+class Proposal(EngineSettings):
     class Action(models.TextChoices):
         ADD = "add", "Add a model"
         MOVE = "move", "Move a deployment"

@@ -21,6 +21,7 @@ from enum import StrEnum
 
 from inventory.analytics.ledger import build_ledger
 from inventory.analytics.snapshot import AllocatorStats, CardSnapshot, process_label
+from inventory.analytics.stats import percentile
 from inventory.analytics.units import format_gib
 
 
@@ -193,3 +194,41 @@ def card_status(
         if status is Status.RED:
             reason += ", do not add a model"
     return CardStatus(snapshot.card_id, status, totals, used_fraction, fragmentation, worst, reason)
+
+
+# Scales of the card-level index, by the statistic behind it (a code each, for display).
+SCALE_LARGEST_BLOCK = "largest_free_block"
+SCALE_INACTIVE_SPLIT = "inactive_split_over_reserved"
+
+
+@dataclass(frozen=True)
+class SustainedFragmentation:
+    """How fragmented a card stayed, not how fragmented it once was."""
+
+    index: float | None  # exceeded in ``share`` of the counted moments; None: none counted
+    counted: int  # moments whose pools held at least the free-bytes floor
+    ignored: int  # moments below the floor: a tiny pool's index says nothing
+
+
+def sustained_fragmentation(
+    moments: Iterable[tuple[float, int]], *, share: float, min_free_bytes: int
+) -> SustainedFragmentation:
+    """The fragmentation index a card held for at least ``share`` of the time.
+
+    ``moments`` are (worst index, bytes held free in the allocators' pools) per sample time.
+    One spike in seven days must not block a card, and a pool with a few MiB free flips the
+    index to 1 on a single odd block: only moments with at least ``min_free_bytes`` held free
+    count, and the figure is the ``1 - share`` quantile of their indices (share 0.1: the index
+    the card was at or above for a tenth of the counted time).
+    """
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share}")
+    counted, ignored = [], 0
+    for index, free in moments:
+        if free >= min_free_bytes:
+            counted.append(index)
+        else:
+            ignored += 1
+    if not counted:
+        return SustainedFragmentation(None, 0, ignored)
+    return SustainedFragmentation(percentile(counted, 100 * (1 - share)), len(counted), ignored)

@@ -238,6 +238,10 @@ class EngineSample(models.Model):
     latency_p50_s = models.FloatField(null=True)
     latency_p95_s = models.FloatField(null=True)
     latency_p99_s = models.FloatField(null=True)
+    # The engine's KV pool as it reported it (vLLM cache_config_info).
+    kv_pool_tokens = models.BigIntegerField(null=True)
+    kv_pool_bytes = models.BigIntegerField(null=True)
+    memory_fraction = models.FloatField(null=True)
 
     class Meta:
         managed = False

@@ -83,6 +83,9 @@ def kv_advice(host: Host, now: dt.datetime | None = None) -> list[KvRow]:
                     buffer=settings.KV_BUFFER,
                     admission_policy=_POLICIES.get(deployment.admission_policy),
                     now=now.timestamp(),
+                    shape=deployment.served_model.kv_shape(),
+                    tensor_parallel=deployment.tensor_parallel,
+                    pipeline_parallel=max(1, deployment.pipeline_parallel),
                 ),
                 "",
             )

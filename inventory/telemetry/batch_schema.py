@@ -86,6 +86,7 @@ def _spec(fields: dict[str, _Field]) -> _Spec:
 
 _BYTES = _Field(int, 0, MAX_BYTES)
 _COUNT = _Field(int, 0, SMALLINT)
+_TOKENS = _Field(int, 0, MAX_BYTES)  # a KV pool in tokens (bigint column)
 _PERCENT = _Field(int, 0, 100)
 _FRACTION = _Field(float, 0.0, 1.0)
 _GAUGE = _Field(float, 0.0, 1e9)
@@ -153,6 +154,9 @@ _ENGINE = _spec(
         "requests_waiting_last": _GAUGE,
         "vram_bytes_max": _BYTES,
         "vram_bytes_last": _BYTES,
+        "kv_pool_tokens": _TOKENS,
+        "kv_pool_bytes": _BYTES,
+        "memory_fraction": _FRACTION,
     }
 )
 _LATENCY = _spec(

@@ -87,6 +87,42 @@ class EngineReading:
     process_start_time_s: float | None = None
     preemptions_total: float | None = None  # vLLM: requests preempted for KV space, a counter
 
+    # The engine's own KV pool, from vLLM's `vllm:cache_config_info` labels: `num_gpu_blocks`
+    # x `block_size` tokens (SGLang: `sglang:max_total_num_tokens`); `kv_cache_memory_bytes`
+    # when the pool was set in bytes (--kv-cache-memory-bytes; "None" otherwise);
+    # `gpu_memory_utilization`, the share of the card the engine may take. The usage fraction
+    # is a share of this pool, not of any reservation the console holds.
+    @property
+    def kv_pool_tokens(self) -> int | None:
+        blocks = _whole(self.cache_config.get("num_gpu_blocks"))
+        size = _whole(self.cache_config.get("block_size"))
+        if blocks is not None and size is not None:
+            return blocks * size
+        return _whole(
+            self.cache_config.get("kv_cache_size_tokens")
+            or self.cache_config.get("max_total_num_tokens")  # SGLang
+        )
+
+    @property
+    def kv_pool_bytes(self) -> int | None:
+        return _whole(self.cache_config.get("kv_cache_memory_bytes"))
+
+    @property
+    def memory_fraction(self) -> float | None:
+        raw = self.cache_config.get("gpu_memory_utilization")
+        try:
+            value = float(raw) if raw is not None else None
+        except ValueError:
+            return None
+        return value if value is not None and 0 < value <= 1 else None
+
+
+def _whole(raw: str | None) -> int | None:
+    """A non-negative integer label, or None for absent, "None" or garbage."""
+    if raw is None or not raw.isdigit():
+        return None
+    return int(raw)
+
 
 # --- Prometheus text ----------------------------------------------------------------------
 
@@ -239,10 +275,13 @@ def parse_sglang_metrics(text: str, model_name: str | None = None) -> EngineRead
     running = _gauge_sum(samples, ["sglang:num_running_reqs"], model_name)
     if usage is None and running is None:
         raise EngineParseError("no sglang:token_usage nor sglang:num_running_reqs")
+    # The KV pool's capacity in tokens, emitted once at start (per TP rank: the same pool).
+    pool = _gauge_max(samples, ["sglang:max_total_num_tokens"], model_name)
     return EngineReading(
         engine="sglang",
         kv_cache_usage=usage,
         requests_running=running,
+        cache_config={} if pool is None else {"max_total_num_tokens": f"{pool:.0f}"},
         requests_waiting=_gauge_sum(samples, ["sglang:num_queue_reqs"], model_name),
         latency=_latencies(samples, _SGLANG_LATENCY, model_name),
         process_start_time_s=_start_time(samples),

@@ -410,6 +410,9 @@ def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_R
                 latency.get("p50_s"),
                 latency.get("p95_s"),
                 latency.get("p99_s"),
+                row.get("kv_pool_tokens"),
+                row.get("kv_pool_bytes"),
+                row.get("memory_fraction"),
             )
         )
     mig_rows = [

@@ -12,6 +12,7 @@
     kv_cache_reserved_unused: "#F0E442", kv_cache_use_unknown: "#DDCC77",
     workspace_activations: "#56B4E9", cuda_graphs: "#332288", communication_buffers: "#44AA99",
     allocator_reserve: "#CC79A7", fragmentation: "#D55E00", unattributed: "#999999",
+    cuda_context: "#882255",
     free: "#dafbe1",
   };
 

@@ -128,3 +128,27 @@ def test_ingest_reads_the_index_of_a_batch_as_the_pages_do(
     stats = allocator_from_batch(raw)
     index = fragmentation_index(stats) if stats else None
     assert index_from_batch(raw) == (None if index is None else index.value)
+
+
+def test_one_spike_in_a_week_is_not_a_sustained_red():
+    from inventory.analytics.fragmentation import sustained_fragmentation
+
+    gib = 1024**3
+    week = [(0.1, 4 * gib)] * 999 + [(0.9, 4 * gib)]
+    assert sustained_fragmentation(week, share=0.1, min_free_bytes=gib).index == pytest.approx(0.1)
+    # Red for a fifth of the time: the index held for a tenth of it is red.
+    stayed = [(0.1, 4 * gib)] * 800 + [(0.7, 4 * gib)] * 200
+    assert sustained_fragmentation(stayed, share=0.1, min_free_bytes=gib).index == pytest.approx(
+        0.7
+    )
+
+
+def test_a_tiny_pool_does_not_flip_the_index():
+    from inventory.analytics.fragmentation import sustained_fragmentation
+
+    # 8 MiB free in one odd block: index near 1, but the pool is too small to matter.
+    moments = [(0.99, 8 * 1024**2)] * 50 + [(0.05, 2 * 1024**3)] * 50
+    result = sustained_fragmentation(moments, share=0.1, min_free_bytes=1024**3)
+    assert result.index == pytest.approx(0.05)
+    assert (result.counted, result.ignored) == (50, 50)
+    assert sustained_fragmentation(moments[:50], share=0.1, min_free_bytes=1024**3).index is None
