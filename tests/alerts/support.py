@@ -65,3 +65,40 @@ def rule_form(objects) -> dict:
         "params": '{"used_fraction": 0.96}',
         "comment": "matrix",
     }
+
+
+class Feeder:
+    """A host agent's stand-in: every `interval` seconds, one batch through the real ingest
+    path in which each card holds the fraction `fractions[gpu]` of 80 GiB."""
+
+    def __init__(self, host, fractions: dict, interval: float = 1.0):
+        import threading
+
+        self.host, self.fractions, self.interval = host, dict(fractions), interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def set(self, gpu, fraction: float) -> None:
+        self.fractions = {**self.fractions, gpu: fraction}
+
+    def _run(self):
+        from django.db import connection
+
+        try:
+            while not self._stop.wait(self.interval):
+                end = time.time()
+                cards = [
+                    card_row(gpu, used_max=int(f * 80 * GIB), used_last=int(f * 80 * GIB))
+                    for gpu, f in self.fractions.items()
+                ]
+                ingest_batch(batch(self.host, start=end - self.interval, end=end, cards=cards))
+        finally:
+            connection.close()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=10)
