@@ -14,7 +14,7 @@ DEFAULT_RULES = [
     ("fragmentation-red", "Framework fragmentation red on a card with tenants",
      "fragmentation_red", "warning", 60, 300, 12 * HOUR, {}, "defragment-off-peak-reload"),
     ("kv-demand-over-reservation", "Deployment's KV demand above its reservation", "kv_demand",
-     "warning", 0, 900, 12 * HOUR, {"window_s": 3600}, "kv-reservation"),
+     "warning", 0, 900, 12 * HOUR, {"window_s": 900}, "kv-reservation"),
     ("copeak-over-capacity", "Co-tenants' joint peak over the card's capacity", "copeak",
      "critical", 0, 900, 4 * HOUR, {"min_tenants": 2}, "kv-reservation"),
     ("p99-over-slo", "P99 latency over SLO for 5 minutes", "p99_over_slo", "warning",

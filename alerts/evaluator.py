@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import DurationField, ExpressionWrapper, F, Q
 from django.utils import timezone
 
 from alerts import payloads
@@ -52,10 +53,14 @@ def run_cycle(now: dt.datetime) -> CycleResult:
     rules = list(AlertRule.objects.filter(enabled=True).order_by("pk"))
     facts = read_facts(rules, now)
     open_rows: dict[int, dict[str, Alert]] = defaultdict(dict)
-    for alert in Alert.objects.open().select_related("rule").select_for_update(of=("self",)):
+    # Only what stepping needs: a cycle reads every open alert.
+    opened_now = Alert.objects.open().only(
+        "rule_id", "fingerprint", "state", "started_at", "last_crossed_at"
+    )
+    for alert in opened_now.select_for_update():
         open_rows[alert.rule_id][alert.fingerprint] = alert
     result = CycleResult()
-    created, changed, fired, resolved_now = [], [], [], []
+    created, still, fired, resolved_now, dropped = [], [], [], [], []
     for rule in rules:
         rows = open_rows.pop(rule.pk, {})
         seen = events_within(facts, rule, now) if rule.kind == AlertRule.Kind.EVENT else facts
@@ -86,46 +91,60 @@ def run_cycle(now: dt.datetime) -> CycleResult:
                     last_crossed_at=now,
                 )
             )
-        for crossing in decisions.fire + decisions.still:
+        for crossing in decisions.fire:
             row = rows[crossing.fingerprint]
-            if crossing in decisions.fire:
-                row.state, row.firing_at = Alert.State.FIRING, now
-                fired.append(row)
-            row.values, row.last_crossed_at = dict(crossing.values), now
-            changed.append(row)
-        for fingerprint in decisions.resolve:
-            resolved_now.append(_resolve(rows[fingerprint], now))
-        if decisions.drop:
-            Alert.objects.filter(pk__in=[rows[fp].pk for fp in decisions.drop]).delete()
+            row.state, row.firing_at, row.last_crossed_at = Alert.State.FIRING, now, now
+            fired.append(row)
+        for crossing in decisions.still:
+            still.append(rows[crossing.fingerprint])
+        resolved_now += [rows[fingerprint] for fingerprint in decisions.resolve]
+        dropped += [rows[fingerprint] for fingerprint in decisions.drop]
     # Alerts of rules disabled or deleted since they opened end with them.
     for rows in open_rows.values():
         for row in rows.values():
-            if row.state == Alert.State.FIRING:
-                resolved_now.append(_resolve(row, now))
-            else:
-                row.delete()
+            (resolved_now if row.state == Alert.State.FIRING else dropped).append(row)
+    for row in resolved_now:
+        row.state, row.ended_at = Alert.State.RESOLVED, now
+    # A handful of statements however many alerts move: one per kind of change, none per row.
     Alert.objects.bulk_create(created)
-    firing_now = [a for a in created if a.state == Alert.State.FIRING] + fired
-    result.fired = [a.pk for a in firing_now]
+    Alert.objects.filter(pk__in=[a.pk for a in dropped]).delete()
+    Alert.objects.filter(pk__in=[a.pk for a in fired]).update(
+        state=Alert.State.FIRING, firing_at=now, last_crossed_at=now
+    )
+    Alert.objects.filter(pk__in=[a.pk for a in still]).update(last_crossed_at=now)
+    Alert.objects.filter(pk__in=[a.pk for a in resolved_now]).update(
+        state=Alert.State.RESOLVED, ended_at=now
+    )
+    result.fired = [a.pk for a in created if a.state == Alert.State.FIRING] + [a.pk for a in fired]
     result.resolved = [a.pk for a in resolved_now]
     result.pending = sum(1 for a in created if a.state == Alert.State.PENDING)
-    Alert.objects.bulk_update(
-        changed + resolved_now, ["state", "firing_at", "values", "last_crossed_at", "ended_at"]
-    )
-    notes = _plan_notifications(now, resolved_now)
+    notes = _plan_notifications(now, result.resolved)
     result.notifications = [n.pk for n in notes]
     transaction.on_commit(lambda: _after_commit(result))
     return result
 
 
-def _resolve(row: Alert, now: dt.datetime) -> Alert:
-    row.state, row.ended_at = Alert.State.RESOLVED, now
-    return row
+def _due(now: dt.datetime):
+    """Firing alerts that may be owed a message: never told, a repeat possibly due, or an
+    Alertmanager re-post possibly due. `repeat_due` decides; this only spares the cycle the
+    thousands that are told and quiet."""
+    second = dt.timedelta(seconds=1)
+    repeat = ExpressionWrapper(F("rule__repeat_interval_s") * second, output_field=DurationField())
+    due = Q(last_notified_at__isnull=True) | Q(
+        acknowledged_at__isnull=True,
+        rule__repeat_interval_s__gt=0,
+        last_notified_at__lte=now - repeat,
+    )
+    if settings.ALERT_ALERTMANAGER_URL:
+        resend = dt.timedelta(seconds=settings.ALERT_ALERTMANAGER_RESEND_S)
+        due |= Q(alertmanager_posted_at__isnull=True) | Q(alertmanager_posted_at__lte=now - resend)
+    return Alert.objects.firing().filter(due)
 
 
-def _plan_notifications(now: dt.datetime, resolved_now: list[Alert]) -> list[Notification]:
+def _plan_notifications(now: dt.datetime, resolved_ids: list[int]) -> list[Notification]:
     silences = [s.matchers for s in Silence.objects.active(now)]
-    firing = list(Alert.objects.firing().select_related("rule").order_by("pk"))
+    firing = list(_due(now).select_related("rule").order_by("pk"))
+    resolved_now = list(Alert.objects.filter(pk__in=resolved_ids).select_related("rule"))
     human: dict[str, list[tuple[Alert, str]]] = defaultdict(list)
     machine: dict[str, list[Alert]] = defaultdict(list)
     resend = settings.ALERT_ALERTMANAGER_RESEND_S
@@ -171,13 +190,20 @@ def _plan_notifications(now: dt.datetime, resolved_now: list[Alert]) -> list[Not
             body = payloads.alertmanager_alerts(alerts, now)
             planned.append((_note("alertmanager", group, key, body), alerts))
     notes = _save_notifications(planned)
-    touched = {a.pk: a for items in human.values() for a, _ in items}
-    touched.update({a.pk: a for alerts in machine.values() for a in alerts})
-    Alert.objects.bulk_update(
-        list(touched.values()),
-        ["last_notified_at", "notifications_sent", "resolved_notified", "alertmanager_posted_at"],
-    )
+    _mark_notified(now, human, machine)
     return notes
+
+
+def _mark_notified(now, human: dict, machine: dict) -> None:
+    told = [alert.pk for items in human.values() for alert, _ in items]
+    Alert.objects.filter(pk__in=told).update(
+        last_notified_at=now, notifications_sent=F("notifications_sent") + 1
+    )
+    resolved = [alert.pk for items in human.values() for alert, kind in items if kind == "resolved"]
+    Alert.objects.filter(pk__in=resolved).update(resolved_notified=True)
+    if settings.ALERT_ALERTMANAGER_URL:
+        posted = [alert.pk for alerts in machine.values() for alert in alerts]
+        Alert.objects.filter(pk__in=posted).update(alertmanager_posted_at=now)
 
 
 def _key(group: str, items: list[tuple]) -> str:

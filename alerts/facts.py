@@ -9,14 +9,15 @@ time-slicing), by the same report the host page shows.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from dataclasses import replace
 
 from django.conf import settings
 
 from alerts.conditions import CardFact, DeploymentFact, EventFact, FleetFact, HostFact
-from inventory.analytics.kv import recommended_kv_reservation_bytes
-from inventory.models import Deployment, Host
+from inventory.analytics.kv import recommended_kv_reservation_bytes, whole_requests
+from inventory.models import Deployment, Host, ServedModel
 from inventory.reports.analysis import interference
 from inventory.reports.headroom import recent_card_headroom
 from inventory.reports.thresholds import fragmentation_thresholds
@@ -28,11 +29,14 @@ HOST_KINDS = {"collector_stale", "collector_faults"}
 _SHARED_SMS = {Deployment.Isolation.MPS, Deployment.Isolation.TIME_SLICING}
 
 
+@functools.lru_cache(maxsize=4096)
 def _labels(raw) -> dict:
-    """A host's labels as a raw query returns them (jsonb text)."""
-    if isinstance(raw, str):
-        return json.loads(raw)
-    return raw or {}
+    """A host's labels as a raw query returns them (jsonb text), decoded once per text."""
+    return json.loads(raw) if isinstance(raw, str) else {}
+
+
+# The reservation depends on whole requests only: thousands of deployments share a few keys.
+_recommended = functools.lru_cache(maxsize=65536)(recommended_kv_reservation_bytes)
 
 
 def _fresh() -> dt.timedelta:
@@ -107,19 +111,20 @@ def _deployments(rules, now: dt.datetime, kinds: set[str]) -> list[DeploymentFac
     rows = alert_facts.deployments_now(now - _fresh())
     recommended: dict[int, int] = {}
     if "kv_demand" in kinds:
-        window = max(float(r.params.get("window_s", 3600)) for r in rules if r.kind == "kv_demand")
+        window = max(float(r.params.get("window_s", 900)) for r in rules if r.kind == "kv_demand")
         ids = [row["deployment_id"] for row in rows]
         p95 = queries.running_percentile(ids, now - dt.timedelta(seconds=window), now, 95)
-        models = {
-            d.pk: d
-            for d in Deployment.objects.filter(pk__in=list(p95)).select_related("served_model")
-        }
-        for deployment_id, concurrency in p95.items():
-            deployment = models[deployment_id]
-            per_token = deployment.served_model.effective_kv_bytes_per_token
-            if deployment.kv_tokens_per_request and per_token:
-                recommended[deployment_id] = recommended_kv_reservation_bytes(
-                    concurrency, deployment.kv_tokens_per_request, per_token, settings.KV_BUFFER
+        models = {m.pk: m for m in ServedModel.objects.filter(
+            pk__in={row["served_model_id"] for row in rows})}  # fmt: skip
+        for row in rows:
+            concurrency = p95.get(row["deployment_id"])
+            per_token = models[row["served_model_id"]].effective_kv_bytes_per_token
+            if concurrency is not None and row["kv_tokens_per_request"] and per_token:
+                recommended[row["deployment_id"]] = _recommended(
+                    whole_requests(concurrency),
+                    row["kv_tokens_per_request"],
+                    per_token,
+                    settings.KV_BUFFER,
                 )
     flagged = _interference(rows, now) if "interference" in kinds else set()
     return [

@@ -16,7 +16,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_shutdown
 
 from console.broker import broker_transport_options, broker_url
-from console.env import env_int, env_str
+from console.env import env_bool, env_int, env_str
 from inventory.agent.runtime import Agent, wall_clock
 from inventory.agent.secrets import read_secrets
 from inventory.agent.transport import batch_publisher
@@ -44,8 +44,12 @@ def _source_factory():
     kind = env_str("AGENT_SOURCE", "nvml")
     if kind == "simulator":
         from inventory.agent.sources import FleetSimulator
+        from inventory.telemetry.simulator.incidents import DEMO_INCIDENTS
 
-        return FleetSimulator(seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock).source_for
+        incidents = DEMO_INCIDENTS if env_bool("DEMO_INCIDENTS", False) else ()
+        return FleetSimulator(
+            seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock, incidents=incidents
+        ).source_for
     if kind == "nvml":
         import pynvml
 

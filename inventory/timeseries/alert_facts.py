@@ -45,7 +45,7 @@ def deployments_now(since: dt.datetime) -> list[dict]:
     return _rows(
         f"""
         SELECT d.id AS deployment_id, d.host_id, h.name AS host, h.labels AS host_labels,
-               m.name, m.p99_latency_slo_ms AS slo_ms, d.kv_reservation_bytes,
+               d.served_model_id, m.name, m.p99_latency_slo_ms AS slo_ms, d.kv_reservation_bytes,
                d.kv_tokens_per_request, d.isolation_mode, e.latency_p99_s AS p99_s
         FROM inventory_deployment d
         JOIN inventory_host h ON h.id = d.host_id

@@ -38,6 +38,7 @@ BENCHES = {
     "pages": ["tests/bench/bench_pages.py"],
     "placement": ["tests/bench/bench_placement.py", "--limit", "10"],
     "faults": ["tests/bench/faults.py"],
+    "alerts": ["tests/bench/bench_alerts.py"],
 }
 # Half an hour of outages: only when asked for by name.
 ON_REQUEST = {"faults"}
