@@ -6,6 +6,7 @@ nothing) and are safe to run twice: a cycle run again decides nothing new, and a
 already sent is not sent again.
 """
 
+import datetime as dt
 import logging
 import smtplib
 
@@ -26,11 +27,23 @@ RETRY_MAX_S = 600
 _DELIVERY_ERRORS = (OSError, smtplib.SMTPException)
 
 
+# Longer than a delivery normally waits in the queue: what is older was lost on its way
+# (a broker outage after the commit). Sending it again is safe: a copy finds it sent.
+STALLED_AFTER = dt.timedelta(minutes=5)
+
+
 @shared_task(name=EVALUATE, time_limit=120, soft_time_limit=110, ignore_result=True)
 def evaluate_alerts() -> dict:
     result = evaluate()
     if result is None:
         return {"skipped": "another evaluator is running"}
+    stalled = Notification.objects.filter(
+        status=Notification.Status.PENDING,
+        attempts=0,
+        created_at__lt=timezone.now() - STALLED_AFTER,
+    ).values_list("pk", flat=True)[:500]
+    for notification_id in stalled:
+        deliver_notification.delay(notification_id)
     return {"fired": len(result.fired), "resolved": len(result.resolved),
             "notifications": len(result.notifications)}  # fmt: skip
 

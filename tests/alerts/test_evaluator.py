@@ -5,6 +5,7 @@ import time
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -193,3 +194,51 @@ def test_the_query_count_of_a_cycle_does_not_grow_with_the_fleet():
         return [q["sql"][:70] for q in captured if "SAVEPOINT" not in q["sql"]]
 
     assert queries_with(1) == queries_with(4)
+
+
+def test_a_notification_lost_on_its_way_is_sent_again_by_a_later_evaluation(memory_rule):
+    from unittest import mock
+
+    from alerts import tasks
+
+    memory_rule.for_s = 0
+    memory_rule.save()
+    host, gpus = _host(cards=1)
+    report_cards(host, gpus, 0.99)
+    run_cycle(timezone.now())
+    (note,) = _webhooks()
+    Notification.objects.filter(pk=note.pk).update(
+        created_at=timezone.now() - tasks.STALLED_AFTER - dt.timedelta(seconds=1)
+    )
+    with mock.patch.object(tasks.deliver_notification, "delay") as queued:
+        tasks.evaluate_alerts()
+    queued.assert_any_call(note.pk)
+
+
+def test_a_delivery_that_fails_is_retried_and_one_that_succeeded_is_not_sent_again(memory_rule):
+    from alerts import tasks
+    from tests.alerts.receivers import Receiver
+
+    memory_rule.for_s = 0
+    memory_rule.save()
+    host, gpus = _host(cards=1)
+    report_cards(host, gpus, 0.99)
+    run_cycle(timezone.now())
+    (note,) = _webhooks()
+    from celery.exceptions import Retry
+
+    with pytest.raises(Retry):  # nobody listens on port 9
+        tasks.deliver_notification.apply(args=[note.pk], throw=True)
+    note.refresh_from_db()
+    assert (note.status, note.attempts) == (
+        "pending",
+        1,
+    ) and "Connection refused" in note.last_error
+    receiver = Receiver()
+    try:
+        with override_settings(ALERT_WEBHOOK_URL=receiver.url):
+            assert tasks.deliver_notification.apply(args=[note.pk]).get() == "sent"
+            assert tasks.deliver_notification.apply(args=[note.pk]).get() == "nothing to do"
+    finally:
+        receiver.close()
+    assert len(receiver.bodies) == 1 and receiver.bodies[0]["group"] == host.name

@@ -133,3 +133,30 @@ def test_the_prometheus_rule_file_names_only_metrics_the_console_exports(capsys,
     stale = next(rule for rule in rules if rule["alert"] == "collector-stale")
     assert stale["expr"] == "gpu_console_collector_last_sample_age_seconds > 120"
     assert stale["labels"]["severity"] == "critical"
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["state=bogus", "severity=loud", "rule=no-such-rule", "page=abc", "page=99999", "q=%00x"],
+)
+def test_hostile_filters_on_the_page_never_fail(client_as, objects, query):
+    response = client_as("oncall").get(f"/alerts/?{query}")
+    assert response.status_code in (200, 400), response.status_code
+
+
+def test_hostile_silences_and_rule_edits_are_refused_with_a_reason(client_as, objects):
+    from tests.alerts.support import rule_form
+
+    client = client_as("approver")
+    too_long = client.post("/alerts/silences/new/", {"matchers": "gpu=1", "minutes": 10**9,
+                                                     "comment": "x"})  # fmt: skip
+    assert too_long.status_code == 400
+    rule = objects["alert_rule"]
+    unknown_host = client.post(
+        f"/alerts/rules/{rule.slug}/edit/", {**rule_form(objects), "scope": "host", "host": "999"}
+    )
+    assert unknown_host.status_code == 400
+    no_target = client.post(f"/alerts/rules/{rule.slug}/edit/", {**rule_form(objects),
+                                                                  "scope": "host"})  # fmt: skip
+    assert no_target.status_code == 400
+    assert client.get("/alerts/999999/").status_code == 404
