@@ -160,3 +160,19 @@ def test_hostile_silences_and_rule_edits_are_refused_with_a_reason(client_as, ob
                                                                   "scope": "host"})  # fmt: skip
     assert no_target.status_code == 400
     assert client.get("/alerts/999999/").status_code == 404
+
+
+def test_event_rows_on_the_host_page_link_to_their_rules_runbook(client_as, objects):
+    from inventory.models import Event
+
+    Event.objects.create(
+        host=objects["host"],
+        gpu=objects["gpu"],
+        kind="mps_server_down",
+        at=objects["alert"].started_at,
+        batch_id="00000000-0000-4000-8000-0000000000aa",
+        position=0,
+    )
+    page = client_as("manager").get(f"/hosts/{objects['host'].name}/").content.decode()
+    events = page[page.index('id="events"') :]
+    assert "/runbooks/mps-server-crash/" in events
