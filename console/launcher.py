@@ -117,7 +117,11 @@ def run() -> int:
             supervisor.start(
                 "sim",
                 [*agent, "-n", "simulator@%h", "-Q", "host.simulator"],
-                env={"AGENT_SOURCE": "simulator"},
+                # The demo's scripted incidents make alerts fire in the first minutes.
+                env={
+                    "AGENT_SOURCE": "simulator",
+                    "DEMO_INCIDENTS": os.environ.get("DEMO_INCIDENTS", "true"),
+                },
             )
             local_host = _local_nvml_host()
             if local_host:

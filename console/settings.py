@@ -301,3 +301,24 @@ CELERY_BEAT_SCHEDULE = {
 DEMO_PASSWORD = env_str("DEMO_PASSWORD", "colocate-demo")
 # Days of simulated history written in the background when the demo fleet is first loaded.
 DEMO_HISTORY_DAYS = env_float("DEMO_HISTORY_DAYS", 4.0, minimum=0.0)
+
+# Alerts (the alerts app): beat evaluates the rules every ALERT_EVALUATION_INTERVAL_S. Firing
+# and resolved alerts go, grouped per host, to ALERT_EMAIL_TO (comma-separated), to
+# ALERT_WEBHOOK_URL as JSON, and to an Alertmanager's API v2 at ALERT_ALERTMANAGER_URL (its
+# base URL), each only when set; firing alerts are re-posted to the Alertmanager every
+# ALERT_ALERTMANAGER_RESEND_S. A failed delivery is retried ALERT_DELIVERY_RETRIES times.
+INSTALLED_APPS += ["alerts"]
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("alerts.context_processors.firing_alerts")
+ALERT_EVALUATION_INTERVAL_S = env_float("ALERT_EVALUATION_INTERVAL_S", 30.0, minimum=1.0)
+ALERT_EMAIL_TO = env_list("ALERT_EMAIL_TO")
+ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL")
+ALERT_ALERTMANAGER_URL = env_str("ALERT_ALERTMANAGER_URL")
+ALERT_ALERTMANAGER_RESEND_S = env_float("ALERT_ALERTMANAGER_RESEND_S", 60.0, minimum=1.0)
+ALERT_DELIVERY_TIMEOUT_S = env_float("ALERT_DELIVERY_TIMEOUT_S", 5.0, minimum=0.1)
+ALERT_DELIVERY_RETRIES = env_int("ALERT_DELIVERY_RETRIES", 6, minimum=0)
+CELERY_BEAT_SCHEDULE["evaluate-alerts"] = {
+    "task": "alerts.evaluate",
+    "schedule": ALERT_EVALUATION_INTERVAL_S,
+    # A cycle queued behind a busy worker is useless once the next one is due.
+    "options": {"expires": ALERT_EVALUATION_INTERVAL_S},
+}

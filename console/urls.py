@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from alerts import urls as alert_urls
 from console import health
 from console.audit import api as audit_api
 from console.audit import views as audit
@@ -43,6 +44,8 @@ urlpatterns = [
     path("api/proposals/", include(proposal_urls.api_urlpatterns)),
     path("api/audit/", audit_api.AuditList.as_view(), name="api-audit"),
     path("api/runbooks/", include(runbook_urls.api_urlpatterns)),
+    path("alerts/", include("alerts.urls")),
+    path("api/alerts/", include(alert_urls.api_urlpatterns)),
     path("api/placement/", proposal_api.Placement.as_view(), name="api-placement"),
     path("api/", include("inventory.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

@@ -41,3 +41,7 @@ class Action(models.TextChoices):
     ADMIN_DELETE = "admin.delete", "deleted in the admin"
     TOKEN_CREATE = "token.create", "API token created"
     TOKEN_DELETE = "token.delete", "API token deleted"
+    ALERT_ACKNOWLEDGE = "alert.acknowledge", "alert acknowledged"
+    ALERT_SILENCE = "alert.silence", "alerts silenced"
+    ALERT_UNSILENCE = "alert.unsilence", "silence ended"
+    ALERT_RULE_UPDATE = "alert.rule_update", "alert rule changed"

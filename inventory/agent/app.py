@@ -45,8 +45,12 @@ def _source_factory():
     kind = env_str("AGENT_SOURCE", "nvml")
     if kind == "simulator":
         from inventory.agent.sources import FleetSimulator
+        from inventory.telemetry.simulator.incidents import DEMO_INCIDENTS
 
-        return FleetSimulator(seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock).source_for
+        incidents = DEMO_INCIDENTS if env_bool("DEMO_INCIDENTS", False) else ()
+        return FleetSimulator(
+            seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock, incidents=incidents
+        ).source_for
     if kind == "nvml":
         # AGENT_NVML_MODULE: another module with pynvml's API (an end-to-end test's fake NVML)
         pynvml = importlib.import_module(env_str("AGENT_NVML_MODULE", "pynvml"))

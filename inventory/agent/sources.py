@@ -10,6 +10,7 @@ from inventory.agent.signals import HostSignals, SignalOptions
 from inventory.telemetry.engines import http_fetch
 from inventory.telemetry.readings import TelemetryEvent
 from inventory.telemetry.simulator.fleet import Fleet
+from inventory.telemetry.simulator.incidents import IncidentScript
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,9 @@ class SimulatedSource:
 class FleetSimulator:
     """The demo fleet, with simulated time pinned to the wall clock (t = 0 at UTC midnight)."""
 
-    def __init__(self, seed: int, clock, *, specs=None, max_step_s: float = 1.0) -> None:
+    def __init__(
+        self, seed: int, clock, *, specs=None, max_step_s: float = 1.0, incidents=()
+    ) -> None:
         today = dt.datetime.fromtimestamp(clock(), tz=dt.UTC).replace(
             hour=0, minute=0, second=0, microsecond=0
         )
@@ -116,14 +119,18 @@ class FleetSimulator:
         self.clock = clock
         self.max_step_s = max_step_s
         self.fleet = Fleet(specs or demo_fleet_specs(), seed, epoch=self.epoch)
+        self.script = IncidentScript(tuple(incidents), clock())
 
     def advance(self, host) -> float:
         now = self.clock()
+        if self.script.paused(host.name, now):
+            return host.now_epoch()  # time stands still for its agent: nothing is sent
         target = now - self.epoch
         if host.t < target:
             # The first call fast-forwards from midnight in coarse steps.
             step = 60.0 if target - host.t > 120 else self.max_step_s
             host.advance_to(target, max_step_s=step)
+        self.script.apply(host, now)
         return host.now_epoch()
 
     def source_for(self, plan: dict) -> SimulatedSource | None:

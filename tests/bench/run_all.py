@@ -40,6 +40,7 @@ BENCHES = {
     "faults": ["tests/bench/faults.py"],
     "disk": ["tests/bench/bench_disk.py"],
     "partition": ["tests/bench/bench_partition.py"],
+    "alerts": ["tests/bench/bench_alerts.py"],
 }
 # Half an hour of outages: only when asked for by name.
 ON_REQUEST = {"faults", "partition"}

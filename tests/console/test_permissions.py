@@ -11,6 +11,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from inventory.models import DeadLetter, Event, Host
+from tests.alerts import support as alert_support
 from tests.factories import DeploymentFactory, GpuFactory
 from tests.proposals import support as proposal_support
 
@@ -155,6 +156,56 @@ PROPOSAL_ROWS = [
     ),
 ]
 
+
+def _approvers_only(ok):
+    """Alert rules: approvers edit them; on-call and managers read them."""
+    return {**_editors(403, outsider=404), "approver": ok}
+
+
+ALERT_ROWS = [
+    Row("alert-list", lambda o: "/alerts/", "get", _readers()),
+    Row("alert-detail", lambda o: f"/alerts/{o['alert'].pk}/", "get", _readers(outsider=404)),
+    Row(
+        "alert-acknowledge",
+        lambda o: f"/alerts/{o['alert'].pk}/acknowledge/",
+        "post",
+        _editors(302, outsider=404),
+        lambda o: {"comment": "on it"},
+    ),
+    Row("alert-silence-create", lambda o: "/alerts/silences/new/", "get", _editors(200)),
+    Row(
+        "alert-silence-create",
+        lambda o: "/alerts/silences/new/",
+        "post",
+        _editors(302),
+        lambda o: {"matchers": f"Hostname={o['host'].name}", "minutes": "30", "comment": "x"},
+    ),
+    Row(
+        "alert-silence-end",
+        lambda o: f"/alerts/silences/{o['silence'].pk}/end/",
+        "post",
+        _editors(302, outsider=404),
+    ),
+    Row("alert-rule-list", lambda o: "/alerts/rules/", "get", _readers()),
+    Row(
+        "alert-rule-edit",
+        lambda o: f"/alerts/rules/{o['alert_rule'].slug}/edit/",
+        "get",
+        _approvers_only(200),
+    ),
+    Row(
+        "alert-rule-edit",
+        lambda o: f"/alerts/rules/{o['alert_rule'].slug}/edit/",
+        "post",
+        _approvers_only(302),
+        alert_support.rule_form,
+    ),
+    Row(
+        "api-alerts", lambda o: "/api/alerts/?state=firing", "get", {**_readers(), "anonymous": 401}
+    ),
+]
+
+
 MATRIX = [
     Row("fleet", lambda o: "/", "get", _readers()),
     Row("host-detail", lambda o: f"/hosts/{o['host'].name}/", "get", _readers(outsider=404)),
@@ -266,6 +317,7 @@ MATRIX = [
     Row("login", lambda o: "/accounts/login/", "get", _everyone(200)),
     Row("logout", lambda o: "/accounts/logout/", "post", _everyone(302)),
     *PROPOSAL_ROWS,
+    *ALERT_ROWS,
 ]
 
 
@@ -302,6 +354,7 @@ def objects(personas):
         "event": event,
         "letter": letter,
         **proposal_support.matrix_objects(personas, gpu.host),
+        **alert_support.matrix_objects(gpu.host),
     }
 
 

@@ -605,6 +605,28 @@ class SimulatedHost:
                     card.util_gpu = min(100, card.util_gpu + round(100 * busy))
                     card.util_memory = min(100, card.util_memory + round(35 * busy))
 
+    # scripted incidents (inventory.telemetry.simulator.incidents) -------------------------
+
+    def hold_card_memory(self, card_index: int, fraction: float | None, *, pid: int) -> None:
+        """A process outside the deployments holds the card's used memory at `fraction` of
+        its total (NVML's used over total); None: that process has exited."""
+        card = self.state.cards[card_index]
+        card.processes[:] = [p for p in card.processes if p.pid != pid]
+        if fraction is None:
+            return
+        held = int(fraction * card.total_bytes) - card.used_bytes()
+        if held > 0:
+            card.processes.append(FakeProcess(pid, "python3 memtest.py", held))
+
+    def force_oom(self, card_index: int) -> None:
+        """The first serving replica on the card asks for more than the card has left."""
+        for replica in self.replicas:
+            for shard in replica.shards:
+                if replica.up and shard.card_index == card_index and shard.process is not None:
+                    free = shard.domain.capacity_bytes - shard.domain.used_bytes()
+                    self._oom(replica, shard, free + 1024 * _MIB, free)
+                    return
+
     # lifecycle ---------------------------------------------------------------------------
 
     def _start(self, replica: SimulatedReplica, t: float) -> None:
