@@ -17,9 +17,10 @@ from celery.signals import worker_init, worker_shutdown
 
 from console.broker import broker_transport_options, broker_url
 from console.env import env_int, env_str
+from inventory.agent.actions import ActionRunner, DoneRequests, read_actions
 from inventory.agent.runtime import Agent, wall_clock
 from inventory.agent.secrets import read_secrets
-from inventory.agent.transport import batch_publisher
+from inventory.agent.transport import batch_publisher, outcome_reporter
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,23 @@ def _source_factory():
     raise ValueError(f"AGENT_SOURCE={kind!r}: expected nvml or simulator")
 
 
+secrets = read_secrets(env_str("AGENT_SECRET_FILE"))
+state_dir = Path(env_str("AGENT_STATE_DIR") or "var/agent")
 agent = Agent(
     _source_factory(),
-    batch_publisher(app.connection_for_write, read_secrets(env_str("AGENT_SECRET_FILE"))),
+    batch_publisher(app.connection_for_write, secrets),
     outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1),
     # Where each host's outbox file lives, so batches waiting for the broker survive a restart.
-    state_dir=Path(env_str("AGENT_STATE_DIR") or "var/agent"),
+    state_dir=state_dir,
+)
+# Host actions: only what AGENT_ACTIONS_FILE allows; each request id runs once (its outcome
+# kept in the state folder), and every outcome goes back signed (inventory.agent.actions).
+actions = ActionRunner(
+    read_actions(env_str("AGENT_ACTIONS_FILE")),
+    secrets,
+    DoneRequests(state_dir / "actions-done.sqlite3"),
+    outcome_reporter(app, secrets, env_str("AGENT_OUTCOME_QUEUE", "celery")),
+    simulate=agent.simulator_of,
 )
 
 
@@ -75,6 +87,13 @@ agent = Agent(
 def apply_plan(plan: dict) -> None:
     if not agent.apply_plan(plan):
         log.warning("this agent cannot collect %s (collector %s)", plan["host"], plan["collector"])
+
+
+# Acknowledged late: a request taken by an agent that dies is delivered again, and the done
+# ids make sure that it still runs once.
+@app.task(name="agent.run_action", acks_late=True, time_limit=3700, soft_time_limit=3690)
+def run_action(body: str, signature: str | None) -> None:
+    actions.handle(body, signature)
 
 
 # worker_init comes before the worker reaches the broker: an agent restarted while the broker

@@ -1,0 +1,77 @@
+"""The samples host operations read: who is on a card now, and the history the off-peak
+planner works from (hourly load per host, daily fragmentation peaks per card)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from inventory.timeseries.queries import _rows
+
+
+def process_pids_since(gpu_id: int, since: dt.datetime) -> dict[int, list[int]]:
+    """Deployment id -> the PIDs its processes had on the card in samples after `since`."""
+    rows = _rows(
+        """
+        SELECT deployment_id, pid, max(ts) AS ts FROM inventory_process_sample
+        WHERE gpu_id = %s AND ts > %s AND deployment_id IS NOT NULL
+        GROUP BY deployment_id, pid ORDER BY max(ts) DESC
+        """,
+        [gpu_id, since],
+    )
+    pids: dict[int, list[int]] = {}
+    for row in rows:
+        pids.setdefault(row["deployment_id"], []).append(row["pid"])
+    return pids
+
+
+def allocator_now(gpu_ids: list[int], within: dt.timedelta, now: dt.datetime) -> list[dict]:
+    """Per card and deployment, from each process's newest sample: the allocator's reserve
+    (reserved minus allocated) and the fragmentation index."""
+    if not gpu_ids:
+        return []
+    return _rows(
+        """
+        SELECT gpu_id, deployment_id,
+               sum(greatest(alloc_reserved_last - alloc_allocated_last, 0))::bigint AS reserve,
+               max(frag_index_max) AS fragmentation, max(ts) AS ts
+        FROM (
+            SELECT DISTINCT ON (gpu_id, pid) gpu_id, pid, deployment_id, ts,
+                   alloc_reserved_last, alloc_allocated_last, frag_index_max
+            FROM inventory_process_sample
+            WHERE gpu_id = ANY(%s) AND ts > %s AND deployment_id IS NOT NULL
+            ORDER BY gpu_id, pid, ts DESC
+        ) latest
+        GROUP BY gpu_id, deployment_id
+        """,
+        [gpu_ids, now - within],
+    )
+
+
+def hourly_host_load(host_ids: list[int], start: dt.datetime, end: dt.datetime) -> list[dict]:
+    """Per host and hour: the mean GPU utilisation over its cards (the traffic it served)."""
+    return _rows(
+        """
+        SELECT g.host_id, extract(epoch FROM r.bucket)::float8 AS hour,
+               sum(r.util_gpu_sum)::float8 / nullif(sum(r.util_gpu_count), 0) AS load
+        FROM inventory_card_rollup_1h r JOIN inventory_gpu g ON g.id = r.gpu_id
+        WHERE g.host_id = ANY(%s) AND r.bucket >= %s AND r.bucket < %s
+        GROUP BY g.host_id, r.bucket
+        """,
+        [host_ids, start, end],
+    )
+
+
+def daily_fragmentation_peaks(
+    host_ids: list[int], start: dt.datetime, end: dt.datetime
+) -> list[dict]:
+    """Per card and UTC day: the highest fragmentation index of the hourly rollups."""
+    return _rows(
+        """
+        SELECT r.gpu_id, date_trunc('day', r.bucket AT TIME ZONE 'UTC') AS day,
+               max(r.frag_index_max)::float8 AS fragmentation
+        FROM inventory_card_rollup_1h r JOIN inventory_gpu g ON g.id = r.gpu_id
+        WHERE g.host_id = ANY(%s) AND r.bucket >= %s AND r.bucket < %s
+        GROUP BY r.gpu_id, 2
+        """,
+        [host_ids, start, end],
+    )
