@@ -260,6 +260,7 @@ class DefragReload(models.Model):
     action = models.ForeignKey(
         HostAction, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    pid_before = models.IntegerField(null=True, blank=True)
     fragmentation_before = models.FloatField(null=True, blank=True)
     fragmentation_after = models.FloatField(null=True, blank=True)
     reserve_before_bytes = models.BigIntegerField(null=True, blank=True)

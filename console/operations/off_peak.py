@@ -54,7 +54,7 @@ def host_histories(hosts: list[Host], now: dt.datetime) -> list[decisions.HostHi
     gpus_of = {d.pk: tuple(g.pk for g in d.gpus.all()) for d in deployments}
     gpu_ids = [g for ids_ in gpus_of.values() for g in ids_]
     reserve: dict[int, int] = {}
-    for row in samples.allocator_now(gpu_ids, FRESH, now):
+    for row in samples.allocator_now(gpu_ids, now - FRESH):
         reserve[row["deployment_id"]] = reserve.get(row["deployment_id"], 0) + (row["reserve"] or 0)
     histories = []
     for host in hosts:
@@ -135,12 +135,10 @@ def do_decide_plan(plan: DefragPlan, *, acting_user, approve: bool) -> DefragPla
     return current
 
 
-def _allocator(reload: DefragReload, now: dt.datetime) -> tuple[float | None, int | None]:
-    rows = samples.allocator_now([reload.gpu_id], FRESH, now)
-    mine = [r for r in rows if r["deployment_id"] == reload.deployment_id]
-    if not mine:
-        return None, None
-    return mine[0]["fragmentation"], mine[0]["reserve"]
+def _allocator(reload: DefragReload, since: dt.datetime) -> dict | None:
+    """The deployment's newest process sample on the card since then (None: none yet)."""
+    rows = samples.allocator_now([reload.gpu_id], since)
+    return next((r for r in rows if r["deployment_id"] == reload.deployment_id), None)
 
 
 def advance(plan: DefragPlan, now: dt.datetime) -> None:
@@ -173,7 +171,7 @@ def advance(plan: DefragPlan, now: dt.datetime) -> None:
     if now < due.not_before:
         return
     with open_change():
-        fragmentation, reserve = _allocator(due, now)
+        before = _allocator(due, now - FRESH) or {}
         action = services.do_request_action(
             acting_user=None,
             host=plan.host,
@@ -183,8 +181,18 @@ def advance(plan: DefragPlan, now: dt.datetime) -> None:
             approved_by=plan.decided_by,
         )
         due.action, due.state = action, DefragReload.State.RUNNING
-        due.fragmentation_before, due.reserve_before_bytes = fragmentation, reserve
-        due.save(update_fields=["action", "state", "fragmentation_before", "reserve_before_bytes"])
+        due.pid_before = before.get("pid")
+        due.fragmentation_before = before.get("fragmentation")
+        due.reserve_before_bytes = before.get("reserve")
+        due.save(
+            update_fields=[
+                "action",
+                "state",
+                "pid_before",
+                "fragmentation_before",
+                "reserve_before_bytes",
+            ]
+        )
 
 
 def _finish(reload: DefragReload, now: dt.datetime) -> None:
@@ -197,9 +205,11 @@ def _finish(reload: DefragReload, now: dt.datetime) -> None:
     else:
         if now - action.finished_at < dt.timedelta(seconds=settings.OPERATIONS_SETTLE_S):
             return
-        fragmentation, reserve = _allocator(reload, now)
-        if fragmentation is None:
+        # The reloaded process, never the one before it: its samples may still come in.
+        after = _allocator(reload, action.finished_at)
+        if after is None or after["pid"] == reload.pid_before or after["fragmentation"] is None:
             return  # the reloaded process has not been sampled yet
+        fragmentation, reserve = after["fragmentation"], after["reserve"]
         state = DefragReload.State.DONE
     with open_change():
         before = snapshot(reload)

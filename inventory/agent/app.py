@@ -41,12 +41,31 @@ app.conf.update(
 )
 
 
+def _simulated_fleet(name: str):
+    """The demo fleet (None: the simulator's default), or the operations demo's host, whose
+    MPS server crashes at SIMULATOR_MPS_CRASH_AT (epoch seconds) when that is set."""
+    if name == "demo":
+        return None
+    if name == "operations":
+        from inventory.telemetry.simulator.operations_scenario import operations_host
+
+        crash_at = env_str("SIMULATOR_MPS_CRASH_AT")
+        if not crash_at:
+            return [operations_host()]
+        midnight = int(wall_clock() // 86400) * 86400
+        return [operations_host(((1, float(crash_at) - midnight),))]
+    raise ValueError(f"SIMULATOR_FLEET={name!r}: expected demo or operations")
+
+
 def _source_factory():
     kind = env_str("AGENT_SOURCE", "nvml")
     if kind == "simulator":
         from inventory.agent.sources import FleetSimulator
 
-        return FleetSimulator(seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock).source_for
+        specs = _simulated_fleet(env_str("SIMULATOR_FLEET", "demo"))
+        return FleetSimulator(
+            seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock, specs=specs
+        ).source_for
     if kind == "nvml":
         import pynvml
 

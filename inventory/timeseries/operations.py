@@ -24,26 +24,22 @@ def process_pids_since(gpu_id: int, since: dt.datetime) -> dict[int, list[int]]:
     return pids
 
 
-def allocator_now(gpu_ids: list[int], within: dt.timedelta, now: dt.datetime) -> list[dict]:
-    """Per card and deployment, from each process's newest sample: the allocator's reserve
-    (reserved minus allocated) and the fragmentation index."""
+def allocator_now(gpu_ids: list[int], since: dt.datetime) -> list[dict]:
+    """Per card and deployment, from its newest process sample after `since` (a process
+    that was replaced no longer counts): the allocator's reserve (reserved minus allocated),
+    the fragmentation index, and the PID."""
     if not gpu_ids:
         return []
     return _rows(
         """
-        SELECT gpu_id, deployment_id,
-               sum(greatest(alloc_reserved_last - alloc_allocated_last, 0))::bigint AS reserve,
-               max(frag_index_max) AS fragmentation, max(ts) AS ts
-        FROM (
-            SELECT DISTINCT ON (gpu_id, pid) gpu_id, pid, deployment_id, ts,
-                   alloc_reserved_last, alloc_allocated_last, frag_index_max
-            FROM inventory_process_sample
-            WHERE gpu_id = ANY(%s) AND ts > %s AND deployment_id IS NOT NULL
-            ORDER BY gpu_id, pid, ts DESC
-        ) latest
-        GROUP BY gpu_id, deployment_id
+        SELECT DISTINCT ON (gpu_id, deployment_id) gpu_id, deployment_id, pid, ts,
+               greatest(alloc_reserved_last - alloc_allocated_last, 0) AS reserve,
+               frag_index_max AS fragmentation
+        FROM inventory_process_sample
+        WHERE gpu_id = ANY(%s) AND ts > %s AND deployment_id IS NOT NULL
+        ORDER BY gpu_id, deployment_id, ts DESC
         """,
-        [gpu_ids, now - within],
+        [gpu_ids, since],
     )
 
 

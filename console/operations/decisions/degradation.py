@@ -1,7 +1,8 @@
 """What to do with a card past its memory limit, in the deployment policy's priority order.
 
 1. Shrink the KV reservation of the lowest-priority tenant to its floor (a restart with a
-   smaller reservation): what it frees is the reservation given up, on this card.
+   smaller reservation): what it frees is the reservation given up, on this card. Enough
+   is below the limit; the floor itself is how far the policy lets a reservation go.
 2. If that is not enough, evict the lowest-priority tenant (stop it): it frees all it holds.
    Only a tenant less important than another on the card is evicted; the card's most
    important model is never stopped to save itself.
@@ -40,7 +41,7 @@ class Card:
 @dataclass(frozen=True, slots=True)
 class Policy:
     limit_fraction: float = 0.95
-    # Recover to below this, not just below the limit: a card at 94.9% is over again at once.
+    # What the card is expected to recover to, reported with the plan.
     target_fraction: float = 0.90
     kv_floor_fraction: float = 0.5  # of the tenant's reservation
     kv_floor_bytes: int = 0  # never shrink below this, whatever the fraction says
@@ -109,7 +110,7 @@ def decide(card: Card, policy: Policy = Policy()) -> Plan:
         shrink = _shrink(lowest, policy)
         most_important = min(t.priority for t in order)
         evictable = policy.allow_evict and lowest.priority > most_important
-        if shrink is not None and (projected - shrink.frees_bytes <= target or not evictable):
+        if shrink is not None and (projected - shrink.frees_bytes < limit or not evictable):
             steps.append(shrink)
             projected -= shrink.frees_bytes
         elif evictable:

@@ -141,6 +141,8 @@ class HostSpec:
     # "auto": the control daemon starts a fresh server by itself after a crash; "manual": the
     # server stays down, and its clients with it, until someone runs `mps_restart`.
     mps_recovery: Literal["auto", "manual"] = "auto"
+    # Scheduled crashes: (card index, simulated time in s), for demos and tests.
+    mps_crashes_at: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(slots=True, eq=False)
@@ -229,6 +231,7 @@ class SimulatedHost:
         self._lost_until: dict[int, float] = {}
         self._mps_servers: dict[int, FakeProcess] = {}
         self._mps_down: set[int] = set()  # cards whose MPS server is down (manual recovery)
+        self._mps_crashes_done: set[tuple[int, float]] = set()
         self._build_cards()
         self._traffic: dict[str, DiurnalTraffic] = {}
         self.replicas: list[SimulatedReplica] = []
@@ -505,6 +508,10 @@ class SimulatedHost:
                 if any(s.card_index in self._mps_down for s in replica.shards):
                     continue  # an MPS client cannot start while its server is down
                 self._start(replica, t)
+        for scheduled in self.spec.mps_crashes_at:
+            if scheduled not in self._mps_crashes_done and t >= scheduled[1]:
+                self._mps_crashes_done.add(scheduled)
+                self.crash_mps_server(scheduled[0], cause="client fault (scheduled)")
         rate_per_hour = self.spec.xid_per_card_day / 24.0
         for card_index in range(len(self.spec.cards)):
             self._maybe_xid(card_index, t, rate_per_hour)
