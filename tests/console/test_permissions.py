@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from inventory.models import DeadLetter, Event, Host
 from tests.factories import DeploymentFactory, GpuFactory
+from tests.operations import support as operations_support
 from tests.proposals import support as proposal_support
 
 PERSONAS = ("anonymous", "outsider", "oncall", "approver", "manager")
@@ -266,6 +267,7 @@ MATRIX = [
     Row("login", lambda o: "/accounts/login/", "get", _everyone(200)),
     Row("logout", lambda o: "/accounts/logout/", "post", _everyone(302)),
     *PROPOSAL_ROWS,
+    *operations_support.rows(Row, _readers, _editors),
 ]
 
 
@@ -302,6 +304,7 @@ def objects(personas):
         "event": event,
         "letter": letter,
         **proposal_support.matrix_objects(personas, gpu.host),
+        **operations_support.matrix_objects(personas, gpu.host, deployment, gpu),
     }
 
 
