@@ -35,14 +35,15 @@ def host_histories(hosts: list[Host], now: dt.datetime) -> list[decisions.HostHi
     ids = [host.pk for host in hosts]
     start = (now - HISTORY).replace(hour=0, minute=0, second=0, microsecond=0)
     loads: dict[int, list] = {}
-    for row in samples.hourly_host_load(ids, start, now):
-        if row["load"] is not None:
-            loads.setdefault(row["host_id"], []).append((row["hour"], row["load"]))
-    days = (now.date() - start.date()).days + 1
+    for row in samples.weekly_host_load(ids, start, now):
+        profile = loads.setdefault(row["host_id"], [None] * decisions.WEEK_HOURS)
+        profile[row["slot"]] = row["load"]
+    first_day = int(start.timestamp() // 86400)
+    days = int(now.timestamp() // 86400) - first_day + 1
     peaks: dict[int, list] = {}
     for row in samples.daily_fragmentation_peaks(ids, start, now):
         series = peaks.setdefault(row["gpu_id"], [None] * days)
-        index = (row["day"].date() - start.date()).days
+        index = row["day"] - first_day
         if 0 <= index < days:
             series[index] = row["fragmentation"]
     deployments = (
@@ -68,7 +69,12 @@ def host_histories(hosts: list[Host], now: dt.datetime) -> list[decisions.HostHi
             if d.host_id == host.pk
         )
         histories.append(
-            decisions.HostHistory(host.pk, tuple(loads.get(host.pk, ())), cards, residents)
+            decisions.HostHistory(
+                host.pk,
+                tuple(loads.get(host.pk, [None] * decisions.WEEK_HOURS)),
+                cards,
+                residents,
+            )
         )
     return histories
 

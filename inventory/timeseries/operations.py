@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.db import connection, transaction
+
 from inventory.timeseries.queries import _rows
 
 
@@ -43,15 +45,26 @@ def allocator_now(gpu_ids: list[int], since: dt.datetime) -> list[dict]:
     )
 
 
-def hourly_host_load(host_ids: list[int], start: dt.datetime, end: dt.datetime) -> list[dict]:
-    """Per host and hour: the mean GPU utilisation over its cards (the traffic it served)."""
-    return _rows(
+def _without_jit(sql: str, params: list) -> list[dict]:
+    # Compiling these scans costs seconds and gains nothing: each runs once an hour.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
+        cursor.execute(sql, params)
+        names = [column.name for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def weekly_host_load(host_ids: list[int], start: dt.datetime, end: dt.datetime) -> list[dict]:
+    """Per host and hour of the week (0 = Monday 00:00 UTC): the mean GPU utilisation over
+    its cards and the weeks in the window, from the hourly rollups (the traffic it served)."""
+    return _without_jit(
         """
-        SELECT g.host_id, extract(epoch FROM r.bucket)::float8 AS hour,
+        SELECT g.host_id, ((extract(epoch FROM r.bucket)::bigint / 3600 + 72) %% 168)::int
+                   AS slot,
                sum(r.util_gpu_sum)::float8 / nullif(sum(r.util_gpu_count), 0) AS load
         FROM inventory_card_rollup_1h r JOIN inventory_gpu g ON g.id = r.gpu_id
         WHERE g.host_id = ANY(%s) AND r.bucket >= %s AND r.bucket < %s
-        GROUP BY g.host_id, r.bucket
+        GROUP BY 1, 2
         """,
         [host_ids, start, end],
     )
@@ -60,14 +73,15 @@ def hourly_host_load(host_ids: list[int], start: dt.datetime, end: dt.datetime) 
 def daily_fragmentation_peaks(
     host_ids: list[int], start: dt.datetime, end: dt.datetime
 ) -> list[dict]:
-    """Per card and UTC day: the highest fragmentation index of the hourly rollups."""
-    return _rows(
+    """Per card and UTC day (days since the epoch): the highest fragmentation index of the
+    hourly rollups."""
+    return _without_jit(
         """
-        SELECT r.gpu_id, date_trunc('day', r.bucket AT TIME ZONE 'UTC') AS day,
+        SELECT r.gpu_id, (extract(epoch FROM r.bucket)::bigint / 86400)::int AS day,
                max(r.frag_index_max)::float8 AS fragmentation
         FROM inventory_card_rollup_1h r JOIN inventory_gpu g ON g.id = r.gpu_id
         WHERE g.host_id = ANY(%s) AND r.bucket >= %s AND r.bucket < %s
-        GROUP BY r.gpu_id, 2
+        GROUP BY 1, 2
         """,
         [host_ids, start, end],
     )

@@ -39,6 +39,7 @@ BENCHES = {
     "placement": ["tests/bench/bench_placement.py", "--limit", "10"],
     "faults": ["tests/bench/faults.py"],
 }
+BENCHES["operations"] = ["tests/bench/bench_operations.py"]
 # Half an hour of outages: only when asked for by name.
 ON_REQUEST = {"faults"}
 # The benchmarks that start servers of their own and need no bench database.

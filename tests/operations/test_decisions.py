@@ -93,7 +93,7 @@ def _history(days=30, quiet_hour=3, drift=0.02, reserve=0):
         defrag.Resident(11, "b", (1,), 1 * GIB),
         defrag.Resident(12, "c", (2,), reserve),
     )
-    return defrag.HostHistory(7, tuple(loads), cards, residents)
+    return defrag.HostHistory(7, defrag.weekly_profile(loads), cards, residents)
 
 
 def test_the_planner_finds_the_weekly_trough_and_schedules_one_reload_at_a_time():

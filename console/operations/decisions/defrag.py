@@ -36,7 +36,7 @@ class Resident:
 @dataclass(frozen=True, slots=True)
 class HostHistory:
     host_id: int
-    hourly_load: tuple[tuple[float, float], ...]  # (hour start, epoch s; load), any order
+    weekly_load: tuple[float | None, ...]  # 168 slots from Monday 00:00 UTC (weekly_profile)
     cards: tuple[CardHistory, ...]
     residents: tuple[Resident, ...]
 
@@ -77,8 +77,9 @@ class HostPlan:
         return sum(r.estimated_bytes for r in self.reloads)
 
 
-def weekly_profile(hourly_load) -> list[float | None]:
-    """Mean load per hour of the week (0 = Monday 00:00 UTC); None where nothing was seen."""
+def weekly_profile(hourly_load) -> tuple[float | None, ...]:
+    """Mean load per hour of the week (0 = Monday 00:00 UTC) from (hour start, load) pairs;
+    None where nothing was seen. (The console reads the same from SQL in one pass.)"""
     sums = [0.0] * WEEK_HOURS
     counts = [0] * WEEK_HOURS
     for start, load in hourly_load:
@@ -86,7 +87,7 @@ def weekly_profile(hourly_load) -> list[float | None]:
         slot = (int(start // HOUR) + 72) % WEEK_HOURS
         sums[slot] += load
         counts[slot] += 1
-    return [s / c if c else None for s, c in zip(sums, counts, strict=True)]
+    return tuple(s / c if c else None for s, c in zip(sums, counts, strict=True))
 
 
 def quietest_window(profile: list[float | None], now: float, hours: int, lead_s: float):
@@ -129,8 +130,9 @@ def _card_reason(card: CardHistory, thresholds: Thresholds) -> tuple[str | None,
 
 
 def plan_host(history: HostHistory, now: float, thresholds: Thresholds = Thresholds()) -> HostPlan:
-    profile = weekly_profile(history.hourly_load)
-    start, load = quietest_window(profile, now, thresholds.window_hours, thresholds.lead_s)
+    start, load = quietest_window(
+        list(history.weekly_load), now, thresholds.window_hours, thresholds.lead_s
+    )
     end = start + thresholds.window_hours * HOUR
     cards = {card.gpu_id: card for card in history.cards}
     reasons = {gpu_id: _card_reason(card, thresholds) for gpu_id, card in cards.items()}
