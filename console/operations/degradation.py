@@ -204,6 +204,9 @@ def settle(run: DegradationRun, now: dt.datetime) -> DegradationRun | None:
     if sample is None or sample["ts"] <= last:
         return None
     with open_change():
+        if run.proposal_id is None:  # a proposal changes the inventory when it is applied
+            for action in actions:
+                _record_in_inventory(run, action)
         before = snapshot(run)
         run.used_after_bytes = sample["used_last"]
         recovered = sample["used_last"] < run.limit_fraction * run.total_bytes
@@ -217,3 +220,25 @@ def settle(run: DegradationRun, now: dt.datetime) -> DegradationRun | None:
             after=snapshot(run), host=run.host,
         )  # fmt: skip
     return run
+
+
+def _record_in_inventory(run: DegradationRun, action: HostAction) -> None:
+    """What a standing policy's action changed on the host, in the inventory too: the
+    smaller reservation, or the stopped deployment (so gates and plans see what runs)."""
+    if action.state != HostAction.State.SUCCEEDED or action.deployment_id is None:
+        return
+    deployment = Deployment.objects.select_for_update().get(pk=action.deployment_id)
+    before = snapshot(deployment)
+    if action.action == "reload_with" and "kv_bytes" in action.params:
+        deployment.kv_reservation_bytes = action.params["kv_bytes"]
+        kind = Action.DEPLOYMENT_RESIZE
+    elif action.action == "stop":
+        deployment.status = Deployment.Status.STOPPED
+        kind = Action.DEPLOYMENT_STOP
+    else:
+        return
+    deployment.save()
+    record(
+        actor=None, action=kind, obj=deployment, before=before, after=snapshot(deployment),
+        host=run.host, comment=f"degradation of {run.gpu} (run {run.pk})",
+    )  # fmt: skip

@@ -217,6 +217,11 @@ def test_actions_degradation_mps_recovery_and_an_off_peak_reload(ops_host, perso
             "succeeded",
             "degradation",
         )
+        batch = _deployment(ops_host, "batch-8b")
+        assert batch.kv_reservation_bytes == first["kv_to_bytes"]  # the inventory follows
+        assert AuditEntry.objects.filter(
+            action=Action.DEPLOYMENT_RESIZE, object_id=str(batch.pk)
+        ).exists()
 
         # 3. The MPS server of card 1 crashes; it is restarted and both clients come back.
         recovery = wait_for(
