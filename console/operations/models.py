@@ -274,3 +274,25 @@ class DefragReload(models.Model):
 
     def __str__(self) -> str:
         return f"reload {self.deployment} ({self.plan})"
+
+
+class HostHistorySummary(models.Model):
+    """The 30 days the off-peak planner reads, summed up once a day per host: the mean load
+    per hour of the week and each card's daily fragmentation peaks. Reading 1,000 of these
+    instead of 30 days of hourly rollups per card is what keeps the hourly planner fast."""
+
+    host = models.OneToOneField(
+        "inventory.Host", on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    computed_at = models.DateTimeField()
+    first_day = models.PositiveIntegerField(help_text="Days since 1970-01-01 of peaks[0].")
+    weekly_load = models.JSONField(default=list)  # 168 slots from Monday 00:00 UTC, or null
+    fragmentation_peaks = models.JSONField(default=dict)  # card id -> daily peaks, oldest first
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        verbose_name_plural = "host history summaries"
+
+    def __str__(self) -> str:
+        return f"history of {self.host_id} at {self.computed_at:%Y-%m-%d %H:%M}"

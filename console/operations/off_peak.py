@@ -13,13 +13,14 @@ from console.audit import Action, snapshot
 from console.audit.changes import atomic_change, open_change, record
 from console.operations import services
 from console.operations.decisions import defrag as decisions
-from console.operations.models import DefragPlan, DefragReload, HostAction
+from console.operations.models import DefragPlan, DefragReload, HostAction, HostHistorySummary
 from console.operations.services import OperationError
-from inventory.models import Deployment, Host
+from inventory.models import Deployment, Gpu, Host
 from inventory.timeseries import operations as samples
 
 HISTORY = dt.timedelta(days=30)
 FRESH = dt.timedelta(minutes=5)
+SUMMARY_MAX_AGE = dt.timedelta(hours=24)
 
 
 def thresholds() -> decisions.Thresholds:
@@ -30,52 +31,90 @@ def thresholds() -> decisions.Thresholds:
     )
 
 
-def host_histories(hosts: list[Host], now: dt.datetime) -> list[decisions.HostHistory]:
-    """What the planner needs of each host, in four queries for all of them."""
-    ids = [host.pk for host in hosts]
+def refresh_summaries(hosts: list[Host], now: dt.datetime) -> int:
+    """Sum up the last 30 days of the hosts whose summary is a day old or missing (two
+    scans of the hourly rollups for all of them together); how many were refreshed."""
+    fresh = set(
+        HostHistorySummary.objects.filter(
+            host__in=hosts, computed_at__gt=now - SUMMARY_MAX_AGE
+        ).values_list("host_id", flat=True)
+    )
+    stale = [host.pk for host in hosts if host.pk not in fresh]
+    if not stale:
+        return 0
     start = (now - HISTORY).replace(hour=0, minute=0, second=0, microsecond=0)
     loads: dict[int, list] = {}
-    for row in samples.weekly_host_load(ids, start, now):
+    for row in samples.weekly_host_load(stale, start, now):
         profile = loads.setdefault(row["host_id"], [None] * decisions.WEEK_HOURS)
         profile[row["slot"]] = row["load"]
     first_day = int(start.timestamp() // 86400)
     days = int(now.timestamp() // 86400) - first_day + 1
-    peaks: dict[int, list] = {}
-    for row in samples.daily_fragmentation_peaks(ids, start, now):
-        series = peaks.setdefault(row["gpu_id"], [None] * days)
+    peaks: dict[int, dict[str, list]] = {}
+    host_of = dict(Gpu.objects.filter(host_id__in=stale).values_list("pk", "host_id"))
+    for row in samples.daily_fragmentation_peaks(stale, start, now):
+        cards = peaks.setdefault(host_of[row["gpu_id"]], {})
+        series = cards.setdefault(str(row["gpu_id"]), [None] * days)
         index = row["day"] - first_day
         if 0 <= index < days:
             series[index] = row["fragmentation"]
+    summaries = [
+        HostHistorySummary(
+            host_id=pk,
+            computed_at=now,
+            first_day=first_day,
+            weekly_load=loads.get(pk, [None] * decisions.WEEK_HOURS),
+            fragmentation_peaks=peaks.get(pk, {}),
+        )
+        for pk in stale
+    ]
+    HostHistorySummary.objects.bulk_create(
+        summaries,
+        update_conflicts=True,
+        unique_fields=["host"],
+        update_fields=["computed_at", "first_day", "weekly_load", "fragmentation_peaks"],
+    )
+    return len(summaries)
+
+
+def host_histories(hosts: list[Host], now: dt.datetime) -> list[decisions.HostHistory]:
+    """What the planner needs of each host: its summary (refreshed where a day old) and its
+    processes' allocator reserve now."""
+    refresh_summaries(hosts, now)
+    summaries = {s.host_id: s for s in HostHistorySummary.objects.filter(host__in=hosts)}
+    ids = [host.pk for host in hosts]
+    # Plain rows, not model instances: at a thousand hosts the ORM objects cost seconds.
     deployments = (
         Deployment.objects.filter(host_id__in=ids)
         .exclude(status=Deployment.Status.STOPPED)
         .exclude(runtime_name="")
-        .prefetch_related("gpus")
+        .values_list("pk", "host_id", "runtime_name")
     )
-    gpus_of = {d.pk: tuple(g.pk for g in d.gpus.all()) for d in deployments}
+    on_host: dict[int, list[tuple[int, str]]] = {}
+    for pk, host_id, runtime_name in deployments:
+        on_host.setdefault(host_id, []).append((pk, runtime_name))
+    gpus_of: dict[int, list[int]] = {}
+    for deployment_id, gpu_id in Deployment.gpus.through.objects.filter(
+        deployment__host_id__in=ids
+    ).values_list("deployment_id", "gpu_id"):
+        gpus_of.setdefault(deployment_id, []).append(gpu_id)
     gpu_ids = [g for ids_ in gpus_of.values() for g in ids_]
     reserve: dict[int, int] = {}
     for row in samples.allocator_now(gpu_ids, now - FRESH):
         reserve[row["deployment_id"]] = reserve.get(row["deployment_id"], 0) + (row["reserve"] or 0)
     histories = []
     for host in hosts:
+        summary = summaries.get(host.pk)
+        peaks = summary.fragmentation_peaks if summary else {}
         cards = tuple(
-            decisions.CardHistory(gpu.pk, gpu.memory_total_bytes, tuple(peaks.get(gpu.pk, ())))
+            decisions.CardHistory(gpu.pk, gpu.memory_total_bytes, tuple(peaks.get(str(gpu.pk), ())))
             for gpu in host.gpus.all()
         )
         residents = tuple(
-            decisions.Resident(d.pk, d.runtime_name, gpus_of[d.pk], reserve.get(d.pk, 0))
-            for d in deployments
-            if d.host_id == host.pk
+            decisions.Resident(pk, name, tuple(gpus_of.get(pk, ())), reserve.get(pk, 0))
+            for pk, name in on_host.get(host.pk, ())
         )
-        histories.append(
-            decisions.HostHistory(
-                host.pk,
-                tuple(loads.get(host.pk, [None] * decisions.WEEK_HOURS)),
-                cards,
-                residents,
-            )
-        )
+        weekly = tuple(summary.weekly_load) if summary else (None,) * decisions.WEEK_HOURS
+        histories.append(decisions.HostHistory(host.pk, weekly, cards, residents))
     return histories
 
 
