@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "inventory",
     "runbooks",
     "console.proposals",
+    "console.operations",
 ]
 
 MIDDLEWARE = [
@@ -321,4 +322,32 @@ CELERY_BEAT_SCHEDULE["evaluate-alerts"] = {
     "schedule": ALERT_EVALUATION_INTERVAL_S,
     # A cycle queued behind a busy worker is useless once the next one is due.
     "options": {"expires": ALERT_EVALUATION_INTERVAL_S},
+}
+# Host operations (console.operations, docs/operations.md). A request an agent has not taken
+# within OPERATIONS_ACTION_TTL_S expires unrun; one sent and never answered counts as timed
+# out after OPERATIONS_OUTCOME_TIMEOUT_S. Beat runs the watch (over-limit cards, OOM and MPS
+# events, due reloads) every OPERATIONS_WATCH_INTERVAL_S. A card at DEGRADATION_LIMIT of its
+# memory is degraded down to DEGRADATION_TARGET; an MPS client that is not back within
+# MPS_CLIENT_RETURN_S gets its server restarted again (backoff, at most MPS_RESTARTS_PER_HOUR).
+# Off-peak reloads: DEFRAG_WINDOW_HOURS long, DEFRAG_RELOAD_MINUTES each, their fragmentation
+# read OPERATIONS_SETTLE_S after the reload.
+OPERATIONS_ACTION_TTL_S = env_float("OPERATIONS_ACTION_TTL_S", 120.0, minimum=1.0)
+OPERATIONS_OUTCOME_TIMEOUT_S = env_float("OPERATIONS_OUTCOME_TIMEOUT_S", 3900.0, minimum=1.0)
+OPERATIONS_WATCH_INTERVAL_S = env_float("OPERATIONS_WATCH_INTERVAL_S", 5.0, minimum=1.0)
+OPERATIONS_SETTLE_S = env_float("OPERATIONS_SETTLE_S", 60.0, minimum=0.0)
+DEGRADATION_LIMIT = env_float("DEGRADATION_LIMIT", 0.95, minimum=0.5)
+DEGRADATION_TARGET = env_float("DEGRADATION_TARGET", 0.90, minimum=0.1)
+MPS_CLIENT_RETURN_S = env_float("MPS_CLIENT_RETURN_S", 300.0, minimum=1.0)
+MPS_RESTARTS_PER_HOUR = env_int("MPS_RESTARTS_PER_HOUR", 3, minimum=1)
+DEFRAG_WINDOW_HOURS = env_int("DEFRAG_WINDOW_HOURS", 2, minimum=1)
+DEFRAG_RELOAD_MINUTES = env_float("DEFRAG_RELOAD_MINUTES", 10.0, minimum=0.1)
+CELERY_BEAT_SCHEDULE["operations-watch"] = {
+    "task": "operations.watch",
+    "schedule": OPERATIONS_WATCH_INTERVAL_S,
+    "options": {"expires": 60},
+}
+CELERY_BEAT_SCHEDULE["operations-plan-off-peak"] = {
+    "task": "operations.plan_off_peak",
+    "schedule": 3600.0,
+    "options": {"expires": 600},
 }

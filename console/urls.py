@@ -6,6 +6,7 @@ from alerts import urls as alert_urls
 from console import health
 from console.audit import api as audit_api
 from console.audit import views as audit
+from console.operations import urls as operation_urls
 from console.proposals import api as proposal_api
 from console.proposals import urls as proposal_urls
 from inventory.api import metrics
@@ -54,6 +55,8 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
+    path("hosts/<str:name>/operations/", include(operation_urls.host_urlpatterns)),
+    path("operations/", include(operation_urls.urlpatterns)),
 ]
 
 handler403 = "console.errors.permission_denied"

@@ -42,6 +42,7 @@ from inventory.analytics.context import cuda_context_estimate
 from inventory.analytics.kv import kv_reservation_per_card
 from inventory.analytics.stats import percentile
 from inventory.models import Deployment, Gpu, MigSlice
+from inventory.models.refusal import refused_gpu_ids
 from inventory.placement_state import WORKSPACE_ALLOWANCE, estimated_bytes_per_card
 from inventory.reports import analysis
 from inventory.reports.capacity import card_capacity
@@ -253,6 +254,20 @@ def _recent_ooms(gpus: list[Gpu], now: dt.datetime) -> dict[str, int]:
     return {labels[gpu_id]: n for gpu_id, n in counts.items()}
 
 
+def _refused_cards(proposal: Proposal, gpus) -> set[int]:
+    """Cards refusing new loads (degradation set them): only a change that brings a model
+    onto a card is refused; a resize or removal on it is what may clear it."""
+    if proposal.action not in (Proposal.Action.ADD, Proposal.Action.MOVE):
+        return set()
+    return refused_gpu_ids(gpu.pk for gpu in gpus)
+
+
+def _refusal_outcome(gpus: list[Gpu]) -> GateOutcome:
+    names = ", ".join(str(gpu) for gpu in gpus)
+    reason = f"{names} refuses new loads until on-call clears it (it ran out of memory)."
+    return GateOutcome(Gate.MEMORY, GateStatus.FAIL, reason, (reason,), {"refused": names})
+
+
 def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, list[Gpu]]:
     leaving = _leaving(proposal)
     headroom = settings.GATE_HEADROOM_BYTES
@@ -265,6 +280,8 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
     if proposal.let_solver_choose:
         share = share_of(proposal, proposal.card_count)
         budgets = card_budgets(proposal.host, leaving)
+        refused = _refused_cards(proposal, budgets)
+        budgets = {gpu: budget for gpu, budget in budgets.items() if gpu.pk not in refused}
         chosen, how, unplaced = _solver_choice(proposal, budgets, share)
         request = MemoryRequest(
             proposal.served_model.name,
@@ -278,6 +295,9 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
         )
         return evaluate_memory(request), chosen
     targets = proposal.target_gpus()
+    refused = _refused_cards(proposal, targets)
+    if refused:
+        return _refusal_outcome([gpu for gpu in targets if gpu.pk in refused]), []
     share = share_of(proposal, len(targets))
     budgets = card_budgets(proposal.host, leaving)
     request = MemoryRequest(

@@ -18,9 +18,10 @@ from celery.signals import worker_init, worker_shutdown
 
 from console.broker import broker_transport_options, broker_url
 from console.env import env_bool, env_float, env_int, env_str
+from inventory.agent.actions import ActionRunner, DoneRequests, read_actions
 from inventory.agent.runtime import Agent, wall_clock
 from inventory.agent.secrets import read_secrets
-from inventory.agent.transport import batch_publisher
+from inventory.agent.transport import batch_publisher, outcome_reporter
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,22 @@ app.conf.update(
 )
 
 
+def _simulated_fleet(name: str):
+    """The demo fleet (None: the simulator's default), or the operations demo's host, whose
+    MPS server crashes at SIMULATOR_MPS_CRASH_AT (epoch seconds) when that is set."""
+    if name == "demo":
+        return None
+    if name == "operations":
+        from inventory.telemetry.simulator.operations_scenario import operations_host
+
+        crash_at = env_str("SIMULATOR_MPS_CRASH_AT")
+        if not crash_at:
+            return [operations_host()]
+        midnight = int(wall_clock() // 86400) * 86400
+        return [operations_host(((1, float(crash_at) - midnight),))]
+    raise ValueError(f"SIMULATOR_FLEET={name!r}: expected demo or operations")
+
+
 def _source_factory():
     kind = env_str("AGENT_SOURCE", "nvml")
     if kind == "simulator":
@@ -48,8 +65,9 @@ def _source_factory():
         from inventory.telemetry.simulator.incidents import DEMO_INCIDENTS
 
         incidents = DEMO_INCIDENTS if env_bool("DEMO_INCIDENTS", False) else ()
+        specs = _simulated_fleet(env_str("SIMULATOR_FLEET", "demo"))
         return FleetSimulator(
-            seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock, incidents=incidents
+            seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock, incidents=incidents, specs=specs
         ).source_for
     if kind == "nvml":
         # AGENT_NVML_MODULE: another module with pynvml's API (an end-to-end test's fake NVML)
@@ -89,12 +107,23 @@ def real_host_signals(nvml):
     return options
 
 
+secrets = read_secrets(env_str("AGENT_SECRET_FILE"))
+state_dir = Path(env_str("AGENT_STATE_DIR") or "var/agent")
 agent = Agent(
     _source_factory(),
-    batch_publisher(app.connection_for_write, read_secrets(env_str("AGENT_SECRET_FILE"))),
+    batch_publisher(app.connection_for_write, secrets),
     outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1),
     # Where each host's outbox file lives, so batches waiting for the broker survive a restart.
-    state_dir=Path(env_str("AGENT_STATE_DIR") or "var/agent"),
+    state_dir=state_dir,
+)
+# Host actions: only what AGENT_ACTIONS_FILE allows; each request id runs once (its outcome
+# kept in the state folder), and every outcome goes back signed (inventory.agent.actions).
+actions = ActionRunner(
+    read_actions(env_str("AGENT_ACTIONS_FILE")),
+    secrets,
+    DoneRequests(state_dir / "actions-done.sqlite3"),
+    outcome_reporter(app, secrets, env_str("AGENT_OUTCOME_QUEUE", "celery")),
+    simulate=agent.simulator_of,
 )
 
 
@@ -102,6 +131,13 @@ agent = Agent(
 def apply_plan(plan: dict) -> None:
     if not agent.apply_plan(plan):
         log.warning("this agent cannot collect %s (collector %s)", plan["host"], plan["collector"])
+
+
+# Acknowledged late: a request taken by an agent that dies is delivered again, and the done
+# ids make sure that it still runs once.
+@app.task(name="agent.run_action", acks_late=True, time_limit=3700, soft_time_limit=3690)
+def run_action(body: str, signature: str | None) -> None:
+    actions.handle(body, signature)
 
 
 # worker_init comes before the worker reaches the broker: an agent restarted while the broker

@@ -285,6 +285,13 @@ class Agent:
                 log.warning("ignoring the kept plan %s: %s", path.name, error)
         return resumed
 
+    def simulator_of(self, host: str):
+        """The simulated host's `run_action`, where this agent collects that host from a
+        simulator (host actions marked `simulated = true` run on it)."""
+        with self._lock:
+            runtime = self.hosts.get(host)
+        return getattr(runtime.source, "run_action", None) if runtime else None
+
     def _runtimes(self) -> list[HostRuntime]:
         with self._lock:
             return list(self.hosts.values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from typing import Any
 
 from inventory.agent.signals import HostSignals, SignalOptions
@@ -57,12 +58,23 @@ class SimulatedSource:
         self._nvml = simulator.fleet.nvml(host)
         # The simulator names deployments its own way; the console by primary key.
         self._console_ids: dict[str, str] = {}
+        # Host actions change the model from the agent's task thread while the sampler steps it.
+        self._lock = threading.Lock()
 
     def nvml(self) -> Any:
         return self._nvml
 
     def now(self) -> float:
-        return self._simulator.advance(self._host)
+        with self._lock:
+            return self._simulator.advance(self._host)
+
+    def run_action(self, request) -> tuple[bool, str]:
+        """A host action on the simulated host (an actions file's `simulated = true`)."""
+        from inventory.agent.simulated_actions import run_simulated
+
+        with self._lock:
+            self._simulator.advance(self._host)
+            return run_simulated(self._host, request)
 
     def fetch(self, url: str, timeout: float) -> str:
         return self._simulator.fleet.fetch(url, timeout)

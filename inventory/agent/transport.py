@@ -46,3 +46,16 @@ def batch_publisher(connect: Callable[[], Connection], secret_for: Callable[[str
             )
 
     return publish
+
+
+def outcome_reporter(app, secret_for: Callable[[str], str | None], queue: str):
+    """A report(outcome) for host actions: a task for the console's workers, its body signed
+    with the host's secret so that no one else can claim an action ran."""
+
+    def report(outcome: dict) -> None:
+        body = signing.encode(outcome).decode()
+        secret = secret_for(str(outcome.get("host") or ""))
+        signature = signing.sign(secret, body.encode()) if secret else None
+        app.send_task("operations.record_action_outcome", args=[body, signature], queue=queue)
+
+    return report

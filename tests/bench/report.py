@@ -321,10 +321,42 @@ def alerts_section(figures: dict) -> str:
     return "\n".join(lines)
 
 
+def operations_section(figures: dict) -> str:
+    planner = figures["planner_s"]
+    pure = planner - figures["planner_read_s"]
+    target = figures["planner_target_s"]
+    return "\n".join(
+        [
+            "## Host operations (issue 16)",
+            "",
+            f"`python tests/bench/bench_operations.py` — {figures['hosts']:,} hosts, "
+            f"{figures['cards']:,} cards, {figures['days']} days of hourly card rollups; "
+            f"{figures['decision_cards']} cards at 96% for the degradation decision.",
+            "",
+            "| figure | measured | target |",
+            "|---|---|---|",
+            f"| off-peak planner, whole fleet, hourly (summaries read + planner) | {planner:.2f} s "
+            f"| {target:.0f} s: {_ok(planner <= target)} |",
+            f"| of which the pure planner (trough, candidates, schedule) | {pure:.2f} s | |",
+            f"| once a day: the hosts' 30-day summaries from the hourly rollups | "
+            f"{figures.get('summary_refresh_s', 0):.2f} s | |",
+            f"| degradation decision for one card (samples, tenants, plan), median | "
+            f"{figures['decision_p50_ms']:.1f} ms | |",
+            f"| the same, 99th percentile | {figures['decision_p99_ms']:.1f} ms | "
+            f"{figures['decision_target_ms']:.0f} ms: "
+            f"{_ok(figures['decision_p99_ms'] <= figures['decision_target_ms'])} |",
+            "",
+            f"{figures['reloads_planned']:,} reloads planned (the cards whose fragmentation "
+            "climbs, one in four).",
+        ]
+    )
+
+
 SECTIONS = {"ingest": ingest_section, "collector": collector_section,
             "pages": pages_section, "placement": placement_section,
             "faults": faults_section, "disk": disk_section,
-            "partition": partition_section, "alerts": alerts_section}  # fmt: skip
+            "partition": partition_section, "alerts": alerts_section,
+            "operations": operations_section}  # fmt: skip
 
 
 def benchmarks_markdown(figures: dict) -> str:

@@ -42,6 +42,7 @@ BENCHES = {
     "partition": ["tests/bench/bench_partition.py"],
     "alerts": ["tests/bench/bench_alerts.py"],
 }
+BENCHES["operations"] = ["tests/bench/bench_operations.py"]
 # Half an hour of outages: only when asked for by name.
 ON_REQUEST = {"faults", "partition"}
 # The benchmarks that start servers of their own and need no bench database.

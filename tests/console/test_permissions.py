@@ -13,6 +13,7 @@ from django.utils import timezone
 from inventory.models import DeadLetter, Event, Host
 from tests.alerts import support as alert_support
 from tests.factories import DeploymentFactory, GpuFactory
+from tests.operations import support as operations_support
 from tests.proposals import support as proposal_support
 
 PERSONAS = ("anonymous", "outsider", "oncall", "approver", "manager")
@@ -318,6 +319,7 @@ MATRIX = [
     Row("logout", lambda o: "/accounts/logout/", "post", _everyone(302)),
     *PROPOSAL_ROWS,
     *ALERT_ROWS,
+    *operations_support.rows(Row, _readers, _editors),
 ]
 
 
@@ -355,6 +357,7 @@ def objects(personas):
         "letter": letter,
         **proposal_support.matrix_objects(personas, gpu.host),
         **alert_support.matrix_objects(gpu.host),
+        **operations_support.matrix_objects(personas, gpu.host, deployment, gpu),
     }
 
 
