@@ -153,6 +153,21 @@ PROPOSAL_ROWS = [
         "get",
         {**_readers(), "anonymous": 401},
     ),
+    Row(
+        "proposal-preview",
+        lambda o: "/proposals/new/preview/",
+        "post",
+        _editors(200),
+        lambda o: proposal_support.form_data(o["host"], o["model"]),
+    ),
+    Row(
+        "proposal-preview-edit",
+        lambda o: f"/proposals/{o['draft'].pk}/edit/preview/",
+        "post",
+        _author_only(200),
+        lambda o: proposal_support.form_data(o["draft"]),
+    ),
+    Row("proposal-host-search", lambda o: "/proposals/new/hosts/?q=a", "get", _editors(200)),
 ]
 
 MATRIX = [
