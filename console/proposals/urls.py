@@ -12,6 +12,7 @@ urlpatterns = [
     path("<int:pk>/edit/", views.proposal_edit, name="proposal-edit"),
     path("<int:pk>/edit/preview/", views.proposal_preview_edit, name="proposal-preview-edit"),
     path("<int:pk>/submit/", views.proposal_submit, name="proposal-submit"),
+    path("<int:pk>/status/", views.proposal_status, name="proposal-status"),
     path("<int:pk>/decide/", views.proposal_decide, name="proposal-decide"),
     path("<int:pk>/load-tests/", views.proposal_load_test, name="proposal-load-test"),
     path("<int:pk>/apply/", views.proposal_apply, name="proposal-apply"),

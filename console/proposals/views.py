@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 from console.access import get_changeable_or_403, get_visible_or_404, require_permission
 from console.models import AuditEntry
 from console.pagination import page_of
-from console.proposals import guided, placement, services, whatif
+from console.proposals import guided, placement, progress, services, whatif
 from console.proposals.filters import ProposalFilter
 from console.proposals.forms import CommentForm, DecisionForm, LoadTestForm, ProposalForm
 from console.proposals.models import Decision, Proposal
@@ -21,6 +21,10 @@ from console.proposals.transitions import Event, IllegalTransition, State, allow
 _DETAIL = Proposal.objects.select_related(
     "served_model", "host", "deployment__served_model", "author", "mig_slice__gpu"
 )
+
+
+# The states in which the gates are (about to be) checked: pages poll while in them.
+_RUNNING = (State.SUBMITTED, State.CHECKING)
 
 
 def _require_author(user, proposal: Proposal, doing: str) -> None:
@@ -58,7 +62,10 @@ def inbox(request):
         .select_related("served_model", "host", "author")
         .order_by("updated_at", "id")
     )
-    return render(request, "proposals/inbox.html", {"page": page_of(request, waiting)})
+    # ?partial=1: only the rows, for the page's own poll.
+    partial = bool(request.GET.get("partial"))
+    template = "proposals/_inbox_rows.html" if partial else "proposals/inbox.html"
+    return render(request, template, {"page": page_of(request, waiting)})
 
 
 def _form_context(request, form: ProposalForm, proposal: Proposal | None, whatif=None) -> dict:
@@ -268,12 +275,38 @@ def _detail(request, proposal: Proposal, *, status: int = 200, error: str = "", 
         "load_test_form": forms.get("load_test_form") or LoadTestForm(),
         "roll_back_form": forms.get("roll_back_form") or CommentForm(prefix="roll_back"),
         "verify_form": CommentForm(prefix="verify"),
+        "running": state in _RUNNING,
+        "gate_progress": progress.gates_so_far(proposal.pk, proposal.revision)
+        if state in _RUNNING
+        else [],
+        "status_version": f"{state}:{proposal.revision}:{proposal.updated_at.isoformat()}",
     }
     return render(request, "proposals/proposal_detail.html", context, status=status)
 
 
 def proposal_detail(request, pk: int):
     return _detail(request, get_visible_or_404(request.user, _DETAIL, pk=pk))
+
+
+def proposal_status(request, pk: int):
+    """The detail page's poll: the state, and each gate's verdict as the checks finish."""
+    proposal = get_visible_or_404(request.user, Proposal.objects.all(), pk=pk)
+    running = proposal.state in _RUNNING
+    results = services.current_results(proposal)
+    if results:
+        gates = [{"gate": r.gate, "title": r.title, "status": r.status} for r in results]
+    else:
+        gates = progress.gates_so_far(proposal.pk, proposal.revision) if running else []
+    return JsonResponse(
+        {
+            "state": proposal.state,
+            "state_label": proposal.state_label,
+            "revision": proposal.revision,
+            "running": running,
+            "gates": gates,
+            "version": f"{proposal.state}:{proposal.revision}:{proposal.updated_at.isoformat()}",
+        }
+    )
 
 
 @require_POST

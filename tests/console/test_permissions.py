@@ -168,6 +168,12 @@ PROPOSAL_ROWS = [
         lambda o: proposal_support.form_data(o["draft"]),
     ),
     Row("proposal-host-search", lambda o: "/proposals/new/hosts/?q=a", "get", _editors(200)),
+    Row(
+        "proposal-status",
+        lambda o: f"/proposals/{o['ready'].pk}/status/",
+        "get",
+        _readers(outsider=404),
+    ),
 ]
 
 MATRIX = [

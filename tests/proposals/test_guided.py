@@ -6,10 +6,12 @@ import math
 import pytest
 
 from console.models import AuditEntry
+from console.proposals import progress, services
+from console.proposals.gates import Gate, GateOutcome, GateStatus
 from console.proposals.models import GateResult, Proposal
 from inventory.models import Host
 from tests.factories import GIB, GpuFactory, HostFactory, ServedModelFactory
-from tests.proposals.support import seed_host
+from tests.proposals.support import create_proposal, outcomes, ready_proposal, seed_host
 
 pytestmark = pytest.mark.django_db
 
@@ -162,3 +164,32 @@ def test_an_edit_previews_against_the_stored_proposal_without_changing_it(client
     proposal.refresh_from_db()
     assert (proposal.kv_reservation_bytes, proposal.revision) == (6 * GIB, 1)
     assert Host.objects.count() == 1
+
+
+def test_the_status_shows_each_gate_as_it_finishes_then_the_stored_results(client_as, personas):
+
+    proposal = create_proposal(personas["oncall"])
+    services.do_submit(proposal, acting_user=personas["oncall"])
+    services.do_start_checks(proposal.pk, proposal.revision)
+    progress.started(proposal.pk, proposal.revision)
+    progress.finished(
+        proposal.pk, proposal.revision, GateOutcome(Gate.MEMORY, GateStatus.PASS, "fits")
+    )
+    client = client_as("approver")
+    running = client.get(f"/proposals/{proposal.pk}/status/").json()
+    assert running["running"] and running["state"] == "checking"
+    assert [g["status"] for g in running["gates"]] == ["pass", "waiting", "waiting", "waiting"]
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+    assert 'data-testid="gate-progress"' in page
+
+    services.do_record_gate_results(proposal.pk, proposal.revision, outcomes(failing=(Gate.KV,)))
+    done = client.get(f"/proposals/{proposal.pk}/status/").json()
+    assert not done["running"] and done["version"] != running["version"]
+    assert [g["status"] for g in done["gates"]] == ["pass", "fail", "pass", "pass"]
+
+
+def test_the_inbox_serves_its_rows_alone_for_its_poll(client_as, personas):
+    proposal = ready_proposal(personas["oncall"])
+    rows = client_as("approver").get("/proposals/inbox/?partial=1").content.decode()
+    assert f'data-proposal="{proposal.pk}"' in rows
+    assert "<html" not in rows
