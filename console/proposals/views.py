@@ -100,7 +100,10 @@ def _dry_run(request, form: ProposalForm):
         proposal.author = request.user
     if form.cleaned_data["mps_acknowledged"] and proposal.mps_acknowledged_at is None:
         proposal.mps_acknowledged_by, proposal.mps_acknowledged_at = request.user, timezone.now()
-    return whatif.dry_run(proposal, list(form.cleaned_data["gpus"]))
+    result = whatif.dry_run(proposal, list(form.cleaned_data["gpus"]))
+    if form.kv_advice and not form.data.get("kv_reservation_gib"):
+        form.data["kv_reservation_gib"] = form.kv_advice.gib  # shown pre-filled, editable
+    return result
 
 
 _REDRAW = ("preview", "find_host", "pick_host")

@@ -21,7 +21,12 @@
   let kvAdvised = !kvInput.value;
   kvInput.addEventListener("input", () => { kvAdvised = !kvInput.value; });
 
+  // Pending while a preview is scheduled or in flight: the browser tests wait on it.
+  const pending = (yes) => { form.dataset.pending = yes ? "1" : "0"; };
+
   function preview() {
+    window.clearTimeout(previewTimer);
+    pending(true);
     const body = new FormData(form);
     if (kvAdvised) body.delete("kv_reservation_gib");
     const ticket = ++latest;
@@ -43,11 +48,16 @@
         kvAdvice.textContent = answer.kv_basis ? `Advisor: ${answer.kv_basis}` : "";
       })
       .catch((error) => { whatif.querySelector("h2").textContent = `What if (preview failed: ${error.message})`; })
-      .finally(() => { if (ticket === latest) whatif.setAttribute("aria-busy", "false"); });
+      .finally(() => {
+        if (ticket !== latest) return;
+        whatif.setAttribute("aria-busy", "false");
+        pending(false);
+      });
   }
 
   function schedulePreview() {
     window.clearTimeout(previewTimer);
+    pending(true);
     previewTimer = window.setTimeout(preview, DEBOUNCE_MS);
   }
 
@@ -93,5 +103,7 @@
     event.preventDefault();
     preview();
   });
+  form.addEventListener("submit", () => { window.clearTimeout(previewTimer); });
+  pending(false);
   if (hostInput.value) preview();
 })();
