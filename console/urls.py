@@ -5,6 +5,7 @@ from django.urls import include, path
 from console import health
 from console.audit import api as audit_api
 from console.audit import views as audit
+from console.preferences import views as preferences
 from console.proposals import api as proposal_api
 from console.proposals import urls as proposal_urls
 from inventory.api import metrics
@@ -47,6 +48,12 @@ urlpatterns = [
     path("api/", include("inventory.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/profile/", preferences.profile, name="profile"),
+    path(
+        "accounts/profile/time-zone/",
+        preferences.browser_time_zone,
+        name="profile-browser-time-zone",
+    ),
     path("metrics", metrics.Metrics.as_view(), name="metrics"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

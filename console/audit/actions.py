@@ -41,3 +41,4 @@ class Action(models.TextChoices):
     ADMIN_DELETE = "admin.delete", "deleted in the admin"
     TOKEN_CREATE = "token.create", "API token created"
     TOKEN_DELETE = "token.delete", "API token deleted"
+    PREFERENCE_TIME_ZONE = "preference.time_zone", "time zone set"

@@ -174,6 +174,21 @@ PROPOSAL_ROWS = [
         "get",
         _readers(outsider=404),
     ),
+    Row("profile", lambda o: "/accounts/profile/", "get", {**_everyone(200), "anonymous": LOGIN}),
+    Row(
+        "profile",
+        lambda o: "/accounts/profile/",
+        "post",
+        {**_everyone(302), "anonymous": LOGIN},
+        lambda o: {"time_zone": "Europe/Berlin"},
+    ),
+    Row(
+        "profile-browser-time-zone",
+        lambda o: "/accounts/profile/time-zone/",
+        "post",
+        {**_everyone(200), "anonymous": LOGIN},
+        lambda o: {"time_zone": "Asia/Tokyo"},
+    ),
 ]
 
 MATRIX = [
