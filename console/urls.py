@@ -23,6 +23,9 @@ urlpatterns = [
     path("oom/", oom.oom_history_page, name="oom-history"),
     path("oom/export.csv", oom.oom_export, name="oom-export"),
     path("audit/", audit.audit_list, name="audit-list"),
+    path("audit/export.csv", audit.audit_export, name="audit-export"),
+    path("export.csv", fleet.fleet_export, name="fleet-export"),
+    path("events/export.csv", events.event_export, name="event-export"),
     path("ingest/dead-letters/", dead_letters.dead_letter_list, name="dead-letter-list"),
     path(
         "ingest/dead-letters/<int:pk>/",

@@ -5,6 +5,7 @@ from console.proposals import api, views
 urlpatterns = [
     path("", views.proposal_list, name="proposal-list"),
     path("inbox/", views.inbox, name="proposal-inbox"),
+    path("export.csv", views.proposal_export, name="proposal-export"),
     path("new/", views.proposal_create, name="proposal-create"),
     path("new/preview/", views.proposal_preview, name="proposal-preview"),
     path("new/hosts/", views.host_search, name="proposal-host-search"),

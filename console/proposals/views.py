@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from console.access import get_changeable_or_403, get_visible_or_404, require_permission
+from console.csv_export import csv_response
 from console.models import AuditEntry
 from console.pagination import page_of
 from console.proposals import guided, placement, progress, services, whatif
@@ -52,6 +53,27 @@ def proposal_list(request):
             "can_add": request.user.has_perm("proposals.add_proposal"),
         },
     )
+
+
+@permission_required("proposals.view_proposal", raise_exception=True)
+def proposal_export(request):
+    """The proposal list as filtered on its page, as CSV."""
+    proposals = ProposalFilter(
+        request.GET,
+        queryset=Proposal.objects.visible_to(request.user).select_related(
+            "served_model", "host", "author"
+        ),
+        request=request,
+    )
+    rows = (
+        (p.pk, p.get_action_display(), p.served_model.name, p.host.name, p.state_label,
+         p.revision, p.author.get_username(), p.isolation_mode, p.kv_reservation_bytes,
+         p.admission_policy, p.created_at, p.updated_at)
+        for p in proposals.qs.order_by("pk").iterator(chunk_size=500)
+    )  # fmt: skip
+    header = ["id", "action", "model", "host", "state", "revision", "author", "isolation",
+              "kv_reservation_bytes", "above_reservation", "created", "updated"]  # fmt: skip
+    return csv_response("proposals", header, rows)
 
 
 def inbox(request):

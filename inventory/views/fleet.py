@@ -1,6 +1,7 @@
 from django.contrib.auth.decorators import permission_required
 from django.shortcuts import render
 
+from console.csv_export import csv_response
 from inventory.filters import FleetBoardFilter
 from inventory.models import Host
 from inventory.reports.fleet import fleet_rows, sorted_rows
@@ -20,3 +21,26 @@ def fleet(request):
     # The board refreshes itself by fetching just its rows.
     template = "inventory/fleet_rows.html" if request.GET.get("partial") else "inventory/fleet.html"
     return render(request, template, context)
+
+
+@permission_required("inventory.view_host", raise_exception=True)
+def fleet_export(request):
+    """The fleet board as filtered and sorted on screen, every host, as CSV."""
+    board = FleetBoardFilter(
+        request.GET,
+        queryset=Host.objects.visible_to(request.user).select_related("collector_status"),
+        request=request,
+    )
+    rows = fleet_rows(list(board.qs))
+    if board.problems_only:
+        rows = [row for row in rows if row.problems]
+    header = [
+        "host", "cards", "best_card", "best_card_headroom_bytes", "worst_fragmentation",
+        "fragmentation_status", "p99_status", "p99_detail", "ooms_24h", "problems",
+    ]  # fmt: skip
+    lines = [
+        (r.host.name, r.cards, r.headroom_card, r.largest_headroom_bytes, r.worst_fragmentation,
+         r.fragmentation_status, r.p99_status, r.p99_detail, r.ooms_24h, r.problems)
+        for r in sorted_rows(rows, board.sort)
+    ]  # fmt: skip
+    return csv_response("fleet-board", header, lines)

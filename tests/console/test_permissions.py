@@ -175,6 +175,7 @@ PROPOSAL_ROWS = [
         _readers(outsider=404),
     ),
     Row("profile", lambda o: "/accounts/profile/", "get", {**_everyone(200), "anonymous": LOGIN}),
+    Row("proposal-export", lambda o: "/proposals/export.csv", "get", _readers()),
     Row(
         "profile",
         lambda o: "/accounts/profile/",
@@ -218,6 +219,9 @@ MATRIX = [
     Row("oom-history", lambda o: "/oom/", "get", _readers()),
     Row("oom-export", lambda o: "/oom/export.csv", "get", _readers()),
     Row("audit-list", lambda o: "/audit/", "get", _readers()),
+    Row("audit-export", lambda o: "/audit/export.csv", "get", _readers()),
+    Row("fleet-export", lambda o: "/export.csv", "get", _readers()),
+    Row("event-export", lambda o: "/events/export.csv", "get", _readers()),
     Row("runbook-list", lambda o: "/runbooks/", "get", _readers()),
     Row("runbook-create", lambda o: "/runbooks/new/", "get", _editors(200)),
     Row("runbook-create", lambda o: "/runbooks/new/", "post", _editors(302), _note_form),
