@@ -25,6 +25,7 @@ urlpatterns = [
     path("audit/", audit.audit_list, name="audit-list"),
     path("audit/export.csv", audit.audit_export, name="audit-export"),
     path("export.csv", fleet.fleet_export, name="fleet-export"),
+    path("demo/history-progress/", fleet.demo_history_progress, name="demo-history-progress"),
     path("events/export.csv", events.event_export, name="event-export"),
     path("ingest/dead-letters/", dead_letters.dead_letter_list, name="dead-letter-list"),
     path(

@@ -1,7 +1,9 @@
 from django.contrib.auth.decorators import permission_required
+from django.http import JsonResponse
 from django.shortcuts import render
 
 from console.csv_export import csv_response
+from inventory.demo_history import BackfillProgress
 from inventory.filters import FleetBoardFilter
 from inventory.models import Host
 from inventory.reports.fleet import fleet_rows, sorted_rows
@@ -17,7 +19,12 @@ def fleet(request):
     rows = fleet_rows(list(board.qs))
     if board.problems_only:
         rows = [row for row in rows if row.problems]
-    context = {"rows": sorted_rows(rows, board.sort), "board": board, "form": board.form}
+    context = {
+        "rows": sorted_rows(rows, board.sort),
+        "board": board,
+        "form": board.form,
+        "demo_progress": BackfillProgress.current(),
+    }
     # The board refreshes itself by fetching just its rows.
     template = "inventory/fleet_rows.html" if request.GET.get("partial") else "inventory/fleet.html"
     return render(request, template, context)
@@ -44,3 +51,9 @@ def fleet_export(request):
         for r in sorted_rows(rows, board.sort)
     ]  # fmt: skip
     return csv_response("fleet-board", header, lines)
+
+
+@permission_required("inventory.view_host", raise_exception=True)
+def demo_history_progress(request):
+    """How far the demo's history backfill is, per host; {} when none ran."""
+    return JsonResponse(BackfillProgress.current() or {})

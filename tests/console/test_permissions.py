@@ -221,6 +221,7 @@ MATRIX = [
     Row("audit-list", lambda o: "/audit/", "get", _readers()),
     Row("audit-export", lambda o: "/audit/export.csv", "get", _readers()),
     Row("fleet-export", lambda o: "/export.csv", "get", _readers()),
+    Row("demo-history-progress", lambda o: "/demo/history-progress/", "get", _readers()),
     Row("event-export", lambda o: "/events/export.csv", "get", _readers()),
     Row("runbook-list", lambda o: "/runbooks/", "get", _readers()),
     Row("runbook-create", lambda o: "/runbooks/new/", "get", _editors(200)),
