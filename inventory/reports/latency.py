@@ -81,4 +81,5 @@ def latency_lines(host: Host, start: dt.datetime, end: dt.datetime, step_s: int)
             {**change, "at": timezone.localtime(change["at"]).isoformat()} for change in changes
         ],
         "latest_change": timezone.localtime(latest).isoformat() if latest else None,
+        "latest_change_at": latest,
     }

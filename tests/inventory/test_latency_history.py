@@ -45,3 +45,23 @@ def test_p99_before_and_after_the_switch_with_the_change_marked(client_as):
     assert max(line["p95_ms"]) == pytest.approx(480.0)
     assert [dt.datetime.fromisoformat(c["at"]) for c in data["latency"]["changes"]] == [switch]
     assert data["time_zone"] == "UTC"
+
+
+def test_the_oom_history_of_a_host_shows_its_p99_across_the_change(client_as):
+    gpu = GpuFactory()
+    model = ServedModelFactory(name="llama3-70b", p99_latency_slo_ms=500)
+    before = DeploymentFactory(host=gpu.host, served_model=model, gpus=[gpu], status="stopped")
+    after = DeploymentFactory(host=gpu.host, served_model=model, gpus=[gpu])
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    switch = now - dt.timedelta(days=2)
+    partitions.ensure_partitions(now - dt.timedelta(days=5), now)
+    for hours in range(1, 24 * 4):
+        at = now - dt.timedelta(hours=hours)
+        _engine_hour(before if at < switch else after, at, 0.8 if at < switch else 0.32)
+    with open_change(at=switch):
+        record(actor=None, action=Action.DEPLOYMENT_CHANGE, obj=after, before=snapshot(before),
+               after=snapshot(after), host=gpu.host)  # fmt: skip
+    page = client_as("manager").get(f"/oom/?host={gpu.host.name}").content.decode()
+    section = page[page.index('data-testid="latency-before-after"') :]
+    assert "llama3-70b" in section
+    assert "800 ms" in section and "320 ms" in section
