@@ -1,8 +1,11 @@
+"""The fleet board, its CSV, and the demo backfill's progress."""
+
 from django.contrib.auth.decorators import permission_required
 from django.http import JsonResponse
 from django.shortcuts import render
 
 from console.csv_export import csv_response
+from console.pagination import page_of
 from inventory.demo_history import BackfillProgress
 from inventory.filters import FleetBoardFilter
 from inventory.models import Host
@@ -19,13 +22,18 @@ def fleet(request):
     rows = fleet_rows(list(board.qs))
     if board.problems_only:
         rows = [row for row in rows if row.problems]
+    # Paged on the server, hosts with a problem first (a stable sort keeps the chosen order).
+    ordered = sorted(sorted_rows(rows, board.sort), key=lambda row: not row.problems)
+    page = page_of(request, ordered)
     context = {
-        "rows": sorted_rows(rows, board.sort),
+        "rows": page.object_list,
+        "page": page,
+        "problem_hosts": sum(row.problems for row in rows),
         "board": board,
         "form": board.form,
         "demo_progress": BackfillProgress.current(),
     }
-    # The board refreshes itself by fetching just its rows.
+    # The board refreshes itself by fetching just its page of rows.
     template = "inventory/fleet_rows.html" if request.GET.get("partial") else "inventory/fleet.html"
     return render(request, template, context)
 
