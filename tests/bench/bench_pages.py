@@ -298,6 +298,7 @@ def main() -> None:
     figures = {"hosts": args.hosts, "cards": args.hosts * CARDS, "generation_s": generation}
     pages = {
         "fleet board /": ["/"],
+        "fleet board refresh (page 1)": ["/?partial=1"],
         "host page /hosts/<name>/": [f"/hosts/{name}/" for name in timed],
         "host charts 24h (JSON)": [f"/hosts/{name}/charts/?window=24h" for name in timed],
         "host charts 30d (JSON)": [f"/hosts/{name}/charts/?window=30d" for name in timed],
