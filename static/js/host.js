@@ -138,8 +138,12 @@
 
   document.querySelectorAll(".window-picker button").forEach((button) => {
     button.addEventListener("click", () => {
-      document.querySelectorAll(".window-picker button").forEach((b) => b.classList.remove("active"));
+      document.querySelectorAll(".window-picker button").forEach((b) => {
+        b.classList.remove("active");
+        b.setAttribute("aria-pressed", "false");
+      });
       button.classList.add("active");
+      button.setAttribute("aria-pressed", "true");
       drawHistory(button.dataset.window);
     });
   });

@@ -45,6 +45,8 @@ def test_the_manager_sees_both_halves_of_the_result(console_page):
         page.page.click("#history button[data-window='7d']")
     page.page.wait_for_selector("#latency-chart .main-svg")
     page.page.wait_for_load_state("networkidle")
+    assert page.page.get_attribute("#history button[data-window='7d']", "aria-pressed") == "true"
+    assert page.page.get_attribute("#history button[data-window='24h']", "aria-pressed") == "false"
     rows = page.page.locator("#latency-table tbody tr")
     assert rows.count() >= 1 and "—" not in rows.first.inner_text()
     page.screenshot("host-latency-history")
