@@ -7,6 +7,7 @@ from console import health
 from console.audit import api as audit_api
 from console.audit import views as audit
 from console.operations import urls as operation_urls
+from console.preferences import views as preferences
 from console.proposals import api as proposal_api
 from console.proposals import urls as proposal_urls
 from inventory.api import metrics
@@ -24,6 +25,10 @@ urlpatterns = [
     path("oom/", oom.oom_history_page, name="oom-history"),
     path("oom/export.csv", oom.oom_export, name="oom-export"),
     path("audit/", audit.audit_list, name="audit-list"),
+    path("audit/export.csv", audit.audit_export, name="audit-export"),
+    path("export.csv", fleet.fleet_export, name="fleet-export"),
+    path("demo/history-progress/", fleet.demo_history_progress, name="demo-history-progress"),
+    path("events/export.csv", events.event_export, name="event-export"),
     path("ingest/dead-letters/", dead_letters.dead_letter_list, name="dead-letter-list"),
     path(
         "ingest/dead-letters/<int:pk>/",
@@ -51,6 +56,12 @@ urlpatterns = [
     path("api/", include("inventory.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/profile/", preferences.profile, name="profile"),
+    path(
+        "accounts/profile/time-zone/",
+        preferences.browser_time_zone,
+        name="profile-browser-time-zone",
+    ),
     path("metrics", metrics.Metrics.as_view(), name="metrics"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

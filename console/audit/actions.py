@@ -62,3 +62,4 @@ class Action(models.TextChoices):
     DEFRAG_PLAN = "defrag.plan", "off-peak reloads planned"
     DEFRAG_DECIDE = "defrag.decide", "off-peak reload plan decided"
     DEFRAG_RELOAD = "defrag.reload", "off-peak reload recorded"
+    PREFERENCE_TIME_ZONE = "preference.time_zone", "time zone set"

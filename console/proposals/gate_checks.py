@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -556,8 +557,13 @@ def _failed_to_run(gate: Gate, error: Exception) -> GateOutcome:
     )
 
 
-def check(proposal: Proposal, now: dt.datetime | None = None) -> Checked:
-    """Every gate for the proposal as it is now; a gate that breaks fails alone."""
+def check(
+    proposal: Proposal,
+    now: dt.datetime | None = None,
+    on_outcome: Callable[[GateOutcome], None] | None = None,
+) -> Checked:
+    """Every gate for the proposal as it is now; a gate that breaks fails alone.
+    `on_outcome` hears of each gate as it finishes, for the pages that show progress."""
     now = now or timezone.now()
     if proposal.action == Proposal.Action.REMOVE:
         return Checked([_not_applicable(gate) for gate in Gate], [])
@@ -566,6 +572,8 @@ def check(proposal: Proposal, now: dt.datetime | None = None) -> Checked:
         memory, chosen = check_memory(proposal, now)
     except Exception as error:  # reported as the gate's result, so one bug fails one gate
         memory = _failed_to_run(Gate.MEMORY, error)
+    if on_outcome:
+        on_outcome(memory)
     targets = chosen if proposal.let_solver_choose else proposal.target_gpus()
     outcomes = [memory]
     for gate, run in (
@@ -578,4 +586,6 @@ def check(proposal: Proposal, now: dt.datetime | None = None) -> Checked:
             outcomes.append(run())
         except Exception as error:  # reported as the gate's result, so one bug fails one gate
             outcomes.append(_failed_to_run(gate, error))
+        if on_outcome:
+            on_outcome(outcomes[-1])
     return Checked(outcomes, chosen)
