@@ -102,6 +102,8 @@ def run() -> int:
         try:
             say("applying migrations")
             _manage(env, "migrate", "--noinput", "-v", "0")
+            say("bringing the default runbook notes up to date")
+            _manage(env, "sync_runbook_library")
             say("loading the demo fleet and demo users")
             _manage(env, "seed_demo")
             celery = [PYTHON, "-m", "celery", "-A", "console"]
@@ -118,7 +120,11 @@ def run() -> int:
             supervisor.start(
                 "sim",
                 [*agent, "-n", "simulator@%h", "-Q", "host.simulator"],
-                env={"AGENT_SOURCE": "simulator"},
+                # The demo's scripted incidents make alerts fire in the first minutes.
+                env={
+                    "AGENT_SOURCE": "simulator",
+                    "DEMO_INCIDENTS": os.environ.get("DEMO_INCIDENTS", "true"),
+                },
             )
             local_host = _local_nvml_host()
             if local_host:

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "inventory",
     "runbooks",
     "console.proposals",
+    "console.operations",
 ]
 
 MIDDLEWARE = [
@@ -50,11 +51,11 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
-    "console.user_timezone.UserTimezoneMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "console.preferences.middleware.UserTimeZoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -266,6 +267,11 @@ FRAGMENTATION_RED = env_float("FRAGMENTATION_RED", 0.5, minimum=0.0)
 USAGE_AMBER = env_float("USAGE_AMBER", 0.80, minimum=0.0)
 USAGE_RED = env_float("USAGE_RED", 0.90, minimum=0.0)
 KV_BUFFER = env_float("KV_BUFFER", 0.20, minimum=0.0)
+# The memory gate blocks a card for red fragmentation only when it stayed red: the index the
+# card held for FRAGMENTATION_SUSTAINED_SHARE of the last 7 days, counting only moments whose
+# allocator pools held at least FRAGMENTATION_MIN_FREE_BYTES free (a tiny pool's index is noise).
+FRAGMENTATION_SUSTAINED_SHARE = env_float("FRAGMENTATION_SUSTAINED_SHARE", 0.10, minimum=0.001)
+FRAGMENTATION_MIN_FREE_BYTES = env_int("FRAGMENTATION_MIN_FREE_BYTES", 1024**3, minimum=0)
 
 # The longest solve one API call may ask for; longer ones belong to the command line.
 PLACEMENT_API_MAX_TIME_S = env_float("PLACEMENT_API_MAX_TIME_S", 30.0, minimum=0.1)
@@ -308,3 +314,52 @@ CELERY_BEAT_SCHEDULE = {
 DEMO_PASSWORD = env_str("DEMO_PASSWORD", "colocate-demo")
 # Days of simulated history written in the background when the demo fleet is first loaded.
 DEMO_HISTORY_DAYS = env_float("DEMO_HISTORY_DAYS", 4.0, minimum=0.0)
+
+# Alerts (the alerts app): beat evaluates the rules every ALERT_EVALUATION_INTERVAL_S. Firing
+# and resolved alerts go, grouped per host, to ALERT_EMAIL_TO (comma-separated), to
+# ALERT_WEBHOOK_URL as JSON, and to an Alertmanager's API v2 at ALERT_ALERTMANAGER_URL (its
+# base URL), each only when set; firing alerts are re-posted to the Alertmanager every
+# ALERT_ALERTMANAGER_RESEND_S. A failed delivery is retried ALERT_DELIVERY_RETRIES times.
+INSTALLED_APPS += ["alerts"]
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("alerts.context_processors.firing_alerts")
+ALERT_EVALUATION_INTERVAL_S = env_float("ALERT_EVALUATION_INTERVAL_S", 30.0, minimum=1.0)
+ALERT_EMAIL_TO = env_list("ALERT_EMAIL_TO")
+ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL")
+ALERT_ALERTMANAGER_URL = env_str("ALERT_ALERTMANAGER_URL")
+ALERT_ALERTMANAGER_RESEND_S = env_float("ALERT_ALERTMANAGER_RESEND_S", 60.0, minimum=1.0)
+ALERT_DELIVERY_TIMEOUT_S = env_float("ALERT_DELIVERY_TIMEOUT_S", 5.0, minimum=0.1)
+ALERT_DELIVERY_RETRIES = env_int("ALERT_DELIVERY_RETRIES", 6, minimum=0)
+CELERY_BEAT_SCHEDULE["evaluate-alerts"] = {
+    "task": "alerts.evaluate",
+    "schedule": ALERT_EVALUATION_INTERVAL_S,
+    # A cycle queued behind a busy worker is useless once the next one is due.
+    "options": {"expires": ALERT_EVALUATION_INTERVAL_S},
+}
+# Host operations (console.operations, docs/operations.md). A request an agent has not taken
+# within OPERATIONS_ACTION_TTL_S expires unrun; one sent and never answered counts as timed
+# out after OPERATIONS_OUTCOME_TIMEOUT_S. Beat runs the watch (over-limit cards, OOM and MPS
+# events, due reloads) every OPERATIONS_WATCH_INTERVAL_S. A card at DEGRADATION_LIMIT of its
+# memory is degraded down to DEGRADATION_TARGET; an MPS client that is not back within
+# MPS_CLIENT_RETURN_S gets its server restarted again (backoff, at most MPS_RESTARTS_PER_HOUR).
+# Off-peak reloads: DEFRAG_WINDOW_HOURS long, DEFRAG_RELOAD_MINUTES each, their fragmentation
+# read OPERATIONS_SETTLE_S after the reload.
+OPERATIONS_ACTION_TTL_S = env_float("OPERATIONS_ACTION_TTL_S", 120.0, minimum=1.0)
+OPERATIONS_OUTCOME_TIMEOUT_S = env_float("OPERATIONS_OUTCOME_TIMEOUT_S", 3900.0, minimum=1.0)
+OPERATIONS_WATCH_INTERVAL_S = env_float("OPERATIONS_WATCH_INTERVAL_S", 5.0, minimum=1.0)
+OPERATIONS_SETTLE_S = env_float("OPERATIONS_SETTLE_S", 60.0, minimum=0.0)
+DEGRADATION_LIMIT = env_float("DEGRADATION_LIMIT", 0.95, minimum=0.5)
+DEGRADATION_TARGET = env_float("DEGRADATION_TARGET", 0.90, minimum=0.1)
+MPS_CLIENT_RETURN_S = env_float("MPS_CLIENT_RETURN_S", 300.0, minimum=1.0)
+MPS_RESTARTS_PER_HOUR = env_int("MPS_RESTARTS_PER_HOUR", 3, minimum=1)
+DEFRAG_WINDOW_HOURS = env_int("DEFRAG_WINDOW_HOURS", 2, minimum=1)
+DEFRAG_RELOAD_MINUTES = env_float("DEFRAG_RELOAD_MINUTES", 10.0, minimum=0.1)
+CELERY_BEAT_SCHEDULE["operations-watch"] = {
+    "task": "operations.watch",
+    "schedule": OPERATIONS_WATCH_INTERVAL_S,
+    "options": {"expires": 60},
+}
+CELERY_BEAT_SCHEDULE["operations-plan-off-peak"] = {
+    "task": "operations.plan_off_peak",
+    "schedule": 3600.0,
+    "options": {"expires": 600},
+}

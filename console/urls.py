@@ -4,9 +4,12 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import include, path
 from django.views.i18n import JavaScriptCatalog, set_language
 
+from alerts import urls as alert_urls
 from console import health
 from console.audit import api as audit_api
 from console.audit import views as audit
+from console.operations import urls as operation_urls
+from console.preferences import views as preferences
 from console.proposals import api as proposal_api
 from console.proposals import urls as proposal_urls
 from inventory.api import metrics
@@ -24,6 +27,10 @@ urlpatterns = [
     path("oom/", oom.oom_history_page, name="oom-history"),
     path("oom/export.csv", oom.oom_export, name="oom-export"),
     path("audit/", audit.audit_list, name="audit-list"),
+    path("audit/export.csv", audit.audit_export, name="audit-export"),
+    path("export.csv", fleet.fleet_export, name="fleet-export"),
+    path("demo/history-progress/", fleet.demo_history_progress, name="demo-history-progress"),
+    path("events/export.csv", events.event_export, name="event-export"),
     path("ingest/dead-letters/", dead_letters.dead_letter_list, name="dead-letter-list"),
     path(
         "ingest/dead-letters/<int:pk>/",
@@ -45,10 +52,18 @@ urlpatterns = [
     path("api/proposals/", include(proposal_urls.api_urlpatterns)),
     path("api/audit/", audit_api.AuditList.as_view(), name="api-audit"),
     path("api/runbooks/", include(runbook_urls.api_urlpatterns)),
+    path("alerts/", include("alerts.urls")),
+    path("api/alerts/", include(alert_urls.api_urlpatterns)),
     path("api/placement/", proposal_api.Placement.as_view(), name="api-placement"),
     path("api/", include("inventory.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/profile/", preferences.profile, name="profile"),
+    path(
+        "accounts/profile/time-zone/",
+        preferences.browser_time_zone,
+        name="profile-browser-time-zone",
+    ),
     path("metrics", metrics.Metrics.as_view(), name="metrics"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
@@ -59,6 +74,8 @@ urlpatterns = [
         login_not_required(JavaScriptCatalog.as_view()),
         name="javascript-catalog",
     ),
+    path("hosts/<str:name>/operations/", include(operation_urls.host_urlpatterns)),
+    path("operations/", include(operation_urls.urlpatterns)),
 ]
 
 handler403 = "console.errors.permission_denied"

@@ -69,6 +69,15 @@ class ServedModelAdmin(AuditedModelAdmin):
 
 
 class DeploymentAdminForm(forms.ModelForm):
+    # Left empty, one pipeline stage (forms that predate the field keep working).
+    pipeline_parallel = forms.IntegerField(
+        min_value=1,
+        max_value=64,
+        required=False,
+        initial=1,
+        help_text=Deployment._meta.get_field("pipeline_parallel").help_text,
+    )
+
     class Meta:
         model = Deployment
         fields = [
@@ -82,7 +91,26 @@ class DeploymentAdminForm(forms.ModelForm):
             "kv_reservation_basis",
             "admission_policy",
             "status",
+            "pod_namespace",
+            "pod_selector",
+            "log_path",
+            "allocator_url",
+            # How the deployment is spread and how its engine sizes its memory (gates 1 and 5).
+            "pipeline_parallel",
+            "engine_memory_fraction",
+            "engine_kv_cache_bytes",
+            "engine_overhead_bytes",
+            "engine_context_tokens",
+            "engine_version",
+            "staggered_start",
         ]
+
+    def clean_pod_selector(self):
+        # An emptied field means no selector, not SQL NULL.
+        return self.cleaned_data.get("pod_selector") or {}
+
+    def clean_pipeline_parallel(self) -> int:
+        return self.cleaned_data.get("pipeline_parallel") or 1
 
     def clean(self):
         cleaned = super().clean()

@@ -44,7 +44,7 @@ def _deployment_entry(deployment: Deployment) -> dict:
         devices = [deployment.mig_slice.uuid]
     else:
         devices = [gpu.uuid for gpu in deployment.gpus.all()]
-    return {
+    entry = {
         "deployment_id": str(deployment.pk),
         "model": model.name,
         "engine": model.engine,
@@ -52,4 +52,13 @@ def _deployment_entry(deployment: Deployment) -> dict:
         "runtime_name": deployment.runtime_name,
         "device_uuids": devices,
         "process_name_pattern": deployment.process_name_pattern or None,
+        # Kubernetes: its pods' GPU processes are its own (inventory.telemetry.pod_attribution).
+        "pod_namespace": deployment.pod_namespace or None,
+        "pod_selector": deployment.pod_selector or None,
     }
+    # only where set: an entry without them is what agents before them expect
+    if deployment.log_path:
+        entry["log_path"] = deployment.log_path
+    if deployment.allocator_url:
+        entry["allocator_url"] = deployment.allocator_url
+    return entry

@@ -14,6 +14,8 @@ import datetime as dt
 import logging
 from dataclasses import replace
 
+from django.core.cache import cache
+
 from console.audit import Action, snapshot
 from console.audit.changes import open_change, record
 from inventory.agent.runtime import HostRuntime
@@ -31,6 +33,8 @@ SWITCHED_HOST = "infer-01"
 # Coarser than live collection: history is for trends, and the backfill must stay quick.
 SAMPLE_S, FLUSH_S, SCRAPE_S, SIM_STEP_S = 60.0, 600.0, 300.0, 30.0
 GROUP = 200
+# How often, in simulated time, the backfill says how far it is.
+REPORT_EVERY_S = 3 * 3600.0
 
 
 class _Clock:
@@ -48,22 +52,66 @@ def backfill(
     written: dict[str, int] = {}
     specs = {spec.name: spec for spec in demo_fleet_specs() if only is None or spec.name in only}
     start = now - days * 86400
-    for host in Host.objects.filter(collector=Host.Collector.SIMULATED, name__in=specs):
-        if IngestedBatch.objects.filter(host=host, interval_end__lt=_at(start + 86400)).exists():
-            continue  # it has history already
+    hosts = [
+        host
+        for host in Host.objects.filter(collector=Host.Collector.SIMULATED, name__in=specs)
+        if not IngestedBatch.objects.filter(host=host, interval_end__lt=_at(start + 86400)).exists()
+    ]  # a host with history already is left alone
+    progress = BackfillProgress(days, [host.name for host in hosts])
+    for host in hosts:
+        report = progress.of(host.name, start, now)
         if host.name == SWITCHED_HOST:
             switch = now - days * 86400 / 2
             before = _before_deployments(host, _at(start))
             written[host.name] = _simulate(
                 host, replace(before_host(xid_per_card_day=0.02), name=host.name), start,
-                switch, seed, plan=_plan_for(host, before),
+                switch, seed, plan=_plan_for(host, before), progress=report,
             )  # fmt: skip
             _record_switch(host, before, switch)
-            written[host.name] += _simulate(host, specs[host.name], switch, now, seed)
+            written[host.name] += _simulate(
+                host, specs[host.name], switch, now, seed, progress=report
+            )
         else:
-            written[host.name] = _simulate(host, specs[host.name], start, now, seed)
+            written[host.name] = _simulate(
+                host, specs[host.name], start, now, seed, progress=report
+            )
+        progress.done(host.name)
         log.info("demo history: %s, %d batches", host.name, written[host.name])
+    progress.finish()
     return written
+
+
+class BackfillProgress:
+    """How far the backfill is, per host, in the shared cache: the fleet board shows it."""
+
+    CACHE_KEY = "demo-history-progress"
+    KEPT_S = 24 * 3600
+
+    def __init__(self, days: float, hosts: list[str]):
+        self.state = {"days": days, "hosts": dict.fromkeys(hosts, 0.0), "finished": not hosts}
+        self._save()
+
+    def of(self, host: str, start: float, end: float):
+        def report(now: float) -> None:
+            self.state["hosts"][host] = round(min(1.0, (now - start) / (end - start)), 3)
+            self._save()
+
+        return report
+
+    def done(self, host: str) -> None:
+        self.state["hosts"][host] = 1.0
+        self._save()
+
+    def finish(self) -> None:
+        self.state["finished"] = True
+        self._save()
+
+    def _save(self) -> None:
+        cache.set(self.CACHE_KEY, self.state, self.KEPT_S)
+
+    @classmethod
+    def current(cls) -> dict | None:
+        return cache.get(cls.CACHE_KEY)
 
 
 def _at(epoch: float) -> dt.datetime:
@@ -84,7 +132,9 @@ def _plan_for(host: Host, deployments: list[Deployment]) -> dict:
     return plan
 
 
-def _simulate(host, spec, start: float, end: float, seed: int, plan: dict | None = None) -> int:
+def _simulate(
+    host, spec, start: float, end: float, seed: int, plan: dict | None = None, progress=None
+) -> int:
     clock = _Clock(start)
     simulator = FleetSimulator(seed, clock, specs=[spec], max_step_s=SIM_STEP_S)
     batches: list[dict] = []
@@ -94,12 +144,16 @@ def _simulate(host, spec, start: float, end: float, seed: int, plan: dict | None
          "flush_interval_s": FLUSH_S, "scrape_interval_s": SCRAPE_S}
     )  # fmt: skip
     total = 0
+    next_report = start + REPORT_EVERY_S
     while clock.t < end:
         clock.t += SAMPLE_S
         runtime.tick()
         runtime.publish_pending()
         if len(batches) >= GROUP:
             total += _write(batches)
+        if progress and clock.t >= next_report:
+            progress(clock.t)
+            next_report += REPORT_EVERY_S
     total += _write(batches)
     rollups.refresh_all()
     return total

@@ -1,17 +1,19 @@
 """A host's deployments as a placement request and answer, to draw and to plan against.
 
 Each deployment's memory on a card is what its processes hold there now (newest samples);
-where the collector has not seen it, the deployment's own figures stand in: weights and KV
-reservation split over its cards, plus a workspace allowance.
+where the collector has not seen it, the deployment's own figures stand in: weights split over
+its cards, KV as each card holds it, the CUDA context and a workspace allowance.
 """
 
 import datetime as dt
 
+from inventory.analytics.context import cuda_context_estimate
 from inventory.models import Deployment, Gpu, Host
 from inventory.timeseries.queries import latest_process_memory
 
 MIB = 1024**2
-# CUDA context, activations and graphs beside weights and KV, when nothing was measured.
+# Activations, CUDA graphs and cuBLAS/NCCL workspaces beside weights, KV and the CUDA
+# context, when nothing was measured.
 WORKSPACE_ALLOWANCE = 2 * 1024**3
 
 
@@ -20,10 +22,16 @@ def deployment_label(deployment: Deployment, duplicates: set[str]) -> str:
     return f"{name} #{deployment.pk}" if name in duplicates else name
 
 
-def estimated_bytes_per_card(deployment: Deployment, cards: int) -> int:
+def estimated_bytes_per_card(deployment: Deployment, cards: int, product_name: str = "") -> int:
+    """A deployment's own figures on one of its cards: its weights split over the cards, its KV
+    as each card holds it (``Deployment.kv_per_card``: MLA replicated, GQA heads split), the
+    CUDA context of its process there (the card type's estimate) and the workspace allowance."""
     model = deployment.served_model
-    return (model.weights_bytes + deployment.kv_reservation_bytes) // max(1, cards) + (
-        WORKSPACE_ALLOWANCE
+    return (
+        model.weights_bytes // max(1, cards)
+        + deployment.kv_per_card().bytes
+        + cuda_context_estimate(product_name).bytes
+        + WORKSPACE_ALLOWANCE
     )
 
 
@@ -54,15 +62,14 @@ def current_placement(host: Host) -> tuple[dict, dict]:
         if deployment.mig_slice_id:
             piece = deployment.mig_slice
             entry = slices.setdefault(piece.gpu_id, {}).setdefault(
-                piece.start_slot,
-                {"profile": piece.profile_name, "start": piece.start_slot, "model": ""},
+                piece.start_slot, _slice_entry(piece)
             )
             entry["model"] = ", ".join(filter(None, [entry["model"], label]))
             continue
         cards = list(deployment.gpus.all())
         per_card = [
             measured.get((gpu.pk, deployment.pk))
-            or estimated_bytes_per_card(deployment, len(cards))
+            or estimated_bytes_per_card(deployment, len(cards), gpu.product_name)
             for gpu in cards
         ]
         request["models"].append(
@@ -98,8 +105,17 @@ def _card(gpu: Gpu) -> dict:
     }
 
 
-def _unused_slices(gpu: Gpu) -> dict[int, dict]:
+def _slice_entry(piece) -> dict:
+    # Slots and memory as NVML reported them, so a card type without a MIG catalogue entry
+    # can still be drawn from its own figures.
     return {
-        piece.start_slot: {"profile": piece.profile_name, "start": piece.start_slot, "model": ""}
-        for piece in gpu.mig_slices.all()
+        "profile": piece.profile_name,
+        "start": piece.start_slot,
+        "size_slots": piece.size_slots,
+        "memory_mib": piece.memory_bytes // MIB,
+        "model": "",
     }
+
+
+def _unused_slices(gpu: Gpu) -> dict[int, dict]:
+    return {piece.start_slot: _slice_entry(piece) for piece in gpu.mig_slices.all()}

@@ -61,6 +61,14 @@ class RunbookNote(models.Model):
         default=False, help_text=_("Installed from the default library.")
     )
     version = models.PositiveIntegerField(default=1)
+    library_text = models.TextField(
+        blank=True, help_text="The default library's text this note was last synced with."
+    )
+    library_update = models.TextField(
+        blank=True,
+        help_text="A newer default version of this note shipped with the console, not applied "
+        "because the note was edited here: review it and merge what applies.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

@@ -3,10 +3,13 @@
 One change (transaction and change id), one revision, one audit row per edit.
 """
 
+import dataclasses
+
 from django.utils.text import slugify
 
 from console.audit import Action, changed_fields, snapshot
 from console.audit.changes import atomic_change, record
+from runbooks.library import LibraryNote, load_library
 from runbooks.models import RunbookNote, RunbookRevision
 
 
@@ -84,6 +87,9 @@ def do_update_note(
         return current
     current.version += 1
     current.updated_by = acting_user
+    if acting_user is not None:
+        # The note page showed the pending default text beside the editor: saving is the review.
+        current.library_update = ""
     current.full_clean()
     current.save()
     _add_revision(current, acting_user, summary)
@@ -110,3 +116,83 @@ def _add_revision(note: RunbookNote, acting_user, summary: str) -> RunbookRevisi
         edited_by_name=acting_user.get_username() if acting_user else "system",
         summary=summary[:200],
     )
+
+
+@dataclasses.dataclass
+class LibrarySync:
+    installed: list[str] = dataclasses.field(default_factory=list)
+    updated: list[str] = dataclasses.field(default_factory=list)
+    # Edited here: the newer default text waits beside the note.
+    flagged: list[str] = dataclasses.field(default_factory=list)
+    unchanged: list[str] = dataclasses.field(default_factory=list)
+
+
+def _untouched(note: RunbookNote) -> bool:
+    """Installed from the library and never edited by a person since."""
+    return note.from_library and not note.revisions.exclude(edited_by_name="system").exists()
+
+
+def _same_text(note: RunbookNote, entry: LibraryNote) -> bool:
+    return (note.title, note.body, list(note.tags)) == (
+        entry.title,
+        entry.body,
+        _normalise_tags(entry.tags),
+    )
+
+
+def _set_library_fields(note: RunbookNote, acting_user, comment: str, **values) -> None:
+    before = snapshot(note)
+    for name, value in values.items():
+        setattr(note, name, value)
+    note.save(update_fields=list(values))
+    record(actor=acting_user, action=Action.RUNBOOK_UPDATE, obj=note, before=before,
+           after=snapshot(note), host=_audit_host(note), comment=comment)  # fmt: skip
+
+
+@atomic_change
+def do_sync_library(*, acting_user=None, notes: list[LibraryNote] | None = None) -> LibrarySync:
+    """Bring the shipped default notes to an installation: install new ones, update the ones
+    nobody edited here (a revision and an audit row each), and for edited ones keep a newer
+    shipped text in ``library_update`` for a person to merge, never overwriting their edit.
+    Safe to run again: a shipped text already offered is not offered twice."""
+    result = LibrarySync()
+    for entry in load_library() if notes is None else notes:
+        note = RunbookNote.objects.select_for_update().filter(slug=entry.slug).first()
+        if note is None:
+            note = do_create_note(
+                acting_user=acting_user,
+                summary="Installed from the default library",
+                slug=entry.slug,
+                title=entry.title,
+                body=entry.body,
+                tags=list(entry.tags),
+                from_library=True,
+            )
+            note.library_text = entry.body
+            note.save(update_fields=["library_text"])
+            result.installed.append(entry.slug)
+        elif _same_text(note, entry):
+            if note.library_text != entry.body or note.library_update:
+                _set_library_fields(note, acting_user, "In step with the default library",
+                                    library_text=entry.body, library_update="")  # fmt: skip
+            result.unchanged.append(entry.slug)
+        elif _untouched(note):
+            note = do_update_note(
+                note,
+                acting_user=acting_user,
+                expected_version=note.version,
+                summary="Updated from the default library",
+                title=entry.title,
+                body=entry.body,
+                tags=list(entry.tags),
+            )
+            note.library_text = entry.body
+            note.save(update_fields=["library_text"])
+            result.updated.append(entry.slug)
+        elif note.library_text != entry.body:
+            _set_library_fields(note, acting_user, "A newer default text waits beside the note",
+                                library_text=entry.body, library_update=entry.body)  # fmt: skip
+            result.flagged.append(entry.slug)
+        else:
+            result.unchanged.append(entry.slug)
+    return result

@@ -77,8 +77,8 @@ def batch(host, *, start, end, cards=(), processes=(), events=(), faults=(), seq
     }
 
 
-def engine_row(deployment, *, running, p99_s, kv_usage=0.5):
-    return {
+def engine_row(deployment, *, running, p99_s, kv_usage=0.5, pool=None):
+    return (pool or {}) | {
         "deployment_id": str(deployment.pk),
         "engine": "vllm",
         "kv_cache_usage_max": kv_usage,
@@ -98,10 +98,13 @@ def engine_row(deployment, *, running, p99_s, kv_usage=0.5):
 
 
 def write_history(host, tenants, *, start, minutes, demand, running=None, p99=None,
-                  alloc_free=2 * GIB, largest_block=GIB):  # fmt: skip
+                  alloc_free=2 * GIB, largest_block=GIB, context=0,
+                  pool=None):  # fmt: skip
     """Ingest one batch a minute for `minutes`: each (gpu, deployment) tenant holds
     demand(minute, tenant_index) bytes; its engine runs running(minute, tenant_index)
-    requests at p99(minute, tenant_index) seconds."""
+    requests at p99(minute, tenant_index) seconds. NVML sees each process `context` bytes
+    beyond its allocator pool (CUDA context, libraries); `pool` adds the engine's KV pool
+    fields (kv_pool_tokens, kv_pool_bytes, memory_fraction) to its rows."""
     from inventory.timeseries import rollups
     from inventory.timeseries.ingest import ingest_batches
 
@@ -113,16 +116,20 @@ def write_history(host, tenants, *, start, minutes, demand, running=None, p99=No
         processes, engines, used = [], {}, {gpu.pk: 0 for gpu in gpus}
         for index, (gpu, deployment) in enumerate(tenants):
             held = demand(minute, index)
-            used[gpu.pk] += held + alloc_free
+            used[gpu.pk] += held + alloc_free + context
             alloc = {"reserved_bytes": held + alloc_free, "allocated_bytes": held,
                      "inactive_split_bytes": alloc_free - largest_block,
                      "largest_free_block_bytes": largest_block}  # fmt: skip
-            processes.append(process_row(gpu, 1000 + index, used_max=held + alloc_free,
-                                         used_last=held + alloc_free, deployment=deployment,
+            nvml = held + alloc_free + context
+            processes.append(process_row(gpu, 1000 + index, used_max=nvml,
+                                         used_last=nvml, deployment=deployment,
                                          alloc=alloc))  # fmt: skip
             if running is not None:
                 engines[deployment.pk] = engine_row(
-                    deployment, running=running(minute, index), p99_s=p99(minute, index)
+                    deployment,
+                    running=running(minute, index),
+                    p99_s=p99(minute, index),
+                    pool=pool,
                 )
         cards = [card_row(gpu, used_max=used[gpu.pk], used_last=used[gpu.pk]) for gpu in gpus]
         batches.append(batch(host, start=end - 60, end=end, cards=cards, processes=processes,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from console.placement.mig import canonical_profile_name, mig_card_type
+from console.placement.mig import UnknownMigCardType, canonical_profile_name, mig_card_type
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Column:
     scale: float  # this card's height as a fraction of the tallest card
     blocks: list[Block] = field(default_factory=list)
     mig_slots: int | None = None  # memory slots of a MIG card, drawn as a ruler
+    note: str = ""  # a code: "mig_not_catalogued" when the MIG card type has no catalogue entry
 
 
 def _stack(column: Column, parts: list[tuple[str, int, str]]) -> None:
@@ -80,9 +81,30 @@ def build(request: dict, answer: dict) -> list[Column]:
     return columns
 
 
+def _raw_mig_column(column: Column, card: dict) -> None:
+    """A MIG card whose type has no catalogue entry: its instances as NVML reported them (start
+    slot, slots, memory), on a ruler as long as the furthest slot any of them reaches."""
+    column.note = "mig_not_catalogued"
+    pieces = card.get("mig_slices", [])
+    slots = max((p["start"] + p.get("size_slots", 1) for p in pieces), default=1)
+    column.mig_slots = slots
+    slot = column.scale / slots
+    for entry in pieces:
+        size = entry.get("size_slots", 1)
+        label = f"{entry.get('model') or 'unused'} ({entry['profile']})"
+        kind = "model" if entry.get("model") else "free"
+        column.blocks.append(
+            Block(label, entry.get("memory_mib", 0), kind, entry["start"] * slot, size * slot)
+        )
+
+
 def _mig_column(column: Column, gpu: dict, card: dict) -> None:
     """MIG instances on their start slots; slots with no instance drawn as free."""
-    card_type = mig_card_type(gpu.get("type", ""), gpu["memory_mib"])
+    try:
+        card_type = mig_card_type(gpu.get("type", ""), gpu["memory_mib"])
+    except UnknownMigCardType:
+        _raw_mig_column(column, card)
+        return
     column.mig_slots = card_type.memory_slices
     slot = column.scale / card_type.memory_slices
     taken = set()
@@ -119,6 +141,7 @@ class DrawnColumn:
     total_mib: int
     blocks: list[DrawnBlock]
     slot_lines: list[int]  # y of each MIG memory-slot boundary
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -161,6 +184,7 @@ def to_drawing(columns: list[Column]) -> Drawing:
                 column.total_mib,
                 blocks,
                 lines,
+                column.note,
             )
         )
     return Drawing(

@@ -12,15 +12,25 @@ from console.placement.mig_profiles import (
     A30_24GB,
     A100_40GB,
     A100_80GB,
+    B200_180GB,
     CATALOGUE,
+    GB200_186GB,
     H100_80GB,
+    H100_94GB,
+    H100_96GB,
     H200_141GB,
+    RTX_PRO_5000_BLACKWELL,
+    RTX_PRO_6000_BLACKWELL,
     MigCardType,
     MigProfile,
 )
 from console.placement.problem import MigSlice
 
-_FAMILY = re.compile(r"(?<![A-Z0-9])(A100|A30|H100|H200)(?![0-9])")
+# H800 and A800 are the export variants of H100-80GB and A100, with their MIG geometry.
+_FAMILY = re.compile(r"(?<![A-Z0-9])(A100|A800|A30|H100|H800|H200|H20|GH200|GB200|B200)(?![0-9])")
+_RTX_PRO = re.compile(r"RTX PRO (6000|5000)\b.*BLACKWELL")
+# GH200's own 96 GB H100 (97,280 MiB); the 144 GB HBM3e GH200 has other, uncatalogued sizes.
+_GH200_96GB_MAX_MIB = 100_000
 _SIZE_GB = re.compile(r"(?<![0-9])(\d{2,3})\s*G(?:I?B)?(?![A-Z])")
 _COMPUTE_INSTANCE_PREFIX = re.compile(r"^\d+c\.")
 # Total memory nvidia-smi reports: A100-40GB 40960 MiB, A100-80GB 81920, H100-80GB 81559,
@@ -39,6 +49,9 @@ def mig_card_type(type_name: str, memory_mib: int | None = None) -> MigCardType:
     ("NVIDIA A100-PCIE"). Raises UnknownMigCardType for a type without a catalogued MIG geometry.
     """
     upper = type_name.upper()
+    rtx = _RTX_PRO.search(upper)
+    if rtx:
+        return RTX_PRO_6000_BLACKWELL if rtx.group(1) == "6000" else RTX_PRO_5000_BLACKWELL
     family = _FAMILY.search(upper)
     size = _SIZE_GB.search(upper)
     size_gb = int(size.group(1)) if size else None
@@ -54,18 +67,32 @@ def mig_card_type(type_name: str, memory_mib: int | None = None) -> MigCardType:
 def _catalogue_entry(
     family: str, size_gb: int | None, upper_name: str, memory_mib: int | None
 ) -> MigCardType | None:
-    if family == "A100":
+    if family in ("A100", "A800"):
         if size_gb is None and memory_mib is not None:
             size_gb = 80 if memory_mib >= _A100_80GB_MIN_MIB else 40
         return {40: A100_40GB, 80: A100_80GB}.get(size_gb or 0)
-    if family == "H100":
-        # H100 NVL (94 GB) and the 96 GB H100 of GH200 have other profile sizes.
+    if family in ("H100", "H800"):
+        # H100 NVL and the 94 GB SXM/PCIe cards have their own profiles (3g.47gb, ...).
         unnamed_80gb = (
             size_gb is None
             and "NVL" not in upper_name
             and (memory_mib is None or memory_mib <= _H100_80GB_MAX_MIB)
         )
-        return H100_80GB if size_gb == 80 or unnamed_80gb else None
+        if size_gb == 80 or unnamed_80gb:
+            return H100_80GB
+        return {94: H100_94GB, 96: H100_96GB}.get(
+            size_gb or 0, H100_94GB if size_gb is None else None
+        )
+    if family == "GH200":
+        # NVML names it "NVIDIA GH200 480GB" (CPU and GPU memory together): go by the card's.
+        fits = memory_mib is None or memory_mib <= _GH200_96GB_MAX_MIB
+        return H100_96GB if fits and size_gb in (None, 96, 480) else None
+    if family == "H20":
+        return H100_96GB if size_gb in (None, 96) else None
+    if family == "B200":
+        return B200_180GB if size_gb in (None, 180) else None
+    if family == "GB200":
+        return GB200_186GB if size_gb in (None, 186) else None
     if family == "H200":
         return H200_141GB if size_gb is None or size_gb >= 140 else None
     return A30_24GB if size_gb in (None, 24) else None

@@ -26,10 +26,17 @@ ECC and driver reservations). Sources, most trusted first:
     2g.20gb, 4g with 3g) has the same memory.
   - where drivers disagree (A100-40GB: R470-era listings show 9.62/19.50/39.25 GiB, later ones
     9.75/19.62/39.38 GiB), the smaller value is used, so a model placed fits on either driver.
-Left out: H100 94 GB (NVL) and 96 GB (GH200), H20, H800, B200 and newer. Their profile names
-and geometry are documented, but no capture of their instance sizes was available. Compute
-instances inside a GPU instance (e.g. 1c.3g.71gb) are not modelled: the solver places whole GPU
-instances.
+  - cards without a capture (H100 94 GB / NVL, the 96 GB H100 of GH200 and H20, B200, GB200,
+    RTX PRO 6000 / 5000 Blackwell): profile names, slices and placements from the MIG user
+    guide ("Supported MIG Profiles"; names cross-checked with NVIDIA go-nvml's
+    pkg/nvml/mock/shared/gpus/b200.go for B200). Their memory is an estimate,
+    `estimated_instance_mib`: the name's nominal GB as MiB x 0.93, below every captured
+    instance's real size (H200 1g.18gb: estimate 15,964, real 16,384 MiB; H100 3g.40gb: 35,475
+    vs 40,448), so a model planned on the estimate fits the real instance. `memory_estimated`
+    says so; NVML's figure for an existing instance always wins over the catalogue.
+  - H800 and A800 have the H100-80GB and A100 geometry and names, and share their entries.
+Compute instances inside a GPU instance (e.g. 1c.3g.71gb and 2c.3g.71gb) share its memory: the
+solver places whole GPU instances; the inventory groups compute instances by GPU instance.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ class MigCardType:
     memory_slices: int
     compute_slices: int
     profiles: tuple[MigProfile, ...]
+    memory_estimated: bool = False  # instance sizes from the profile names, not a capture
 
     def profile(self, name: str) -> MigProfile | None:
         return next((p for p in self.profiles if p.name == name), None)
@@ -69,6 +77,13 @@ _THREE_G = (0, 4)
 _FULL = (0,)
 
 
+def estimated_instance_mib(profile_name: str) -> int:
+    """A conservative instance size from a profile's name ("3g.90gb" -> 90 GB): the nominal GB
+    in MiB, less 7%, which is below the real size of every captured instance."""
+    nominal_gb = int(profile_name.split(".")[1].removesuffix("gb"))
+    return nominal_gb * 1000**3 * 93 // (100 * 1024**2)
+
+
 def _eight_slice_card(
     name: str,
     one_g: tuple[str, int],
@@ -76,10 +91,12 @@ def _eight_slice_card(
     two_g: tuple[str, int],
     four_slices: tuple[str, str, int],
     seven_g: tuple[str, int],
+    memory_estimated: bool = False,
 ) -> MigCardType:
     three_g_name, four_g_name, half_card_mib = four_slices
     return MigCardType(
         name=name,
+        memory_estimated=memory_estimated,
         memory_slices=8,
         compute_slices=7,
         profiles=(
@@ -143,6 +160,60 @@ A30_24GB = MigCardType(
     ),
 )
 
+
+def _estimated_eight_slice_card(name: str, one: str, double: str, half: str, whole: str):
+    """An 8-slice card known by its profile names alone (MIG user guide), sizes estimated."""
+    return _eight_slice_card(
+        name,
+        one_g=(f"1g.{one}", estimated_instance_mib(f"1g.{one}")),
+        one_g_double=(f"1g.{double}", estimated_instance_mib(f"1g.{double}")),
+        two_g=(f"2g.{double}", estimated_instance_mib(f"2g.{double}")),
+        four_slices=(f"3g.{half}", f"4g.{half}", estimated_instance_mib(f"3g.{half}")),
+        seven_g=(f"7g.{whole}", estimated_instance_mib(f"7g.{whole}")),
+        memory_estimated=True,
+    )
+
+
+H100_94GB = _estimated_eight_slice_card("H100-94GB", "12gb", "24gb", "47gb", "94gb")
+# The H100 of GH200 and the H20 carry 96 GB and the same profiles.
+H100_96GB = _estimated_eight_slice_card("H100-96GB", "12gb", "24gb", "48gb", "96gb")
+B200_180GB = _estimated_eight_slice_card("B200-180GB", "23gb", "45gb", "90gb", "180gb")
+GB200_186GB = _estimated_eight_slice_card("GB200-186GB", "23gb", "47gb", "93gb", "186gb")
+
+
+def _rtx_pro_blackwell(name: str, slices: int) -> MigCardType:
+    """RTX PRO Blackwell: 24 GB slices, one compute slice each (6000: 4, 5000: 2)."""
+    candidates = [(1, "1g.24gb"), (2, "2g.48gb"), (4, "4g.96gb")]
+    profiles = tuple(
+        MigProfile(
+            profile,
+            estimated_instance_mib(profile),
+            size,
+            size,
+            tuple(range(0, slices - size + 1, size)),
+        )
+        for size, profile in candidates
+        if size <= slices
+    )
+    return MigCardType(name, slices, slices, profiles, memory_estimated=True)
+
+
+RTX_PRO_6000_BLACKWELL = _rtx_pro_blackwell("RTX-PRO-6000-Blackwell-96GB", 4)
+RTX_PRO_5000_BLACKWELL = _rtx_pro_blackwell("RTX-PRO-5000-Blackwell-48GB", 2)
+
 CATALOGUE: dict[str, MigCardType] = {
-    card.name: card for card in (A100_40GB, A100_80GB, H100_80GB, H200_141GB, A30_24GB)
+    card.name: card
+    for card in (
+        A100_40GB,
+        A100_80GB,
+        H100_80GB,
+        H200_141GB,
+        A30_24GB,
+        H100_94GB,
+        H100_96GB,
+        B200_180GB,
+        GB200_186GB,
+        RTX_PRO_6000_BLACKWELL,
+        RTX_PRO_5000_BLACKWELL,
+    )
 }

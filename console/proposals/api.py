@@ -88,6 +88,21 @@ class ProposalCreateSerializer(serializers.Serializer):
     canary_share_pct = serializers.IntegerField(min_value=1, max_value=100, default=10)
     rollout_steps = serializers.IntegerField(min_value=1, max_value=20, default=3)
     rationale = serializers.CharField()
+    # How the engine sizes its memory (gate 5); see Deployment's engine-setting fields.
+    engine_memory_fraction = serializers.FloatField(
+        min_value=0.01, max_value=1.0, required=False, allow_null=True
+    )
+    engine_kv_cache_bytes = serializers.IntegerField(
+        min_value=0, max_value=MAX_JSON_NUMBER, required=False, allow_null=True
+    )
+    engine_overhead_bytes = serializers.IntegerField(
+        min_value=0, max_value=MAX_JSON_NUMBER, required=False, allow_null=True
+    )
+    engine_context_tokens = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, required=False, allow_null=True
+    )
+    engine_version = serializers.CharField(max_length=32, required=False, allow_blank=True)
+    staggered_start = serializers.BooleanField(default=False)
     mps_acknowledged = serializers.BooleanField(
         default=False, help_text="Acknowledges the runbook note “MPS is not hard isolation”."
     )

@@ -2,8 +2,10 @@ from decimal import Decimal
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from console.proposals.guided import kv_recommendation
 from console.proposals.loadtests import LoadTestFormatError, combine
 from console.proposals.models import Decision, Proposal
 from console.proposals.services import EDITABLE
@@ -18,17 +20,61 @@ class CardChoiceField(forms.ModelMultipleChoiceField):
         return f"{gpu} · {gpu.product_name} · {gpu.memory_total_bytes / GIB:.0f} GiB"
 
 
+class HostField(forms.ModelChoiceField):
+    """A host typed or picked by name (the form searches hosts rather than listing them);
+    a primary key is taken too, as older links and clients send one."""
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        text = str(value).strip()
+        host = self.queryset.filter(name=text).first()
+        if host is None and text.isdigit():
+            host = self.queryset.filter(pk=int(text)).first()
+        if host is None:
+            raise ValidationError(
+                _("No host is called “%(name)s”: search for it and pick one."),
+                code="invalid_choice",
+                params={"name": text[:80]},
+            )
+        return host
+
+    def prepare_value(self, value):
+        if isinstance(value, Host):
+            return value.name
+        if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+            host = self.queryset.filter(pk=int(value)).only("name").first()
+            return host.name if host else value
+        return value
+
+
+def _chosen(queryset, value):
+    """The object a bound or initial value names, or None (the form cleans it properly)."""
+    if isinstance(value, queryset.model):
+        return value
+    if value in (None, "") or not str(value).isdigit():
+        return None
+    return queryset.filter(pk=int(value)).first()
+
+
 class ProposalForm(forms.ModelForm):
+    """The guided proposal: the model, then the host (searched by name), then only that host's
+    cards; a blank KV reservation takes the advisor's recommendation."""
+
     kv_reservation_gib = forms.DecimalField(
         label=_("KV reservation (GiB)"),
+        required=False,
         min_value=Decimal(0),
         max_digits=10,
         decimal_places=3,
-        help_text=_("All the deployment's cards together; the memory gate splits it over them."),
+        help_text=_(
+            "All the deployment's cards together; the memory gate splits it over them. "
+            "Left blank, the advisor's recommendation is taken."
+        ),
     )
     gpus = CardChoiceField(
         label=_("Cards"),
-        queryset=Gpu.objects.none(),
+        queryset=Gpu.objects.select_related("host"),
         required=False,
         widget=forms.CheckboxSelectMultiple,
         help_text=_("The target cards, or tick “let the solver choose”."),
@@ -47,7 +93,16 @@ class ProposalForm(forms.ModelForm):
         model = Proposal
         # What the services accept, the KV reservation typed in GiB rather than bytes.
         fields = [*(name for name in EDITABLE if name != "kv_reservation_bytes"), "gpus"]
-        widgets = {"rationale": forms.Textarea(attrs={"rows": 5})}
+        field_classes = {"host": HostField}
+        widgets = {
+            "rationale": forms.Textarea(attrs={"rows": 4}),
+            "isolation_mode": forms.RadioSelect,
+            "host": forms.TextInput(
+                attrs={"autocomplete": "off", "placeholder": _("host name"), "role": "combobox",
+                       "aria-autocomplete": "list", "aria-controls": "host-matches",
+                       "aria-expanded": "false"}
+            ),
+        }  # fmt: skip
         # The fields whose label Django would derive from the field's name, untranslated.
         labels = {
             "action": _("Action"),
@@ -62,8 +117,8 @@ class ProposalForm(forms.ModelForm):
 
     field_order = [
         "action",
-        "deployment",
         "served_model",
+        "deployment",
         "host",
         "gpus",
         "let_solver_choose",
@@ -83,28 +138,79 @@ class ProposalForm(forms.ModelForm):
         "rationale",
     ]
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, preview: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
+        self.preview = preview
+        self.kv_advice = None
         self.fields["mig_slice"].label = _("MIG slice")
         self.fields["served_model"].queryset = ServedModel.objects.order_by("name")
         self.fields["served_model"].required = False
         self.fields["served_model"].help_text = "Taken from the deployment when you pick one."
-        self.fields["host"].queryset = Host.objects.order_by("name")
+        self.fields["host"].queryset = Host.objects.all()
         self.fields["host"].required = False
-        self.fields["deployment"].queryset = (
-            Deployment.objects.exclude(status=Deployment.Status.STOPPED)
-            .select_related("served_model", "host")
-            .order_by("host__name", "served_model__name")
-        )
-        self.fields["gpus"].queryset = Gpu.objects.select_related("host").order_by(
-            "host__name", "index"
-        )
+        self.fields["host"].help_text = "Type part of its name; each match shows its best card."
+        self.fields["deployment"].queryset = Deployment.objects.exclude(
+            status=Deployment.Status.STOPPED
+        ).select_related("served_model", "host")
         self.fields["mig_slice"].queryset = MigSlice.objects.select_related("gpu__host")
+        if preview:
+            self.fields["rationale"].required = False
+        self.chosen_model = _chosen(ServedModel.objects.all(), self._value("served_model"))
+        self.chosen_deployment = _chosen(
+            self.fields["deployment"].queryset, self._value("deployment")
+        )
+        if self.chosen_model is None and self.chosen_deployment is not None:
+            self.chosen_model = self.chosen_deployment.served_model
+        self.chosen_host = self._host()
+        self._narrow_choices()
         if self.instance.pk:
             self.fields["kv_reservation_gib"].initial = (
                 Decimal(self.instance.kv_reservation_bytes) / GIB
             ).quantize(Decimal("0.001"))
             self.fields["mps_acknowledged"].initial = self.instance.mps_acknowledged_at is not None
+
+    def _value(self, name: str):
+        if self.is_bound:
+            return self.data.get(self.add_prefix(name))
+        value = self.initial.get(name, self.fields[name].initial)
+        return value if value is not None else getattr(self.instance, f"{name}_id", None)
+
+    def _host(self) -> Host | None:
+        value = self._value("host")
+        if isinstance(value, Host):
+            return value
+        if value not in (None, ""):
+            try:
+                return self.fields["host"].to_python(value)
+            except ValidationError:
+                return None
+        return self.chosen_deployment.host if self.chosen_deployment else None
+
+    def _narrow_choices(self) -> None:
+        """Render only what belongs to the chosen model and host: a fleet of 1,000 hosts must
+        not become 8,000 checkboxes. Validation still takes any real object, so a card of
+        another host gets its own explanation rather than "not a valid choice"."""
+        deployments = self.fields["deployment"].queryset.order_by("host__name", "pk")
+        if self.chosen_model is not None:
+            deployments = deployments.filter(served_model=self.chosen_model)
+        elif self.chosen_host is not None:
+            deployments = deployments.filter(host=self.chosen_host)
+        else:
+            deployments = deployments.none()
+        self.fields["deployment"].widget.choices = [
+            ("", "---------"),
+            *((d.pk, str(d)) for d in deployments[:200]),
+        ]
+        host = self.chosen_host
+        self.fields["gpus"].widget.choices = [
+            (gpu.pk, self.fields["gpus"].label_from_instance(gpu))
+            for gpu in (host.gpus.select_related("host").order_by("index") if host else [])
+        ]
+        slices = MigSlice.objects.filter(gpu__host=host) if host else MigSlice.objects.none()
+        self.fields["mig_slice"].widget.choices = [
+            ("", "---------"),
+            *((s.pk, str(s)) for s in slices.select_related("gpu__host")),
+        ]
 
     def clean(self):
         cleaned = super().clean()
@@ -116,9 +222,35 @@ class ProposalForm(forms.ModelForm):
             self.add_error("served_model", "Pick the model, or the deployment it runs in.")
         if cleaned.get("host") is None and "host" not in self.errors:
             self.add_error("host", "Pick the host.")
+        if cleaned.get("kv_reservation_gib") is None and "kv_reservation_gib" not in self.errors:
+            self._take_advice(cleaned)
         if cleaned.get("kv_reservation_gib") is not None:
             self.instance.kv_reservation_bytes = round(cleaned["kv_reservation_gib"] * GIB)
         return cleaned
+
+    def _take_advice(self, cleaned: dict) -> None:
+        if cleaned.get("served_model") is None:
+            return
+        sketch = Proposal(
+            served_model=cleaned["served_model"],
+            deployment=cleaned.get("deployment"),
+            kv_tokens_per_request=cleaned.get("kv_tokens_per_request")
+            or getattr(cleaned.get("deployment"), "kv_tokens_per_request", None),
+            expected_p95_concurrency=cleaned.get("expected_p95_concurrency"),
+            kv_reservation_basis=cleaned.get("kv_reservation_basis") or "p95",
+        )
+        self.kv_advice = kv_recommendation(sketch, timezone.now())
+        if self.kv_advice is None:
+            self.add_error(
+                "kv_reservation_gib",
+                _(
+                    "Give the reservation: the advisor has no basis (no engine history for "
+                    "the deployment; state tokens per request and the expected P95 "
+                    "concurrency)."
+                ),
+            )
+            return
+        cleaned["kv_reservation_gib"] = Decimal(self.kv_advice.gib)
 
     def _post_clean(self):
         super()._post_clean()

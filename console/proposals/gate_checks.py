@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -16,6 +17,12 @@ from django.utils import timezone
 
 from console.placement import PlacementInputError, solve
 from console.proposals.gates import Gate, GateOutcome, GateStatus
+from console.proposals.gates.engine_settings import (
+    CardEngines,
+    EngineSettingsRequest,
+    engine_claim,
+    evaluate_engine_settings,
+)
 from console.proposals.gates.isolation import (
     InterferenceFinding,
     IsolationRequest,
@@ -32,8 +39,11 @@ from console.proposals.gates.memory import (
 )
 from console.proposals.loadtests import LoadTestRun
 from console.proposals.models import Proposal
+from inventory.analytics.context import cuda_context_estimate
+from inventory.analytics.kv import kv_reservation_per_card
 from inventory.analytics.stats import percentile
 from inventory.models import Deployment, Gpu, MigSlice
+from inventory.models.refusal import refused_gpu_ids
 from inventory.placement_state import WORKSPACE_ALLOWANCE, estimated_bytes_per_card
 from inventory.reports import analysis
 from inventory.reports.capacity import card_capacity
@@ -58,12 +68,24 @@ class Checked:
     solver_gpus: list[Gpu]  # the cards the solver chose; empty when it did not choose
 
 
+def _card_type(proposal: Proposal) -> str:
+    gpu = proposal.host.gpus.order_by("index").first()
+    return gpu.product_name if gpu else ""
+
+
 def share_of(proposal: Proposal, cards: int) -> Share:
+    """The proposal's memory on each card: KV as each tensor-parallel card holds it (one
+    pipeline stage: a proposal does not state pipeline parallelism), and its process's CUDA
+    context (the card type's estimate: the process does not exist yet)."""
+    kv = kv_reservation_per_card(
+        proposal.kv_reservation_bytes, proposal.served_model.kv_shape(), max(1, cards)
+    )
     return Share.per_card(
         proposal.served_model.weights_bytes,
-        proposal.kv_reservation_bytes,
+        kv,
         WORKSPACE_ALLOWANCE,
         cards,
+        cuda_context_estimate(_card_type(proposal)),
     )
 
 
@@ -94,15 +116,29 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
     for gpu in host.gpus.exclude(mig_mode=Gpu.MigMode.ENABLED).order_by("index"):
         capacity = card_capacity(gpu)
         tenants = []
+        context = cuda_context_estimate(gpu.product_name)
         for deployment in on_card.get(gpu.pk, []):
             measured = capacity.demand_p95.get(deployment.pk)
             tenants.append(
-                Tenant(deployment.served_model.name, measured, "P95 measured, 7 days")
+                Tenant(
+                    deployment.served_model.name,
+                    measured,
+                    "P95 measured, 7 days, with what NVML counts outside the allocator",
+                    capacity.context_p95.get(deployment.pk, 0),
+                    context.source
+                    if deployment.pk in capacity.context_estimated
+                    else "nvml_used_minus_allocator",
+                    measured=True,
+                )
                 if measured is not None
                 else Tenant(
                     deployment.served_model.name,
-                    estimated_bytes_per_card(deployment, len(deployment.gpus.all())),
-                    "estimate: weights + KV reservation + workspace",
+                    estimated_bytes_per_card(
+                        deployment, len(deployment.gpus.all()), gpu.product_name
+                    ),
+                    "estimate: weights + KV per card + CUDA context + workspace",
+                    context.bytes,
+                    context.source,
                 )
             )
         budgets[gpu] = CardBudget(
@@ -114,23 +150,47 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
             fragmentation_index_peak=capacity.fragmentation_index_peak,
             fragmentation_status=capacity.fragmentation_status,
             measured=capacity.samples > 0,
+            measured_joint_peak_bytes=capacity.joint_peak_of(
+                {d.pk for d in on_card.get(gpu.pk, []) if d.pk in capacity.demand_p95}
+            ),
+            fragmentation_index_sustained=capacity.fragmentation_index_sustained,
+            fragmentation_scale=capacity.fragmentation_scale,
         )
     return budgets
 
 
-def slice_budget(mig_slice: MigSlice, leaving: int | None) -> CardBudget:
-    others = (
-        Deployment.objects.filter(mig_slice=mig_slice)
+def _gpu_instance_tenants(mig_slice: MigSlice, leaving: int | None):
+    """Deployments on any compute instance of the slice's GPU instance: they share its memory
+    (1c.3g.71gb and 2c.3g.71gb hold one 3g.71gb's memory between them)."""
+    return (
+        Deployment.objects.filter(mig_slice__in=mig_slice.gpu_instance_devices())
         .exclude(status=Deployment.Status.STOPPED)
         .exclude(pk=leaving)
-        .select_related("served_model")
+        .select_related("served_model", "mig_slice")
+        .prefetch_related("gpus")
     )
+
+
+def slice_budget(mig_slice: MigSlice, leaving: int | None) -> CardBudget:
+    """The memory budget of the slice's GPU instance, counted once for all its compute
+    instances, so siblings cannot book the same bytes twice."""
+    context = cuda_context_estimate(mig_slice.gpu.product_name)
+    others = _gpu_instance_tenants(mig_slice, leaving)
     return CardBudget(
         card=f"{mig_slice.gpu} {mig_slice.profile_name}@{mig_slice.start_slot}",
         total_bytes=mig_slice.memory_bytes,
         driver_reserved_bytes=0,
         tenants=tuple(
-            Tenant(d.served_model.name, estimated_bytes_per_card(d, 1), "estimate") for d in others
+            Tenant(
+                d.served_model.name,
+                estimated_bytes_per_card(d, 1, mig_slice.gpu.product_name),
+                "estimate"
+                if d.mig_slice_id == mig_slice.pk
+                else f"estimate, on {d.mig_slice.profile_name} of the same GPU instance",
+                context.bytes,
+                context.source,
+            )
+            for d in others
         ),
         fragmentation_peak_bytes=0,
         fragmentation_index_peak=None,
@@ -195,6 +255,20 @@ def _recent_ooms(gpus: list[Gpu], now: dt.datetime) -> dict[str, int]:
     return {labels[gpu_id]: n for gpu_id, n in counts.items()}
 
 
+def _refused_cards(proposal: Proposal, gpus) -> set[int]:
+    """Cards refusing new loads (degradation set them): only a change that brings a model
+    onto a card is refused; a resize or removal on it is what may clear it."""
+    if proposal.action not in (Proposal.Action.ADD, Proposal.Action.MOVE):
+        return set()
+    return refused_gpu_ids(gpu.pk for gpu in gpus)
+
+
+def _refusal_outcome(gpus: list[Gpu]) -> GateOutcome:
+    names = ", ".join(str(gpu) for gpu in gpus)
+    reason = f"{names} refuses new loads until on-call clears it (it ran out of memory)."
+    return GateOutcome(Gate.MEMORY, GateStatus.FAIL, reason, (reason,), {"refused": names})
+
+
 def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, list[Gpu]]:
     leaving = _leaving(proposal)
     headroom = settings.GATE_HEADROOM_BYTES
@@ -207,6 +281,8 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
     if proposal.let_solver_choose:
         share = share_of(proposal, proposal.card_count)
         budgets = card_budgets(proposal.host, leaving)
+        refused = _refused_cards(proposal, budgets)
+        budgets = {gpu: budget for gpu, budget in budgets.items() if gpu.pk not in refused}
         chosen, how, unplaced = _solver_choice(proposal, budgets, share)
         request = MemoryRequest(
             proposal.served_model.name,
@@ -220,6 +296,9 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
         )
         return evaluate_memory(request), chosen
     targets = proposal.target_gpus()
+    refused = _refused_cards(proposal, targets)
+    if refused:
+        return _refusal_outcome([gpu for gpu in targets if gpu.pk in refused]), []
     share = share_of(proposal, len(targets))
     budgets = card_budgets(proposal.host, leaving)
     request = MemoryRequest(
@@ -292,7 +371,18 @@ def _target_tenants(proposal: Proposal, targets: list[Gpu]) -> list[Deployment]:
 
 
 def check_isolation(proposal: Proposal, targets: list[Gpu], now: dt.datetime) -> GateOutcome:
-    tenants = [] if proposal.isolation_mode == "mig" else _target_tenants(proposal, targets)
+    mig = proposal.isolation_mode == Deployment.Isolation.MIG
+    tenants = [] if mig else _target_tenants(proposal, targets)
+    in_instance = _target_tenants(proposal, targets) if mig else []
+    siblings = (
+        [
+            d
+            for d in _gpu_instance_tenants(proposal.mig_slice, _leaving(proposal))
+            if d.mig_slice_id != proposal.mig_slice_id
+        ]
+        if mig
+        else []
+    )
     labels = {f"{d.served_model.name} #{d.pk}" for d in tenants}
     findings = tuple(
         InterferenceFinding(report.deployment, report.explanation)
@@ -305,6 +395,8 @@ def check_isolation(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
             model=proposal.served_model.name,
             mode=proposal.isolation_mode,
             cotenants=tuple(sorted(d.served_model.name for d in tenants)),
+            instance_cotenants=tuple(sorted(d.served_model.name for d in in_instance)),
+            gpu_instance_siblings=tuple(sorted(d.served_model.name for d in siblings)),
             interference=findings,
             acknowledged_by=(
                 proposal.mps_acknowledged_by.get_username() if proposal.mps_acknowledged_by else ""
@@ -372,6 +464,81 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
     )
 
 
+def _engine_claim(record, model, cards: int, total: int, product: str, reported, proposed=False):
+    """One engine's claim on a card from its settings (a Deployment or a Proposal: both carry
+    EngineSettings); ``reported`` is the memory fraction the engine reported, if any."""
+    kv_shape = model.kv_shape()
+    context_kv = None
+    if record.engine_context_tokens and kv_shape is not None:
+        per_token = kv_reservation_per_card(
+            record.engine_context_tokens * math.ceil(kv_shape.bytes_per_token()),
+            kv_shape,
+            max(1, cards),
+        )
+        context_kv = per_token.bytes
+    return engine_claim(
+        model.name,
+        model.engine,
+        total_bytes=total,
+        memory_fraction=record.engine_memory_fraction,
+        kv_cache_bytes=record.engine_kv_cache_bytes,
+        weights_bytes=model.weights_bytes // max(1, cards),
+        overhead_bytes=(record.engine_overhead_bytes or 0)
+        + cuda_context_estimate(product).bytes
+        + WORKSPACE_ALLOWANCE,
+        context_kv_bytes=context_kv,
+        reported_fraction=reported,
+        staggered=record.staggered_start,
+        version=record.engine_version,
+        proposed=proposed,
+    )
+
+
+def check_engine_settings(proposal: Proposal, targets: list[Gpu], now: dt.datetime) -> GateOutcome:
+    leaving = _leaving(proposal)
+    model = proposal.served_model
+    if proposal.isolation_mode == Deployment.Isolation.MIG:
+        piece = proposal.mig_slice
+        places = [(str(piece), piece.memory_bytes, piece.gpu.product_name,
+                   list(_gpu_instance_tenants(piece, leaving)))]  # fmt: skip
+        cards = 1
+    else:
+        on_card = _tenants_by_card(proposal.host, leaving)
+        places = [
+            (str(gpu), gpu.memory_total_bytes, gpu.product_name, on_card.get(gpu.pk, []))
+            for gpu in targets
+        ]
+        cards = len(targets)
+    tenants = {d.pk for _, _, _, ds in places for d in ds}
+    reported = queries.engine_kv_at(list(tenants), now, dt.timedelta(days=1))
+    request = EngineSettingsRequest(
+        model.name,
+        settings.GATE_HEADROOM_BYTES,
+        tuple(
+            CardEngines(
+                label,
+                total,
+                (
+                    _engine_claim(proposal, model, cards, total, product, None, proposed=True),
+                    *(
+                        _engine_claim(
+                            d,
+                            d.served_model,
+                            1 if d.mig_slice_id else len(d.gpus.all()),
+                            total,
+                            product,
+                            (reported.get(d.pk) or {}).get("memory_fraction"),
+                        )
+                        for d in deployments
+                    ),
+                ),
+            )
+            for label, total, product, deployments in places
+        ),
+    )
+    return evaluate_engine_settings(request)
+
+
 def _not_applicable(gate: Gate) -> GateOutcome:
     return GateOutcome(
         gate,
@@ -390,8 +557,13 @@ def _failed_to_run(gate: Gate, error: Exception) -> GateOutcome:
     )
 
 
-def check(proposal: Proposal, now: dt.datetime | None = None) -> Checked:
-    """Every gate for the proposal as it is now; a gate that breaks fails alone."""
+def check(
+    proposal: Proposal,
+    now: dt.datetime | None = None,
+    on_outcome: Callable[[GateOutcome], None] | None = None,
+) -> Checked:
+    """Every gate for the proposal as it is now; a gate that breaks fails alone.
+    `on_outcome` hears of each gate as it finishes, for the pages that show progress."""
     now = now or timezone.now()
     if proposal.action == Proposal.Action.REMOVE:
         return Checked([_not_applicable(gate) for gate in Gate], [])
@@ -400,15 +572,20 @@ def check(proposal: Proposal, now: dt.datetime | None = None) -> Checked:
         memory, chosen = check_memory(proposal, now)
     except Exception as error:  # reported as the gate's result, so one bug fails one gate
         memory = _failed_to_run(Gate.MEMORY, error)
+    if on_outcome:
+        on_outcome(memory)
     targets = chosen if proposal.let_solver_choose else proposal.target_gpus()
     outcomes = [memory]
     for gate, run in (
         (Gate.KV, lambda: check_kv(proposal, now)),
         (Gate.ISOLATION, lambda: check_isolation(proposal, targets, now)),
         (Gate.LOAD_TEST, lambda: check_load_test(proposal, targets, now)),
+        (Gate.ENGINE_SETTINGS, lambda: check_engine_settings(proposal, targets, now)),
     ):
         try:
             outcomes.append(run())
         except Exception as error:  # reported as the gate's result, so one bug fails one gate
             outcomes.append(_failed_to_run(gate, error))
+        if on_outcome:
+            on_outcome(outcomes[-1])
     return Checked(outcomes, chosen)

@@ -17,6 +17,7 @@ from console.access import VisibleQuerySet
 from console.proposals.gates import Gate, GateStatus
 from console.proposals.transitions import State
 from inventory.models import Deployment, Gpu
+from inventory.models.fleet import EngineSettings
 
 
 class ProposalQuerySet(VisibleQuerySet):
@@ -40,7 +41,7 @@ STATE_LABELS = {
 }
 
 
-class Proposal(models.Model):
+class Proposal(EngineSettings):
     class Action(models.TextChoices):
         ADD = "add", _("Add a model")
         MOVE = "move", _("Move a deployment")

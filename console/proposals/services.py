@@ -35,6 +35,15 @@ class CommentRequired(ProposalError):
     pass
 
 
+# How the engine sizes its memory (inventory.models.fleet.EngineSettings), for gate 5.
+ENGINE_SETTINGS = (
+    "engine_memory_fraction",
+    "engine_kv_cache_bytes",
+    "engine_overhead_bytes",
+    "engine_context_tokens",
+    "engine_version",
+    "staggered_start",
+)
 EDITABLE = (
     "action",
     "served_model",
@@ -54,6 +63,7 @@ EDITABLE = (
     "canary_share_pct",
     "rollout_steps",
     "rationale",
+    *ENGINE_SETTINGS,
 )
 # Copied from the proposal onto the deployment when it is applied.
 DEPLOYMENT_FIELDS = (
@@ -64,6 +74,7 @@ DEPLOYMENT_FIELDS = (
     "kv_reservation_basis",
     "kv_tokens_per_request",
     "admission_policy",
+    *ENGINE_SETTINGS,
 )
 
 

@@ -12,7 +12,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from console.proposals import notifications, queue
+from console.proposals import notifications, progress, queue
 from console.proposals.models import Notification, Proposal
 from console.proposals.services import do_record_gate_results, do_start_checks
 from console.proposals.transitions import State
@@ -34,7 +34,10 @@ def run_gates(proposal_id: int, revision: int) -> str:
     proposal = Proposal.objects.select_related("served_model", "host", "mig_slice__gpu").get(
         pk=proposal_id
     )
-    checked = check(proposal)
+    progress.started(proposal_id, revision)
+    checked = check(
+        proposal, on_outcome=lambda outcome: progress.finished(proposal_id, revision, outcome)
+    )
     recorded = do_record_gate_results(proposal_id, revision, checked)
     return recorded.state if recorded else "stale"
 

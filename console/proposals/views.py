@@ -2,14 +2,19 @@ from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from console.access import get_changeable_or_403, get_visible_or_404, require_permission
+from console.csv_export import csv_response
 from console.models import AuditEntry
 from console.pagination import page_of
-from console.proposals import placement, services
+from console.proposals import guided, placement, progress, services, whatif
 from console.proposals.filters import ProposalFilter
 from console.proposals.forms import CommentForm, DecisionForm, LoadTestForm, ProposalForm
 from console.proposals.models import Decision, Proposal
@@ -18,6 +23,10 @@ from console.proposals.transitions import Event, IllegalTransition, State, allow
 _DETAIL = Proposal.objects.select_related(
     "served_model", "host", "deployment__served_model", "author", "mig_slice__gpu"
 )
+
+
+# The states in which the gates are (about to be) checked: pages poll while in them.
+_RUNNING = (State.SUBMITTED, State.CHECKING)
 
 
 def _require_author(user, proposal: Proposal, doing: str) -> None:
@@ -48,6 +57,27 @@ def proposal_list(request):
     )
 
 
+@permission_required("proposals.view_proposal", raise_exception=True)
+def proposal_export(request):
+    """The proposal list as filtered on its page, as CSV."""
+    proposals = ProposalFilter(
+        request.GET,
+        queryset=Proposal.objects.visible_to(request.user).select_related(
+            "served_model", "host", "author"
+        ),
+        request=request,
+    )
+    rows = (
+        (p.pk, p.get_action_display(), p.served_model.name, p.host.name, p.state_label,
+         p.revision, p.author.get_username(), p.isolation_mode, p.kv_reservation_bytes,
+         p.admission_policy, p.created_at, p.updated_at)
+        for p in proposals.qs.order_by("pk").iterator(chunk_size=500)
+    )  # fmt: skip
+    header = ["id", "action", "model", "host", "state", "revision", "author", "isolation",
+              "kv_reservation_bytes", "above_reservation", "created", "updated"]  # fmt: skip
+    return csv_response("proposals", header, rows)
+
+
 def inbox(request):
     require_permission(request.user, Proposal, "approve")
     waiting = (
@@ -56,11 +86,69 @@ def inbox(request):
         .select_related("served_model", "host", "author")
         .order_by("updated_at", "id")
     )
-    return render(request, "proposals/inbox.html", {"page": page_of(request, waiting)})
+    # ?partial=1: only the rows, for the page's own poll.
+    partial = bool(request.GET.get("partial"))
+    template = "proposals/_inbox_rows.html" if partial else "proposals/inbox.html"
+    return render(request, template, {"page": page_of(request, waiting)})
+
+
+def _form_context(request, form: ProposalForm, proposal: Proposal | None, whatif=None) -> dict:
+    host = form.chosen_host
+    chosen_cards = {str(value) for value in (form["gpus"].value() or [])}
+    matches = None
+    if "find_host" in request.POST:
+        matches = guided.search_hosts(request.POST.get("host", ""), timezone.now())
+    return {
+        "form": form,
+        "proposal": proposal,
+        "picker": guided.card_picker(host) if host else None,
+        "chosen_cards": chosen_cards,
+        "chosen_slice": str(form["mig_slice"].value() or ""),
+        "isolation_notes": guided.isolation_notes(),
+        "host_matches": matches,
+        "whatif": whatif,
+        "preview_url": (
+            reverse("proposal-preview-edit", args=[proposal.pk])
+            if proposal
+            else reverse("proposal-preview")
+        ),
+    }
+
+
+def _dry_run(request, form: ProposalForm):
+    """The what-if of a valid form, nothing saved; None while the form is incomplete."""
+    if not form.is_valid():
+        return None
+    proposal = form.instance
+    if proposal.author_id is None:
+        proposal.author = request.user
+    if form.cleaned_data["mps_acknowledged"] and proposal.mps_acknowledged_at is None:
+        proposal.mps_acknowledged_by, proposal.mps_acknowledged_at = request.user, timezone.now()
+    result = whatif.dry_run(proposal, list(form.cleaned_data["gpus"]))
+    if form.kv_advice and not form.data.get("kv_reservation_gib"):
+        form.data["kv_reservation_gib"] = form.kv_advice.gib  # shown pre-filled, editable
+    return result
+
+
+_REDRAW = ("preview", "find_host", "pick_host")
+
+
+def _redraw_data(request):
+    """The posted form as it should show again: a picked host replaces the typed one."""
+    data = request.POST.copy()
+    if "pick_host" in data:
+        data["host"] = data["pick_host"]
+    return data
 
 
 def proposal_create(request):
     require_permission(request.user, Proposal, "add")
+    if request.method == "POST" and any(name in request.POST for name in _REDRAW):
+        form = ProposalForm(_redraw_data(request), preview=True)
+        whatif_ = _dry_run(request, form) if "preview" in request.POST else None
+        return render(
+            request, "proposals/proposal_form.html", _form_context(request, form, None, whatif_)
+        )
     initial = {"host": request.GET.get("host")} if request.GET.get("host") else {}
     form = ProposalForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
@@ -77,15 +165,30 @@ def proposal_create(request):
         else:
             messages.success(request, _("Created %(proposal)s.") % {"proposal": proposal})
             return redirect(proposal)
-    return render(request, "proposals/proposal_form.html", {"form": form, "proposal": None})
+    return render(request, "proposals/proposal_form.html", _form_context(request, form, None))
 
 
-def proposal_edit(request, pk: int):
+def _editable(request, pk: int) -> Proposal | None:
     proposal = get_changeable_or_403(request.user, _DETAIL, pk=pk)
     _require_author(request.user, proposal, _("edit"))
     if not allowed(proposal.state, Event.EDIT):
         messages.error(request, str(IllegalTransition(State(proposal.state), Event.EDIT)))
-        return redirect(proposal)
+        return None
+    return proposal
+
+
+def proposal_edit(request, pk: int):
+    proposal = _editable(request, pk)
+    if proposal is None:
+        return redirect("proposal-detail", pk=pk)
+    if request.method == "POST" and any(name in request.POST for name in _REDRAW):
+        form = ProposalForm(_redraw_data(request), instance=proposal, preview=True)
+        whatif_ = _dry_run(request, form) if "preview" in request.POST else None
+        return render(
+            request,
+            "proposals/proposal_form.html",
+            _form_context(request, form, _DETAIL.get(pk=pk), whatif_),
+        )
     form = ProposalForm(request.POST or None, instance=proposal)
     if request.method == "POST" and form.is_valid():
         try:
@@ -112,7 +215,48 @@ def proposal_edit(request, pk: int):
                     request, _("Saved revision %(revision)s.") % {"revision": proposal.revision}
                 )
             return redirect(proposal)
-    return render(request, "proposals/proposal_form.html", {"form": form, "proposal": proposal})
+    return render(request, "proposals/proposal_form.html", _form_context(request, form, proposal))
+
+
+def _preview(request, form: ProposalForm, proposal: Proposal | None) -> JsonResponse:
+    whatif_ = _dry_run(request, form)
+    context = _form_context(request, form, proposal, whatif_)
+    return JsonResponse(
+        {
+            "cards": render_to_string("proposals/_card_picker.html", context, request),
+            "whatif": render_to_string("proposals/_whatif.html", context, request),
+            "kv_recommended_gib": form.kv_advice.gib if form.kv_advice else None,
+            "kv_basis": form.kv_advice.formula if form.kv_advice else None,
+            "elapsed_ms": whatif_.elapsed_ms if whatif_ else None,
+        }
+    )
+
+
+@require_POST
+def proposal_preview(request):
+    """The what-if of the new-proposal form as it stands: fragments to swap in, nothing kept."""
+    require_permission(request.user, Proposal, "add")
+    return _preview(request, ProposalForm(_redraw_data(request), preview=True), None)
+
+
+@require_POST
+def proposal_preview_edit(request, pk: int):
+    proposal = _editable(request, pk)
+    if proposal is None:
+        return JsonResponse({"error": "not editable"}, status=409)
+    form = ProposalForm(_redraw_data(request), instance=proposal, preview=True)
+    return _preview(request, form, _DETAIL.get(pk=pk))
+
+
+def host_search(request):
+    """Hosts matching ?q=, each with its best card's headroom: the form's host search."""
+    require_permission(request.user, Proposal, "add")
+    query = request.GET.get("q", "")[:100]
+    return render(
+        request,
+        "proposals/_host_matches.html",
+        {"host_matches": guided.search_hosts(query, timezone.now()), "query": query},
+    )
 
 
 def _audit_trail(proposal: Proposal):
@@ -162,12 +306,38 @@ def _detail(request, proposal: Proposal, *, status: int = 200, error: str = "", 
         "load_test_form": forms.get("load_test_form") or LoadTestForm(),
         "roll_back_form": forms.get("roll_back_form") or CommentForm(prefix="roll_back"),
         "verify_form": CommentForm(prefix="verify"),
+        "running": state in _RUNNING,
+        "gate_progress": progress.gates_so_far(proposal.pk, proposal.revision)
+        if state in _RUNNING
+        else [],
+        "status_version": f"{state}:{proposal.revision}:{proposal.updated_at.isoformat()}",
     }
     return render(request, "proposals/proposal_detail.html", context, status=status)
 
 
 def proposal_detail(request, pk: int):
     return _detail(request, get_visible_or_404(request.user, _DETAIL, pk=pk))
+
+
+def proposal_status(request, pk: int):
+    """The detail page's poll: the state, and each gate's verdict as the checks finish."""
+    proposal = get_visible_or_404(request.user, Proposal.objects.all(), pk=pk)
+    running = proposal.state in _RUNNING
+    results = services.current_results(proposal)
+    if results:
+        gates = [{"gate": r.gate, "title": r.title, "status": r.status} for r in results]
+    else:
+        gates = progress.gates_so_far(proposal.pk, proposal.revision) if running else []
+    return JsonResponse(
+        {
+            "state": proposal.state,
+            "state_label": proposal.state_label,
+            "revision": proposal.revision,
+            "running": running,
+            "gates": gates,
+            "version": f"{proposal.state}:{proposal.revision}:{proposal.updated_at.isoformat()}",
+        }
+    )
 
 
 @require_POST

@@ -8,6 +8,7 @@ Beat (central) sends each host its collection plan to its queue; the agent start
 a host on its first plan and publishes batches to the `ingest` queue (inventory.agent.transport).
 """
 
+import importlib
 import logging
 import socket
 from pathlib import Path
@@ -16,10 +17,11 @@ from celery import Celery
 from celery.signals import worker_init, worker_shutdown
 
 from console.broker import broker_transport_options, broker_url
-from console.env import env_int, env_str
+from console.env import env_bool, env_float, env_int, env_str
+from inventory.agent.actions import ActionRunner, DoneRequests, read_actions
 from inventory.agent.runtime import Agent, wall_clock
 from inventory.agent.secrets import read_secrets
-from inventory.agent.transport import batch_publisher
+from inventory.agent.transport import batch_publisher, outcome_reporter
 
 log = logging.getLogger(__name__)
 
@@ -40,34 +42,88 @@ app.conf.update(
 )
 
 
+def _simulated_fleet(name: str):
+    """The demo fleet (None: the simulator's default), or the operations demo's host, whose
+    MPS server crashes at SIMULATOR_MPS_CRASH_AT (epoch seconds) when that is set."""
+    if name == "demo":
+        return None
+    if name == "operations":
+        from inventory.telemetry.simulator.operations_scenario import operations_host
+
+        crash_at = env_str("SIMULATOR_MPS_CRASH_AT")
+        if not crash_at:
+            return [operations_host()]
+        midnight = int(wall_clock() // 86400) * 86400
+        return [operations_host(((1, float(crash_at) - midnight),))]
+    raise ValueError(f"SIMULATOR_FLEET={name!r}: expected demo or operations")
+
+
 def _source_factory():
     kind = env_str("AGENT_SOURCE", "nvml")
     if kind == "simulator":
         from inventory.agent.sources import FleetSimulator
+        from inventory.telemetry.simulator.incidents import DEMO_INCIDENTS
 
-        return FleetSimulator(seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock).source_for
+        incidents = DEMO_INCIDENTS if env_bool("DEMO_INCIDENTS", False) else ()
+        specs = _simulated_fleet(env_str("SIMULATOR_FLEET", "demo"))
+        return FleetSimulator(
+            seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock, incidents=incidents, specs=specs
+        ).source_for
     if kind == "nvml":
-        import pynvml
+        # AGENT_NVML_MODULE: another module with pynvml's API (an end-to-end test's fake NVML)
+        pynvml = importlib.import_module(env_str("AGENT_NVML_MODULE", "pynvml"))
 
         from inventory.agent.sources import NvmlSource
 
         this_host = env_str("AGENT_HOST") or socket.gethostname()
+        pods = None
+        if env_bool("AGENT_POD_ATTRIBUTION"):
+            from inventory.agent.kubernetes import NodePods
+
+            pods = NodePods(this_host, clock=wall_clock)
 
         def nvml_source(plan):
             if plan["host"] != this_host or plan.get("collector") != "nvml":
                 return None
-            return NvmlSource(pynvml, wall_clock)
+            return NvmlSource(pynvml, wall_clock, real_host_signals(pynvml), pods=pods)
 
         return nvml_source
     raise ValueError(f"AGENT_SOURCE={kind!r}: expected nvml or simulator")
 
 
+def real_host_signals(nvml):
+    """Kernel-log Xids and the MPS daemon where this host has them (AGENT_KERNEL_LOG,
+    AGENT_MPS: auto or off); exits, restarts and engine logs always."""
+    from inventory.agent.kernel_log import KernelXidSource, NvmlPciMap, open_journal, open_kmsg
+    from inventory.agent.mps import MpsMonitor
+    from inventory.agent.signals import SignalOptions
+
+    options = SignalOptions()
+    if env_str("AGENT_KERNEL_LOG", "auto") != "off":
+        options.kernel_log = KernelXidSource([open_kmsg, open_journal], NvmlPciMap(nvml))
+    if env_str("AGENT_MPS", "auto") != "off":
+        options.mps = MpsMonitor(interval_s=env_float("AGENT_MPS_INTERVAL_S", 5.0, minimum=0.5))
+        options.mps.start()
+    return options
+
+
+secrets = read_secrets(env_str("AGENT_SECRET_FILE"))
+state_dir = Path(env_str("AGENT_STATE_DIR") or "var/agent")
 agent = Agent(
     _source_factory(),
-    batch_publisher(app.connection_for_write, read_secrets(env_str("AGENT_SECRET_FILE"))),
+    batch_publisher(app.connection_for_write, secrets),
     outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1),
     # Where each host's outbox file lives, so batches waiting for the broker survive a restart.
-    state_dir=Path(env_str("AGENT_STATE_DIR") or "var/agent"),
+    state_dir=state_dir,
+)
+# Host actions: only what AGENT_ACTIONS_FILE allows; each request id runs once (its outcome
+# kept in the state folder), and every outcome goes back signed (inventory.agent.actions).
+actions = ActionRunner(
+    read_actions(env_str("AGENT_ACTIONS_FILE")),
+    secrets,
+    DoneRequests(state_dir / "actions-done.sqlite3"),
+    outcome_reporter(app, secrets, env_str("AGENT_OUTCOME_QUEUE", "celery")),
+    simulate=agent.simulator_of,
 )
 
 
@@ -75,6 +131,13 @@ agent = Agent(
 def apply_plan(plan: dict) -> None:
     if not agent.apply_plan(plan):
         log.warning("this agent cannot collect %s (collector %s)", plan["host"], plan["collector"])
+
+
+# Acknowledged late: a request taken by an agent that dies is delivered again, and the done
+# ids make sure that it still runs once.
+@app.task(name="agent.run_action", acks_late=True, time_limit=3700, soft_time_limit=3690)
+def run_action(body: str, signature: str | None) -> None:
+    actions.handle(body, signature)
 
 
 # worker_init comes before the worker reaches the broker: an agent restarted while the broker

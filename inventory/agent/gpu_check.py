@@ -20,6 +20,12 @@ through ctypes: no PyTorch needed) and the console's own code reads the card thr
    process must also map to the plan's deployment. --broker-archive keeps the messages.
 4. mps (--mps): starts an MPS control daemon with its own pipe directory, runs one client
    under it, checks that the client is recorded once, as an MPS process, then stops the daemon.
+5-7. signals (--signals, inventory/agent/gpu_check_signals.py): a process that allocates until
+   CUDA OOM is recorded as an exit and, with its log, as an OOM; an MPS server killed with two
+   clients raises mps_server_down naming both; the allocator exporter's figures match
+   torch.cuda.memory_stats() (skipped, and said so, without PyTorch).
+
+Without a GPU (no driver, no NVML, no card) every check is skipped with the reason, exit 0.
 """
 
 from __future__ import annotations
@@ -529,11 +535,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--broker-archive", help="pack that agent's messages into this .tar.gz")
     parser.add_argument("--mps", action="store_true", help="also run the MPS check")
+    parser.add_argument(
+        "--signals", action="store_true", help="also the OOM, MPS-kill and exporter checks"
+    )
     parser.add_argument("--json", help="write every figure to this file")
     parser.add_argument("--batches", help="write the agent's batches to this file")
     args = parser.parse_args(argv)
     args.sizes = [int(size) for size in args.sizes_mib.split(",")]
 
+    from inventory.agent import gpu_check_signals
+
+    unavailable = gpu_check_signals.gpu_unavailable()
+    if unavailable is not None:
+        print(f"No GPU check can run here: {unavailable}. Every check skipped.")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"gpu": {"ok": None, "reason": unavailable}}))
+        return 0
     import pynvml
 
     host = os.uname().nodename
@@ -545,6 +562,9 @@ def main(argv: list[str] | None = None) -> int:
         checks["agent_process"] = check_agent_process
     if args.mps:
         checks["mps"] = check_mps
+    if args.signals:
+        checks.update(gpu_check_signals.CHECKS)
+        args.holder = Holder
     report: dict[str, Any] = {}
     for name, check in checks.items():
         try:

@@ -22,9 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from inventory.agent import allocator_scrape
 from inventory.telemetry.collector import NvmlCollector
 from inventory.telemetry.engines import ScrapeTarget, scrape_all
 from inventory.telemetry.outbox import Outbox
+from inventory.telemetry.pod_attribution import attribute_pods
 from inventory.telemetry.process_mapping import map_processes
 from inventory.telemetry.readings import CollectorFault, TelemetryEvent
 from inventory.telemetry.sampler import IntervalSampler
@@ -77,11 +79,17 @@ class HostRuntime:
         self.source = source
         self.publish = publish
         self.collector = NvmlCollector(source.nvml(), host, clock=source.now)
+        # On a Kubernetes node, the pods there by UID (inventory.agent.kubernetes); else None.
+        self.pods = getattr(source, "pods", None)
         self.sampler = IntervalSampler(host)
         outbox = state_path(state_dir, "outbox", host, ".sqlite3") if state_dir else None
         self.outbox = Outbox(outbox_max, outbox)
         self.plan: dict[str, Any] = dict(DEFAULT_PLAN)
         self._allocator: dict[int, dict] = {}
+        # A real host's exits, restarts, engine logs, kernel Xids and MPS daemon
+        # (inventory.agent.signals); the simulator raises those events itself.
+        make_signals = getattr(source, "signals", None)
+        self.signals = make_signals() if make_signals is not None else None
         start = source.now()
         self.next_poll = start
         self._next_scrape = start
@@ -104,22 +112,48 @@ class HostRuntime:
             self.next_poll = now + interval
         entries = self.source.deployments(self.plan["deployments"])
         poll = self.collector.poll()
-        mapping = map_processes(poll.cards, entries)
+        if self.pods is not None:
+            entries = attribute_pods(entries, poll.cards, self.pods(), self.pods.owner_of)
+        containers = self.signals.container_of if self.signals is not None else None
+        mapping = map_processes(poll.cards, entries, containers)
+        signals = self._collect_signals(poll, mapping.deployments, entries)
         self.sampler.add_poll(poll, mapping.deployments)
+        self.sampler.add_events(signals[0])
+        self.sampler.add_faults(signals[1])
         self.sampler.add_events(self.source.events())
         if now >= self._next_scrape:
             self._next_scrape = now + float(self.plan["scrape_interval_s"])
             self._scrape(entries)
         if now >= self._next_flush:
-            self._next_flush = now + float(self.plan["flush_interval_s"])
+            # On a grid too: a batch a flush interval, not one every interval plus a poll.
+            flush_every = float(self.plan["flush_interval_s"])
+            self._next_flush += flush_every
+            if self._next_flush <= now:
+                self._next_flush = now + flush_every
             self.flush(now)
+
+    def _collect_signals(self, poll, deployments, entries):
+        if self.signals is None:
+            return [], []
+        try:
+            return self.signals.collect(poll, deployments, entries, self._allocator.get)
+        except Exception as exc:  # a bug in one signal source must not cost the poll
+            log.exception("%s: signals failed", self.host)
+            return [], [CollectorFault(None, "signals", type(exc).__name__, str(exc), ts=poll.ts)]
 
     def flush(self, now: float) -> None:
         """Close the interval into a batch and queue it; publishing is another thread's job."""
         batch = self.sampler.flush(now)
         for row in batch["processes"]:
-            row["allocator"] = self._allocator.get(row["pid"])
+            figures = self._allocator.get(row["pid"])
+            row["allocator"] = dict(figures) if figures is not None else None
+        # the next interval's peaks start from its own first scrape
+        for figures in self._allocator.values():
+            for key in ("reserved_bytes", "allocated_bytes"):
+                figures.pop(f"{key}_max", None)
         batch["agent"] = {"outbox_depth": len(self.outbox), "outbox_dropped": self.outbox.dropped}
+        if self.signals is not None and (mps := self.signals.mps_live()) is not None:
+            batch["agent"]["mps"] = mps  # the MPS servers now: who dies together
         self.outbox.put(batch)
 
     def publish_pending(self) -> int:
@@ -147,22 +181,17 @@ class HostRuntime:
         for reading in readings:
             self.sampler.add_engine(reading)
         self.sampler.add_faults(faults)
+        if self.signals is not None:
+            self.sampler.add_events(self.signals.engine_events(readings))
         for entry in entries:
             if entry.get("allocator_url"):
                 self._read_allocator(entry)
 
     def _read_allocator(self, entry: dict) -> None:
-        """Per-process caching-allocator figures, in the shape of torch.cuda.memory_stats()."""
+        """Per-process caching-allocator figures (torch.cuda.memory_stats()), with the
+        interval's peaks of reserved and allocated bytes, not only their last values."""
         try:
-            rows = json.loads(self.source.fetch(entry["allocator_url"], 2.0))
-            for row in rows:
-                stats = row["memory_stats"]
-                self._allocator[int(row["pid"])] = {
-                    "reserved_bytes": stats.get("reserved_bytes.all.current"),
-                    "allocated_bytes": stats.get("allocated_bytes.all.current"),
-                    "inactive_split_bytes": stats.get("inactive_split_bytes.all.current"),
-                    "largest_free_block_bytes": row.get("largest_free_block_bytes"),
-                }
+            figures = allocator_scrape.read(self.source.fetch, entry["allocator_url"])
         except Exception as exc:  # a bad or absent endpoint is a fault, never a crash
             self.sampler.add_faults(
                 [
@@ -175,6 +204,14 @@ class HostRuntime:
                     )
                 ]
             )
+            return
+        for pid, now in figures.items():
+            before = self._allocator.get(pid) or {}
+            for key in ("reserved_bytes", "allocated_bytes"):
+                if now.get(key) is not None:
+                    now[f"{key}_max"] = max(now[key], before.get(f"{key}_max") or 0)
+            now.setdefault("largest_free_block_bytes", None)
+            self._allocator[pid] = now
 
 
 SourceFactory = Callable[[dict[str, Any]], "Source | None"]
@@ -248,6 +285,13 @@ class Agent:
                 log.warning("ignoring the kept plan %s: %s", path.name, error)
         return resumed
 
+    def simulator_of(self, host: str):
+        """The simulated host's `run_action`, where this agent collects that host from a
+        simulator (host actions marked `simulated = true` run on it)."""
+        with self._lock:
+            runtime = self.hosts.get(host)
+        return getattr(runtime.source, "run_action", None) if runtime else None
+
     def _runtimes(self) -> list[HostRuntime]:
         with self._lock:
             return list(self.hosts.values())
@@ -292,6 +336,9 @@ class Agent:
         for runtime in self._runtimes():
             # One last flush, so a clean shutdown loses no poll; what cannot be published now
             # waits in the outbox file for the next start.
+            if runtime.signals is not None:
+                runtime.sampler.add_events(runtime.signals.drain(runtime.source.now()))
+                runtime.signals.close()
             if runtime.sampler.polls:
                 runtime.flush(runtime.source.now())
             runtime.publish_pending()

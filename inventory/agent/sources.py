@@ -4,22 +4,34 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from typing import Any
 
+from inventory.agent.signals import HostSignals, SignalOptions
 from inventory.telemetry.engines import http_fetch
 from inventory.telemetry.readings import TelemetryEvent
 from inventory.telemetry.simulator.fleet import Fleet
+from inventory.telemetry.simulator.incidents import IncidentScript
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
 
 log = logging.getLogger(__name__)
 
 
 class NvmlSource:
-    """This machine's GPUs through nvidia-ml-py, its engines over HTTP."""
+    """This machine's GPUs through nvidia-ml-py, its engines over HTTP; its exits, restarts,
+    engine logs, kernel Xids and MPS daemon through inventory.agent.signals."""
 
-    def __init__(self, nvml_module: Any, clock) -> None:
+    def __init__(
+        self,
+        nvml_module: Any,
+        clock,
+        signal_options: SignalOptions | None = None,
+        pods=None,
+    ) -> None:
         self._nvml = nvml_module
         self.now = clock
+        self._signal_options = signal_options
+        self.pods = pods  # on a Kubernetes node: this node's pods (inventory.agent.kubernetes)
 
     def nvml(self) -> Any:
         return self._nvml
@@ -31,7 +43,10 @@ class NvmlSource:
         return planned
 
     def events(self) -> list[TelemetryEvent]:
-        return []  # Xid events arrive through the collector's NVML event set
+        return []  # Xids arrive through the collector's NVML event set, the rest via signals()
+
+    def signals(self) -> HostSignals:
+        return HostSignals(self._signal_options)
 
 
 class SimulatedSource:
@@ -43,12 +58,23 @@ class SimulatedSource:
         self._nvml = simulator.fleet.nvml(host)
         # The simulator names deployments its own way; the console by primary key.
         self._console_ids: dict[str, str] = {}
+        # Host actions change the model from the agent's task thread while the sampler steps it.
+        self._lock = threading.Lock()
 
     def nvml(self) -> Any:
         return self._nvml
 
     def now(self) -> float:
-        return self._simulator.advance(self._host)
+        with self._lock:
+            return self._simulator.advance(self._host)
+
+    def run_action(self, request) -> tuple[bool, str]:
+        """A host action on the simulated host (an actions file's `simulated = true`)."""
+        from inventory.agent.simulated_actions import run_simulated
+
+        with self._lock:
+            self._simulator.advance(self._host)
+            return run_simulated(self._host, request)
 
     def fetch(self, url: str, timeout: float) -> str:
         return self._simulator.fleet.fetch(url, timeout)
@@ -95,7 +121,9 @@ class SimulatedSource:
 class FleetSimulator:
     """The demo fleet, with simulated time pinned to the wall clock (t = 0 at UTC midnight)."""
 
-    def __init__(self, seed: int, clock, *, specs=None, max_step_s: float = 1.0) -> None:
+    def __init__(
+        self, seed: int, clock, *, specs=None, max_step_s: float = 1.0, incidents=()
+    ) -> None:
         today = dt.datetime.fromtimestamp(clock(), tz=dt.UTC).replace(
             hour=0, minute=0, second=0, microsecond=0
         )
@@ -103,14 +131,18 @@ class FleetSimulator:
         self.clock = clock
         self.max_step_s = max_step_s
         self.fleet = Fleet(specs or demo_fleet_specs(), seed, epoch=self.epoch)
+        self.script = IncidentScript(tuple(incidents), clock())
 
     def advance(self, host) -> float:
         now = self.clock()
+        if self.script.paused(host.name, now):
+            return host.now_epoch()  # time stands still for its agent: nothing is sent
         target = now - self.epoch
         if host.t < target:
             # The first call fast-forwards from midnight in coarse steps.
             step = 60.0 if target - host.t > 120 else self.max_step_s
             host.advance_to(target, max_step_s=step)
+        self.script.apply(host, now)
         return host.now_epoch()
 
     def source_for(self, plan: dict) -> SimulatedSource | None:

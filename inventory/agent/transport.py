@@ -2,7 +2,8 @@
 
 Not Celery tasks: the ingest workers take them off the queue in groups and write each group in
 one transaction, which one-task-per-message cannot do. Each body is the batch's JSON, signed
-with its host's secret in a header (inventory.telemetry.signing).
+with its host's secret in a header (inventory.telemetry.signing), and travels zlib-compressed
+(inventory.telemetry.compression): the signature covers the JSON, not the compressed bytes.
 """
 
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from kombu import Connection, Exchange, Queue
 
 from inventory.telemetry import signing
+from inventory.telemetry.compression import BATCH_COMPRESSION
 
 INGEST_QUEUE = Queue("ingest", Exchange("ingest", type="direct"), routing_key="ingest")
 
@@ -35,6 +37,7 @@ def batch_publisher(connect: Callable[[], Connection], secret_for: Callable[[str
                 content_type="application/json",
                 content_encoding="utf-8",
                 headers=headers,
+                compression=BATCH_COMPRESSION,
                 exchange=INGEST_QUEUE.exchange,
                 routing_key=INGEST_QUEUE.routing_key,
                 declare=[INGEST_QUEUE],
@@ -43,3 +46,16 @@ def batch_publisher(connect: Callable[[], Connection], secret_for: Callable[[str
             )
 
     return publish
+
+
+def outcome_reporter(app, secret_for: Callable[[str], str | None], queue: str):
+    """A report(outcome) for host actions: a task for the console's workers, its body signed
+    with the host's secret so that no one else can claim an action ran."""
+
+    def report(outcome: dict) -> None:
+        body = signing.encode(outcome).decode()
+        secret = secret_for(str(outcome.get("host") or ""))
+        signature = signing.sign(secret, body.encode()) if secret else None
+        app.send_task("operations.record_action_outcome", args=[body, signature], queue=queue)
+
+    return report

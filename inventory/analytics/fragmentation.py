@@ -21,6 +21,7 @@ from enum import StrEnum
 
 from inventory.analytics.ledger import build_ledger
 from inventory.analytics.snapshot import AllocatorStats, CardSnapshot, process_label
+from inventory.analytics.stats import percentile
 from inventory.analytics.units import format_gib
 
 
@@ -66,16 +67,58 @@ class FragmentationIndex:
     method: str
 
 
+LARGEST_FREE_METHOD = "1 - largest free block / free in pool"
+INACTIVE_SPLIT_METHOD = "inactive split / reserved"
+
+
 def fragmentation_index(stats: AllocatorStats) -> FragmentationIndex | None:
     """The process's index, or ``None`` when its allocator exposes neither statistic."""
-    if stats.largest_free_block_bytes is not None:
-        free = stats.pool_free_bytes
-        value = 0.0 if free == 0 else 1 - stats.largest_free_block_bytes / free
-        return FragmentationIndex(value, "1 - largest free block / free in pool")
-    if stats.inactive_split_bytes is not None:
-        reserved = stats.reserved_bytes
-        value = 0.0 if reserved == 0 else stats.inactive_split_bytes / reserved
-        return FragmentationIndex(value, "inactive split / reserved")
+    value = _index_value(
+        stats.reserved_bytes,
+        stats.pool_free_bytes,
+        stats.inactive_split_bytes,
+        stats.largest_free_block_bytes,
+    )
+    if value is None:
+        return None
+    method = (
+        LARGEST_FREE_METHOD if stats.largest_free_block_bytes is not None else INACTIVE_SPLIT_METHOD
+    )
+    return FragmentationIndex(value, method)
+
+
+def index_from_batch(raw: dict | None) -> float | None:
+    """The index of a batch's ``allocator`` object, as ``fragmentation_index`` of
+    ``allocator_from_batch`` reads it, without building either object: ingest computes it for
+    every process row of every batch."""
+    if not raw:
+        return None
+    reserved = raw.get("reserved_bytes")
+    allocated = raw.get("allocated_bytes")
+    inactive_split = raw.get("inactive_split_bytes")
+    largest_free = raw.get("largest_free_block_bytes")
+    if reserved is None or allocated is None or allocated > reserved or allocated < 0:
+        return None
+    if (inactive_split is not None and inactive_split < 0) or (
+        largest_free is not None and largest_free < 0
+    ):
+        return None
+    pool_free = reserved - allocated
+    return _index_value(
+        reserved,
+        pool_free,
+        None if inactive_split is None else min(inactive_split, pool_free),
+        None if largest_free is None else min(largest_free, pool_free),
+    )
+
+
+def _index_value(
+    reserved: int, pool_free: int, inactive_split: int | None, largest_free: int | None
+) -> float | None:
+    if largest_free is not None:
+        return 0.0 if pool_free == 0 else 1 - largest_free / pool_free
+    if inactive_split is not None:
+        return 0.0 if reserved == 0 else inactive_split / reserved
     return None
 
 
@@ -151,3 +194,41 @@ def card_status(
         if status is Status.RED:
             reason += ", do not add a model"
     return CardStatus(snapshot.card_id, status, totals, used_fraction, fragmentation, worst, reason)
+
+
+# Scales of the card-level index, by the statistic behind it (a code each, for display).
+SCALE_LARGEST_BLOCK = "largest_free_block"
+SCALE_INACTIVE_SPLIT = "inactive_split_over_reserved"
+
+
+@dataclass(frozen=True)
+class SustainedFragmentation:
+    """How fragmented a card stayed, not how fragmented it once was."""
+
+    index: float | None  # exceeded in ``share`` of the counted moments; None: none counted
+    counted: int  # moments whose pools held at least the free-bytes floor
+    ignored: int  # moments below the floor: a tiny pool's index says nothing
+
+
+def sustained_fragmentation(
+    moments: Iterable[tuple[float, int]], *, share: float, min_free_bytes: int
+) -> SustainedFragmentation:
+    """The fragmentation index a card held for at least ``share`` of the time.
+
+    ``moments`` are (worst index, bytes held free in the allocators' pools) per sample time.
+    One spike in seven days must not block a card, and a pool with a few MiB free flips the
+    index to 1 on a single odd block: only moments with at least ``min_free_bytes`` held free
+    count, and the figure is the ``1 - share`` quantile of their indices (share 0.1: the index
+    the card was at or above for a tenth of the counted time).
+    """
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share}")
+    counted, ignored = [], 0
+    for index, free in moments:
+        if free >= min_free_bytes:
+            counted.append(index)
+        else:
+            ignored += 1
+    if not counted:
+        return SustainedFragmentation(None, 0, ignored)
+    return SustainedFragmentation(percentile(counted, 100 * (1 - share)), len(counted), ignored)

@@ -6,6 +6,7 @@ buffer in ``[0, 1]`` and leaves policy checks to :mod:`inventory.analytics.kv_ad
 """
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 POLICY_BUFFER_MIN = 0.15
@@ -59,11 +60,10 @@ def kv_bytes_per_token(
     """KV-cache bytes one token occupies on one card.
 
     Standard attention stores a key and a value per KV head: ``2 x layers x kv_heads x head_dim
-    x dtype_bytes``; ``kv_heads`` is the count held on this card (divided by tensor
-    parallelism). MLA (DeepSeek-V2/V3) caches one compressed latent plus the decoupled RoPE key
-    per layer, with no separate value and so no factor 2: ``layers x (kv_lora_rank +
-    qk_rope_head_dim) x dtype_bytes``; ``kv_heads`` and ``head_dim`` are then ignored, and the
-    latent is replicated, not split, across tensor-parallel ranks.
+    x dtype_bytes``. MLA (DeepSeek-V2/V3) caches one compressed latent plus the decoupled RoPE
+    key per layer, with no separate value and so no factor 2: ``layers x (kv_lora_rank +
+    qk_rope_head_dim) x dtype_bytes``; ``kv_heads`` and ``head_dim`` are then ignored. For the
+    figure on one card of a TP/PP deployment use :func:`kv_bytes_per_token_per_card`.
     """
     element = bytes_per_element(dtype_bytes) if isinstance(dtype_bytes, str) else dtype_bytes
     if element <= 0:
@@ -79,6 +79,101 @@ def kv_bytes_per_token(
     if kv_heads <= 0 or head_dim <= 0:
         raise ValueError("kv_heads and head_dim must be > 0")
     return 2 * layers * kv_heads * head_dim * element
+
+
+@dataclass(frozen=True)
+class KvShape:
+    """What decides a model's KV cache size: its layers and how each layer caches a token.
+
+    Standard (multi-head or grouped-query) attention caches a key and a value per KV head;
+    MLA (``mla=True``: DeepSeek-V2/V3, Kimi) caches one latent of ``kv_lora_rank`` plus the
+    decoupled RoPE key of ``qk_rope_head_dim`` per layer.
+    """
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: float | str
+    mla: bool = False
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+
+    def bytes_per_token(self, *, kv_heads: int | None = None, layers: int | None = None) -> float:
+        return kv_bytes_per_token(
+            self.layers if layers is None else layers,
+            self.kv_heads if kv_heads is None else kv_heads,
+            self.head_dim,
+            self.dtype_bytes,
+            mla=self.mla,
+            kv_lora_rank=self.kv_lora_rank,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+        )
+
+
+def layers_per_stage(layers: int, pipeline_parallel: int) -> int:
+    """Layers on the fullest pipeline stage: stages split the layers as evenly as they can
+    (vLLM ``get_pp_indices`` gives the remainder to single stages), so one holds the ceiling."""
+    return -(-layers // pipeline_parallel)
+
+
+def kv_heads_per_card(kv_heads: int, tensor_parallel: int) -> int:
+    """KV heads each tensor-parallel rank caches: split over the ranks, but never below one;
+    with more ranks than heads each head is replicated (vLLM ``ModelConfig.get_num_kv_heads``:
+    ``max(1, total_num_kv_heads // tensor_parallel_size)``)."""
+    return max(1, kv_heads // tensor_parallel)
+
+
+def kv_bytes_per_token_per_card(
+    shape: KvShape, tensor_parallel: int = 1, pipeline_parallel: int = 1
+) -> float:
+    """KV bytes one token takes on each card of a deployment (its fullest pipeline stage).
+
+    - GQA/MHA: the KV heads split over tensor parallelism, replicated when TP exceeds them.
+    - MLA: the latent is one "head" shared by all query heads, so every TP rank caches it
+      whole (vLLM ``get_num_kv_heads`` returns 1 under MLA): TP does not shrink it.
+    - Pipeline parallelism splits the layers: each stage caches only its own.
+    """
+    if tensor_parallel < 1 or pipeline_parallel < 1:
+        raise ValueError("tensor_parallel and pipeline_parallel must be >= 1")
+    layers = layers_per_stage(shape.layers, pipeline_parallel)
+    if shape.mla:
+        return shape.bytes_per_token(layers=layers)
+    return shape.bytes_per_token(
+        layers=layers, kv_heads=kv_heads_per_card(shape.kv_heads, tensor_parallel)
+    )
+
+
+@dataclass(frozen=True)
+class CardKv:
+    """A deployment's KV reservation as each of its cards holds it."""
+
+    bytes: int
+    bytes_per_token: float | None  # on one card; None when the model's shape is unknown
+    how: str  # a code: "shape" (from the architecture) or "even_split" (shape unknown)
+
+
+def kv_reservation_per_card(
+    reservation_bytes: int,
+    shape: KvShape | None,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+) -> CardKv:
+    """The one figure of a deployment's KV memory on each card, for advisor, ledger, gates and
+    metrics alike.
+
+    ``reservation_bytes`` is the deployment's whole reservation: tokens x the model's bytes per
+    token (all layers and KV heads) x (1 + buffer). Each card holds those tokens at its own
+    bytes per token (:func:`kv_bytes_per_token_per_card`), so an MLA model at TP=8 holds the
+    whole reservation on every card, not an eighth of it. Without a shape the reservation is
+    split evenly over the cards, labelled ``even_split``.
+    """
+    cards = tensor_parallel * pipeline_parallel
+    if shape is None:
+        return CardKv(-(-reservation_bytes // max(1, cards)), None, "even_split")
+    per_card = kv_bytes_per_token_per_card(shape, tensor_parallel, pipeline_parallel)
+    whole = shape.bytes_per_token()
+    share = _exact(reservation_bytes) * _exact(per_card) / _exact(whole)
+    return CardKv(math.ceil(share), per_card, "shape")
 
 
 def _exact(value: float) -> Fraction:
@@ -124,3 +219,44 @@ def recommended_kv_reservation_bytes(
 def kv_reservation_gap_bytes(recommended_bytes: int, current_bytes: int) -> int:
     """Recommended minus current reservation: positive means under-reserved by that much."""
     return recommended_bytes - current_bytes
+
+
+@dataclass(frozen=True)
+class KvPool:
+    """A deployment's KV on one card three ways, never mixed up: the pool the engine allocated,
+    the part of it in use, and what the console's policy reserves for it."""
+
+    pool_bytes: int | None  # the engine's pool on this card; None when the engine says nothing
+    pool_source: str  # a code: "engine_bytes", "engine_blocks", "not_reported"
+    in_use_bytes: int | None  # the engine's usage fraction x its pool
+    reserved_by_policy_bytes: int  # the deployment's reservation on this card
+    memory_fraction: float | None  # the share of the card the engine was started with
+
+
+def engine_kv_pool(
+    reserved_by_policy_bytes: int,
+    *,
+    bytes_per_token_per_card: float | None,
+    usage_fraction: float | None,
+    pool_tokens: int | None,
+    pool_bytes: int | None,
+    memory_fraction: float | None = None,
+) -> KvPool:
+    """The engine's KV pool on one card, from what it reported (vLLM ``cache_config_info``).
+
+    vLLM and SGLang report KV usage as a fraction of the pool *they* allocated (vLLM sizes it
+    from ``gpu_memory_utilization``, or ``--kv-cache-memory-bytes`` per GPU; each worker holds
+    ``num_gpu_blocks`` blocks of ``block_size`` tokens), so in-use bytes are that fraction of
+    the pool, never of the console's reservation. The pool in bytes is the stated figure, else
+    the pool's tokens x this card's bytes per token (needs the model's shape).
+    """
+    if pool_bytes:
+        pool, source = pool_bytes, "engine_bytes"
+    elif pool_tokens and bytes_per_token_per_card:
+        pool, source = math.ceil(pool_tokens * bytes_per_token_per_card), "engine_blocks"
+    else:
+        pool, source = None, "not_reported"
+    in_use = (
+        round(pool * usage_fraction) if pool is not None and usage_fraction is not None else None
+    )
+    return KvPool(pool, source, in_use, reserved_by_policy_bytes, memory_fraction)

@@ -31,8 +31,10 @@ from inventory.analytics.kv import (
     MEAN_TOLERANCE,
     POLICY_BUFFER_MAX,
     POLICY_BUFFER_MIN,
+    KvShape,
     kv_reservation_bytes,
     kv_reservation_gap_bytes,
+    kv_reservation_per_card,
     recommended_kv_reservation_bytes,
     whole_requests,
 )
@@ -93,6 +95,10 @@ class KvAdvice:
     excursions_in_window: int
     flags: frozenset[KvFlag]
     explanations: tuple[str, ...]
+    # The same reservations as each card of the deployment holds them (kv_reservation_per_card).
+    current_per_card_bytes: int = 0
+    recommended_per_card_bytes: int = 0
+    per_card_how: str = "even_split"
 
     @property
     def gap_bytes(self) -> int:
@@ -124,6 +130,9 @@ def advise_kv_reservation(
     mean_tolerance: float = MEAN_TOLERANCE,
     window_s: float = SEVEN_DAYS_S,
     now: float | None = None,
+    shape: KvShape | None = None,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
 ) -> KvAdvice:
     """Advice for one deployment; ``tokens_per_request`` defaults to the observed P95."""
     if not samples:
@@ -190,6 +199,16 @@ def advise_kv_reservation(
             f"{POLICY_BUFFER_MAX:.0%} policy"
         )
 
+    current_card = kv_reservation_per_card(current, shape, tensor_parallel, pipeline_parallel)
+    recommended_card = kv_reservation_per_card(
+        recommended, shape, tensor_parallel, pipeline_parallel
+    )
+    if tensor_parallel * pipeline_parallel > 1:
+        explanations.append(
+            f"on each of its {tensor_parallel * pipeline_parallel} cards (TP {tensor_parallel}, "
+            f"PP {pipeline_parallel}): {format_gib(recommended_card.bytes)} recommended, "
+            f"{format_gib(current_card.bytes)} now"
+        )
     return KvAdvice(
         deployment=deployment,
         samples=len(ordered),
@@ -211,4 +230,7 @@ def advise_kv_reservation(
         excursions_in_window=excursions,
         flags=frozenset(flags),
         explanations=tuple(explanations),
+        current_per_card_bytes=current_card.bytes,
+        recommended_per_card_bytes=recommended_card.bytes,
+        per_card_how=current_card.how,
     )

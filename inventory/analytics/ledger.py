@@ -15,20 +15,22 @@ The ledger is a tree of figures, each fitted inside its parent, and its leaves a
     │   │   │       ├── CUDA graph pools      deployment spec
     │   │   │       └── (remainder) workspace/activations
     │   │   ├── communication buffers (NCCL)  deployment spec (NCCL allocates outside PyTorch)
-    │   │   └── (remainder) unattributed      CUDA context, libraries, anything unexplained
+    │   │   └── (remainder) CUDA context      context, library workspaces: NVML used - pool - NCCL
     │   └── (remainder) unattributed          used that no process accounts for
     └── (remainder) free
 
 Without allocator statistics a process's footprint holds the engine/spec components directly
-(weights, KV cache, CUDA graphs, NCCL, workspace) and the rest is unattributed.
+(weights, KV cache, CUDA graphs, NCCL, CUDA context, workspace) and the rest is unattributed.
+The CUDA context is real memory NVML counts (518 MiB a process measured on an H200, see
+``inventory.analytics.context``): it is a line of its own, never folded into "free".
 
 Reconciliation, so that the lines always sum to the card total exactly, in integer bytes:
 
 - A parent is the truth for its children. Measured children are placed first; if they alone
   overflow the parent (figures read at slightly different instants) they are scaled down
   together by the largest-remainder method. Estimated children then fill what is left in a
-  fixed order (weights, KV, CUDA graphs, NCCL, workspace), each clipped to the room left.
-  Every cut is written to ``CardLedger.notes``.
+  fixed order (weights, KV, CUDA graphs, NCCL, CUDA context, workspace), each clipped to
+  the room left. Every cut is written to ``CardLedger.notes``.
 - A missing parent is estimated from its children: a process without NVML used memory gets
   its allocator pool plus NCCL, or the sum of its components; a card without NVML used gets
   the sum of its process footprints. A missing driver reserve is derived from total - used -
@@ -59,6 +61,7 @@ class LineKind(StrEnum):
     WORKSPACE = "workspace_activations"
     CUDA_GRAPHS = "cuda_graph_pools"
     COMMUNICATION = "communication_buffers"
+    CUDA_CONTEXT = "cuda_context"
     KV_CACHE_USED = "kv_cache_used"
     KV_CACHE_UNUSED = "kv_cache_reserved_unused"
     # The engine's pool when its fill level is not known: shown whole rather than guessed.
@@ -178,6 +181,7 @@ def _spec_claims(spec: DeploymentSpec, *kinds: LineKind) -> list[_Claim]:
         LineKind.MODEL_WEIGHTS: spec.weights_bytes,
         LineKind.CUDA_GRAPHS: spec.cuda_graph_bytes,
         LineKind.COMMUNICATION: spec.nccl_bytes,
+        LineKind.CUDA_CONTEXT: spec.cuda_context_bytes,
         LineKind.WORKSPACE: spec.workspace_bytes,
     }
     return [
@@ -204,7 +208,13 @@ def _components(process: ProcessSnapshot, spec: DeploymentSpec) -> list[_Claim]:
     return [
         *_spec_claims(spec, LineKind.MODEL_WEIGHTS),
         *_kv_claims(process, spec),
-        *_spec_claims(spec, LineKind.CUDA_GRAPHS, LineKind.COMMUNICATION, LineKind.WORKSPACE),
+        *_spec_claims(
+            spec,
+            LineKind.CUDA_GRAPHS,
+            LineKind.COMMUNICATION,
+            LineKind.CUDA_CONTEXT,
+            LineKind.WORKSPACE,
+        ),
     ]
 
 
@@ -215,11 +225,12 @@ def _footprint(process: ProcessSnapshot) -> _Claim:
         return _Claim(name, process.used_bytes, Basis.MEASURED, "nvml process used")
     if process.allocator is not None:
         nccl = spec.nccl_bytes or 0
+        context = spec.cuda_context_bytes or 0
         return _Claim(
             name,
-            process.allocator.reserved_bytes + nccl,
+            process.allocator.reserved_bytes + nccl + context,
             Basis.ESTIMATED,
-            "allocator reserved + spec NCCL",
+            "allocator reserved + spec NCCL + CUDA context estimate",
         )
     estimate = sum(claim.bytes for claim in _components(process, spec))
     return _Claim(name, estimate, Basis.ESTIMATED, "sum of engine and spec figures")
@@ -309,14 +320,14 @@ def _leaf_claims(
         workspace_kind,
     )
     rest = footprint.bytes - pool.bytes - sum(claim.bytes for claim in outside)
-    unattributed = _Claim(
-        "unattributed",
+    context = _Claim(
+        "CUDA context",
         rest,
         _remainder_basis(footprint.basis, [pool, *outside]),
-        "process used outside the allocator and NCCL (CUDA context, libraries)",
-        LineKind.UNATTRIBUTED,
+        "process used - allocator reserved - NCCL (CUDA context, library workspaces)",
+        LineKind.CUDA_CONTEXT,
     )
-    return [*inside, workspace, *pool_leaves, *outside], unattributed
+    return [*inside, workspace, *pool_leaves, *outside], context
 
 
 def _process_lines(

@@ -134,10 +134,13 @@ class DeploymentSpec:
     workspace_bytes: int | None = None
     cuda_graph_bytes: int | None = None
     nccl_bytes: int | None = None
+    # The process's CUDA context here, an estimate per card type (inventory.analytics.context).
+    cuda_context_bytes: int | None = None
 
     def __post_init__(self) -> None:
         _require_non_negative(
             self,
+            cuda_context_bytes=self.cuda_context_bytes,
             weights_bytes=self.weights_bytes,
             kv_reservation_bytes=self.kv_reservation_bytes,
             workspace_bytes=self.workspace_bytes,

@@ -1,4 +1,5 @@
 from inventory.models.fleet import KV_DTYPES, Deployment, Gpu, Host, MigSlice, ServedModel
+from inventory.models.refusal import CardRefusal
 from inventory.models.telemetry import (
     CardSample,
     CollectorFault,
@@ -13,6 +14,7 @@ from inventory.models.telemetry import (
 
 __all__ = [
     "KV_DTYPES",
+    "CardRefusal",
     "CardSample",
     "CollectorFault",
     "CollectorStatus",

@@ -14,7 +14,8 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from console.access import VisibleQuerySet
-from inventory.analytics.kv import kv_bytes_per_token
+from inventory.analytics.kv import CardKv, KvShape, kv_bytes_per_token, kv_reservation_per_card
+from inventory.telemetry.pod_attribution import selector_problem
 
 HOST_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 host_name_validator = RegexValidator(
@@ -26,6 +27,17 @@ host_name_validator = RegexValidator(
 
 def new_agent_secret() -> str:
     return secrets.token_urlsafe(32)
+
+
+def validate_pod_selector(value) -> None:
+    if problem := selector_problem(value):
+        raise ValidationError(
+            "Not a Kubernetes label selector (%(problem)s): give matchLabels as an object of "
+            "strings, or matchExpressions with key, operator (In, NotIn, Exists, DoesNotExist) "
+            "and values.",
+            code=problem,
+            params={"problem": problem},
+        )
 
 
 class Host(models.Model):
@@ -163,6 +175,13 @@ class MigSlice(models.Model):
     def end_slot(self) -> int:
         return self.start_slot + self.size_slots
 
+    def gpu_instance_devices(self):
+        """Every MIG device (compute instance) of this one's GPU instance, itself included:
+        they share its memory."""
+        return MigSlice.objects.filter(
+            gpu_id=self.gpu_id, start_slot=self.start_slot, size_slots=self.size_slots
+        )
+
     def same_gpu_instance(self, other: "MigSlice") -> bool:
         return (
             self.gpu_instance_id is not None
@@ -216,8 +235,8 @@ class ServedModel(models.Model):
         null=True,
         blank=True,
         help_text=_(
-            "The model's KV heads (all of them: a tensor-parallel deployment splits the "
-            "KV cache of each token across its cards)."
+            "The model's KV heads (all of them: a tensor-parallel deployment splits them "
+            "across its cards, one at least on each; an MLA latent is whole on every card)."
         ),
     )
     head_dim = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -263,6 +282,20 @@ class ServedModel(models.Model):
     def shape_given(self) -> bool:
         return None not in self._shape()
 
+    def kv_shape(self) -> KvShape | None:
+        """The architecture the per-card KV figures come from; None when it is not given."""
+        if not self.shape_given():
+            return None
+        return KvShape(
+            self.num_layers,
+            self.num_kv_heads or 0,
+            self.head_dim or 0,
+            self.kv_dtype,
+            mla=self.uses_mla,
+            kv_lora_rank=self.kv_lora_rank,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+        )
+
     @property
     def effective_kv_bytes_per_token(self) -> int | None:
         if self.kv_bytes_per_token:
@@ -295,7 +328,49 @@ class ServedModel(models.Model):
             )
 
 
-class Deployment(models.Model):
+class EngineSettings(models.Model):
+    """How the engine is told to size its memory: what it takes of each card whatever the
+    console reserves (read by the engine-settings gate)."""
+
+    engine_memory_fraction = models.FloatField(
+        "engine memory fraction",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.01), MaxValueValidator(1.0)],
+        help_text="vLLM --gpu-memory-utilization (default 0.9), SGLang --mem-fraction-static, "
+        "TGI --cuda-memory-fraction (default 1.0): the share of each card the engine takes.",
+    )
+    engine_kv_cache_bytes = models.PositiveBigIntegerField(
+        "engine KV cache bytes",
+        null=True,
+        blank=True,
+        help_text="vLLM --kv-cache-memory-bytes: the KV pool per card, in place of the fraction.",
+    )
+    engine_overhead_bytes = models.PositiveBigIntegerField(
+        "engine GPU overhead bytes",
+        null=True,
+        blank=True,
+        help_text="Ollama OLLAMA_GPU_OVERHEAD: memory it keeps free beside the model.",
+    )
+    engine_context_tokens = models.PositiveIntegerField(
+        "engine context tokens",
+        null=True,
+        blank=True,
+        help_text="Ollama context size (num_ctx / OLLAMA_CONTEXT_LENGTH), for its KV.",
+    )
+    engine_version = models.CharField(max_length=32, blank=True, help_text="e.g. 0.28.0")
+    staggered_start = models.BooleanField(
+        "starts after its card's other engines",
+        default=False,
+        help_text="The serving stack starts this engine only once the other engines on its "
+        "cards have loaded (they size their memory from what is free at start).",
+    )
+
+    class Meta:
+        abstract = True
+
+
+class Deployment(EngineSettings):
     class Isolation(models.TextChoices):
         GPU_GROUP = "gpu_group", _("GPU group")
         MPS = "mps", _("MPS")
@@ -344,7 +419,34 @@ class Deployment(models.Model):
             "deployment's processes from its neighbours' on shared cards."
         ),
     )
+    pod_namespace = models.CharField(
+        max_length=63, blank=True, help_text="Kubernetes: the namespace of its pods."
+    )
+    pod_selector = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_pod_selector],
+        help_text='Kubernetes: the label selector of its pods, e.g. {"app": "vllm-llama"} or '
+        '{"matchExpressions": [...]}; their GPU processes are this deployment\'s.',
+    )
+    log_path = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="The engine's log file on its host (a --log-file, a docker json-file log, a "
+        "systemd append: file), tailed by the host agent for OOMs and faults.",
+    )
+    allocator_url = models.URLField(
+        blank=True,
+        help_text="The allocator exporter the engine loads (inventory.agent.allocator_exporter)"
+        ", e.g. http://127.0.0.1:9464/memory_stats.",
+    )
     isolation_mode = models.CharField(max_length=16, choices=Isolation)
+    pipeline_parallel = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text="Pipeline stages; the deployment's cards divided by this is its tensor "
+        "parallelism. Each stage caches only its own layers' KV.",
+    )
     mps_active_thread_percentage = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
     )
@@ -420,6 +522,20 @@ class Deployment(models.Model):
             raise ValidationError({"gpus": f"Not on {host}: {', '.join(foreign)}."})
         if isolation_mode != cls.Isolation.MIG and not gpus:
             raise ValidationError({"gpus": "Pick the cards this deployment runs on."})
+
+    @property
+    def tensor_parallel(self) -> int:
+        cards = 1 if self.mig_slice_id else len(self.gpus.all())
+        return max(1, cards // max(1, self.pipeline_parallel))
+
+    def kv_per_card(self) -> CardKv:
+        """This deployment's KV reservation as each of its cards holds it."""
+        return kv_reservation_per_card(
+            self.kv_reservation_bytes,
+            self.served_model.kv_shape(),
+            self.tensor_parallel,
+            max(1, self.pipeline_parallel),
+        )
 
     def card_labels(self) -> list[str]:
         if self.mig_slice_id:

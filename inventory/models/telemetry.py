@@ -53,6 +53,12 @@ class CollectorStatus(models.Model):
     outbox_depth = models.PositiveIntegerField(default=0)
     outbox_dropped = models.PositiveBigIntegerField(default=0)
     events_dropped = models.PositiveBigIntegerField(default=0)
+    mps_servers = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The MPS servers the agent last saw: server PID, cards, clients.",
+    )
+    mps_seen_at = models.DateTimeField(null=True, blank=True)
 
     objects = VisibleQuerySet.as_manager()
 
@@ -98,6 +104,9 @@ class Event(models.Model):
         MPS_SERVER_DOWN = "mps_server_down", _("MPS server down")
         GPU_LOST = "gpu_lost", _("GPU lost")
         PROCESS_RESTART = "process_restart", _("Process restart")
+        PROCESS_EXIT = "process_exit", _("Process exit")
+        ENGINE_FAULT = "engine_fault", _("Engine fault")
+        KV_PRESSURE = "kv_pressure", _("KV cache pressure")
 
     class Cause(models.TextChoices):
         """OOM triage's causes (inventory.analytics.oom_triage.OomCause), in triage order."""
@@ -258,6 +267,10 @@ class EngineSample(models.Model):
     latency_p50_s = models.FloatField(null=True)
     latency_p95_s = models.FloatField(null=True)
     latency_p99_s = models.FloatField(null=True)
+    # The engine's KV pool as it reported it (vLLM cache_config_info).
+    kv_pool_tokens = models.BigIntegerField(null=True)
+    kv_pool_bytes = models.BigIntegerField(null=True)
+    memory_fraction = models.FloatField(null=True)
 
     class Meta:
         managed = False

@@ -83,6 +83,9 @@ def kv_advice(host: Host, now: dt.datetime | None = None) -> list[KvRow]:
                     buffer=settings.KV_BUFFER,
                     admission_policy=_POLICIES.get(deployment.admission_policy),
                     now=now.timestamp(),
+                    shape=deployment.served_model.kv_shape(),
+                    tensor_parallel=deployment.tensor_parallel,
+                    pipeline_parallel=max(1, deployment.pipeline_parallel),
                 ),
                 "",
             )
@@ -179,24 +182,36 @@ def interference(host: Host, now: dt.datetime | None = None) -> list[Interferenc
 
 @dataclass(frozen=True)
 class MpsGroup:
-    card: str
+    card: str  # every card the server spans, joined
     models: list[str]  # every client dies with the server: the blast radius
     thread_percentages: dict[str, int | None]
     last_crash: Event | None
+    live: bool = False  # from the MPS control daemon's answer, not the declared isolation
+    server_pid: int | None = None
+
+
+# A live state older than this is no longer what runs on the host: fall back to the plan.
+MPS_LIVE_FOR = dt.timedelta(minutes=10)
 
 
 def mps_groups(host: Host) -> list[MpsGroup]:
-    groups: dict[str, list[Deployment]] = {}
-    cards = {}
-    for deployment in _active(host).filter(isolation_mode=Deployment.Isolation.MPS):
-        for gpu in deployment.gpus.all():
-            groups.setdefault(str(gpu), []).append(deployment)
-            cards[str(gpu)] = gpu
+    """Who dies together: each MPS server the host's agent saw (its cards, its clients), else
+    the deployments declared MPS, grouped per card."""
     crashes = {
         event.gpu_id: event
         for event in Event.objects.filter(host=host, kind=Event.Kind.MPS_SERVER_DOWN).order_by("at")
     }
-    return [
+    live = _live_mps_groups(host, crashes)
+    covered = {model for group in live for model in group.models}
+    groups: dict[str, list[Deployment]] = {}
+    cards = {}
+    for deployment in _active(host).filter(isolation_mode=Deployment.Isolation.MPS):
+        if deployment.served_model.name in covered:
+            continue
+        for gpu in deployment.gpus.all():
+            groups.setdefault(str(gpu), []).append(deployment)
+            cards[str(gpu)] = gpu
+    return live + [
         MpsGroup(
             card,
             [d.served_model.name for d in members],
@@ -205,6 +220,39 @@ def mps_groups(host: Host) -> list[MpsGroup]:
         )
         for card, members in sorted(groups.items())
     ]
+
+
+def _live_mps_groups(host: Host, crashes: dict) -> list[MpsGroup]:
+    status = getattr(host, "collector_status", None)
+    if status is None or status.mps_seen_at is None:
+        return []
+    if timezone.now() - status.mps_seen_at > MPS_LIVE_FOR:
+        return []
+    gpus = {gpu.uuid: gpu for gpu in host.gpus.all()}
+    deployments = {str(d.pk): d for d in _active(host)}
+    groups = []
+    for server in status.mps_servers or []:
+        on = [gpus[uuid] for uuid in server.get("card_uuids") or [] if uuid in gpus]
+        clients = [
+            deployments[str(client.get("deployment_id"))]
+            for client in server.get("clients") or []
+            if str(client.get("deployment_id")) in deployments
+        ]
+        if not on or not server.get("clients"):
+            continue
+        last = [crashes[gpu.pk] for gpu in on if gpu.pk in crashes]
+        groups.append(
+            MpsGroup(
+                " + ".join(str(gpu) for gpu in on),
+                [d.served_model.name for d in clients]
+                + ["unmapped client"] * (len(server["clients"]) - len(clients)),
+                {d.served_model.name: d.mps_active_thread_percentage for d in clients},
+                max(last, key=lambda event: event.at) if last else None,
+                live=True,
+                server_pid=server.get("server_pid"),
+            )
+        )
+    return groups
 
 
 def oom_timeline(host: Host, days: int = 30) -> list[Event]:

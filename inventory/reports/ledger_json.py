@@ -8,7 +8,8 @@ from inventory.reports.ledger import CardView
 def ledger_json(views: list[CardView]) -> list[dict]:
     return [
         {
-            "card": str(view.gpu),
+            "card": view.label or str(view.gpu),
+            "mig_instance": bool(view.label),
             "index": view.gpu.index,
             "uuid": view.gpu.uuid,
             "sampled_at": view.at.isoformat() if view.at else None,
@@ -28,6 +29,19 @@ def ledger_json(views: list[CardView]) -> list[dict]:
                 for line in view.ledger.lines
             ],
             "notes": list(view.ledger.notes),
+            # Each deployment's KV on the card: the engine's pool, what of it is in use, and
+            # what the console's policy reserves; three figures, never one for another.
+            "kv_pools": [
+                {
+                    "deployment": name,
+                    "pool_bytes": pool.pool_bytes,
+                    "pool_source": pool.pool_source,
+                    "in_use_bytes": pool.in_use_bytes,
+                    "reserved_by_policy_bytes": pool.reserved_by_policy_bytes,
+                    "memory_fraction": pool.memory_fraction,
+                }
+                for name, pool in view.kv_pools
+            ],
         }
         for view in views
     ]

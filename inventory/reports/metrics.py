@@ -26,6 +26,7 @@ class ConsoleCollector:
     def collect(self):
         yield from self._cards()
         yield self._kv_gap()
+        yield self._kv_per_card()
         yield self._ooms()
         yield self._collector_age()
 
@@ -79,6 +80,28 @@ class ConsoleCollector:
                 kv_reservation_gap_bytes(recommended, deployment.kv_reservation_bytes),
             )
         return gap
+
+    def _kv_per_card(self) -> GaugeMetricFamily:
+        per_card = GaugeMetricFamily(
+            "gpu_console_kv_reservation_per_card_bytes",
+            "The KV reservation as each card of the deployment holds it: from the model's "
+            "architecture and TP/PP (an MLA latent is whole on every card, GQA heads split "
+            "over TP and replicated past the head count); split evenly when the shape is unknown",
+            labels=["host", "deployment", "model", "basis"],
+        )
+        deployments = (
+            Deployment.objects.filter(host__in=self.hosts)
+            .exclude(status=Deployment.Status.STOPPED)
+            .select_related("host", "served_model")
+            .prefetch_related("gpus")
+        )
+        for deployment in deployments:
+            card = deployment.kv_per_card()
+            per_card.add_metric(
+                [deployment.host.name, str(deployment.pk), deployment.served_model.name, card.how],
+                card.bytes,
+            )
+        return per_card
 
     def _ooms(self) -> GaugeMetricFamily:
         ooms = GaugeMetricFamily(

@@ -8,6 +8,7 @@ import datetime as dt
 from django.utils import timezone
 
 from inventory.models import Deployment, Host
+from inventory.reports.latency import latency_lines
 from inventory.timeseries import queries
 
 WINDOWS = {
@@ -44,11 +45,13 @@ def host_charts(host: Host, window: str, now: dt.datetime | None = None) -> dict
         "window": window,
         "step_s": step,
         "source": source.name,
-        "times": [ts.isoformat() for ts in times],
+        "times": [timezone.localtime(ts).isoformat() for ts in times],
         "cards": [f"card {gpu.index}" for gpu in gpus],
         "used_pct": used,
         "fragmentation": frag,
         "deployments": deployment_lines(host, by_id, start, now, step, source),
+        "latency": latency_lines(host, start, now, step),
+        "time_zone": timezone.get_current_timezone_name(),
     }
 
 
@@ -68,6 +71,6 @@ def deployment_lines(host, gpus_by_id, start, end, step, source) -> list[dict]:
                 "used_gib": [],
             },
         )
-        line["times"].append(row["ts"].isoformat())
+        line["times"].append(timezone.localtime(row["ts"]).isoformat())
         line["used_gib"].append(None if used is None else round(used / GIB, 2))
     return list(lines.values())

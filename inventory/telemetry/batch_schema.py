@@ -86,6 +86,7 @@ def _spec(fields: dict[str, _Field]) -> _Spec:
 
 _BYTES = _Field(int, 0, MAX_BYTES)
 _COUNT = _Field(int, 0, SMALLINT)
+_TOKENS = _Field(int, 0, MAX_BYTES)  # a KV pool in tokens (bigint column)
 _PERCENT = _Field(int, 0, 100)
 _FRACTION = _Field(float, 0.0, 1.0)
 _GAUGE = _Field(float, 0.0, 1e9)
@@ -121,6 +122,8 @@ _ALLOCATOR = _spec(
         "inactive_split_bytes": _BYTES,
         "largest_free_block_bytes": _BYTES,
         "fragmentation_max": _FRACTION,
+        "reserved_bytes_max": _BYTES,  # the interval's peaks (allocator exporter scrapes)
+        "allocated_bytes_max": _BYTES,
     }
 )
 _PROCESS = _spec(
@@ -151,6 +154,9 @@ _ENGINE = _spec(
         "requests_waiting_last": _GAUGE,
         "vram_bytes_max": _BYTES,
         "vram_bytes_last": _BYTES,
+        "kv_pool_tokens": _TOKENS,
+        "kv_pool_bytes": _BYTES,
+        "memory_fraction": _FRACTION,
     }
 )
 _LATENCY = _spec(
@@ -231,7 +237,10 @@ def check_batch(payload: Any, window: Window) -> None:
     _in_window(start, window, "interval_start")
     _in_window(end, window, "interval_end")
     if payload.get("agent") is not None:
-        _fields(_object(payload["agent"], "agent"), _AGENT, "agent")
+        agent = _object(payload["agent"], "agent")
+        _fields(agent, _AGENT, "agent")
+        if agent.get("mps") is not None:
+            _mps_servers(agent["mps"])
     cards = _rows(payload, "cards", _CARD)
     _cards(cards)
     totals = {card["index"]: card.get("total_bytes") for card in cards}
@@ -357,6 +366,16 @@ def _strings(value: Any, where: str, depth: int) -> None:
     elif isinstance(value, list):
         for position, item in enumerate(value):
             _strings(item, f"{where}[{position}]", depth + 1)
+
+
+def _mps_servers(servers: Any) -> None:
+    """The agent's live MPS state: a list of server objects, free-form inside but bounded."""
+    if not isinstance(servers, list):
+        raise BatchRejected("bad_type", f"expected a list, got {_kind(servers)}", "agent.mps")
+    if len(servers) > 64:
+        raise BatchRejected("too_many", f"{len(servers)} MPS servers, at most 64", "agent.mps")
+    for position, server in enumerate(servers):
+        _strings(_object(server, f"agent.mps[{position}]"), f"agent.mps[{position}]", depth=0)
 
 
 def _cards(cards: list[dict]) -> None:

@@ -39,18 +39,40 @@ __all__ = [
 _NOT_AVAILABLE_UINT = 0xFFFFFFFF
 _NOT_AVAILABLE_ULONGLONG = 0xFFFFFFFFFFFFFFFF
 # Errors after which a cached handle cannot be trusted: look the card up again next poll.
-_STALE_HANDLE_ERRORS = frozenset(
-    {"NVMLError_InvalidArgument", "NVMLError_ResetRequired", "NVMLError_NotFound"}
+_STALE_HANDLE_ERRORS = frozenset({"NVMLError_InvalidArgument", "NVMLError_NotFound"})
+# What a host-level failure means, in words on-call can act on.
+HOST_FAULTS = {
+    "NVMLError_LibRmVersionMismatch": "the NVIDIA kernel driver and the NVML library differ in "
+    "version (a driver upgraded but not loaded): reboot, or reload the nvidia kernel modules",
+    "NVMLError_DriverNotLoaded": "no NVIDIA kernel driver is loaded on this host",
+    "NVMLError_LibraryNotFound": "the NVML library (libnvidia-ml.so.1) is not installed",
+    "NVMLError_NoPermission": "the agent may not use NVML here: run it as a user with access "
+    "to /dev/nvidia*",
+    "NVMLError_ResetRequired": "the GPU needs a reset (nvidia-smi -r) once its processes have "
+    "stopped; it is not read until then",
+}
+# A driver or binding without nvmlMemory_v2 answers one of these to the v2 call.
+_NO_MEMORY_V2 = frozenset(
+    {"NVMLError_ArgumentVersionMismatch", "NVMLError_FunctionNotFound", "NVMLError_NotSupported"}
 )
+RESET_RECHECK_POLLS = 30  # a card that needs a reset is asked again this often, not every poll
+MIG_REDISCOVER_POLLS = 60  # MIG instances created next to running ones show up within this
 _MIG_NAME_MARKER = " MIG "
 
 
 class _CardGone(Exception):
-    """Stop reading this card in this poll: it is lost or its handle went stale."""
+    """Stop reading this card in this poll: it is lost, its handle went stale, or it needs a
+    reset (`keep`: its static facts stay, it is asked again after RESET_RECHECK_POLLS)."""
 
-    def __init__(self, lost: bool) -> None:
+    def __init__(self, lost: bool, keep: bool = False) -> None:
         super().__init__()
         self.lost = lost
+        self.keep = keep
+
+
+def _explained(error: str, exc: Exception) -> str:
+    meaning = HOST_FAULTS.get(error)
+    return f"{meaning} ({exc})" if meaning else str(exc)
 
 
 @dataclass(slots=True)
@@ -70,6 +92,9 @@ class _CardStatic:
     name: str | None = None
     unsupported: set[str] = field(default_factory=set)
     mig_devices: list[_MigStatic] | None = None  # None: not enumerated for the current mode
+    mig_age: int = 0  # polls since the MIG layout was enumerated
+    reset_wait: int = 0  # polls left before a card that needed a reset is asked again
+    memory_v1: bool = False  # the driver or bindings have no nvmlMemory_v2
     mig_by_instance: dict[tuple[int, int], str | None] = field(default_factory=dict)
 
 
@@ -171,7 +196,8 @@ class NvmlCollector:
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
-            ctx.fault("nvmlInit", type(exc).__name__, str(exc))
+            error = type(exc).__name__
+            ctx.fault("nvmlInit", error, _explained(error, exc))
             return False
         self._initialized = True
         try:
@@ -213,15 +239,23 @@ class NvmlCollector:
         try:
             return getattr(nvml, call)(*args)
         except nvml.NVMLError as exc:
-            error = type(exc).__name__
-            if isinstance(exc, nvml.NVMLError_NotSupported) and static is not None:
-                static.unsupported.add(call)  # a capability, not an incident: stop asking
-                return None
-            ctx.fault(call, error, str(exc))
-            lost = isinstance(exc, nvml.NVMLError_GpuIsLost)
-            if lost or error in _STALE_HANDLE_ERRORS:
-                raise _CardGone(lost) from None
+            return self._failed(ctx, static, call, exc)
+
+    def _failed(self, ctx: _PollContext, static: _CardStatic | None, call: str, exc: Exception):
+        nvml = self._nvml
+        error = type(exc).__name__
+        if isinstance(exc, nvml.NVMLError_NotSupported) and static is not None:
+            static.unsupported.add(call)  # a capability, not an incident: stop asking
             return None
+        ctx.fault(call, error, _explained(error, exc))
+        lost = isinstance(exc, nvml.NVMLError_GpuIsLost)
+        if error == "NVMLError_ResetRequired" and static is not None:
+            # a host-level state, not a forgotten card: keep it, ask again later
+            static.reset_wait = RESET_RECHECK_POLLS
+            raise _CardGone(False, keep=True) from None
+        if lost or error in _STALE_HANDLE_ERRORS:
+            raise _CardGone(lost) from None
+        return None
 
     def _read_card(self, index: int, ctx: _PollContext, seen_pids: set[int]) -> CardReading:
         static = self._cards[index]
@@ -232,6 +266,11 @@ class NvmlCollector:
         reading = CardReading(index, uuid, name)
         ctx.card_uuid = uuid
         try:
+            if static is not None and static.reset_wait > 0:
+                static.reset_wait -= 1
+                ctx.fault("nvmlDeviceGetMemoryInfo", "NVMLError_ResetRequired",
+                          HOST_FAULTS["NVMLError_ResetRequired"])  # fmt: skip
+                return reading
             if static is None:
                 static = self._discover(index, ctx)
                 reading.uuid, reading.name = static.uuid, static.name
@@ -247,7 +286,8 @@ class NvmlCollector:
             reading.unsupported = tuple(sorted(unsupported))
         except _CardGone as gone:
             reading.lost = gone.lost
-            self._forget(index)
+            if not gone.keep:
+                self._forget(index)
         except Exception as exc:  # a bug or a binding surprise must not stop the host's poll
             ctx.fault("collector", type(exc).__name__, str(exc))
             self._forget(index)
@@ -269,13 +309,27 @@ class NvmlCollector:
         return static
 
     def _read_memory(self, ctx: _PollContext, static: _CardStatic, reading: CardReading) -> None:
-        memory = self._attempt(
-            ctx, static, "nvmlDeviceGetMemoryInfo", static.handle, self._nvml.nvmlMemory_v2
-        )
+        nvml = self._nvml
+        if not static.memory_v1:
+            try:
+                memory = nvml.nvmlDeviceGetMemoryInfo(static.handle, nvml.nvmlMemory_v2)
+            except TypeError:  # bindings older than the version argument
+                static.memory_v1 = True
+            except nvml.NVMLError as exc:
+                if type(exc).__name__ not in _NO_MEMORY_V2:
+                    self._failed(ctx, static, "nvmlDeviceGetMemoryInfo", exc)
+                    return
+                static.memory_v1 = True  # a driver before memory v2 (R510)
+            else:
+                reading.total_bytes = memory.total
+                reading.reserved_bytes = memory.reserved
+                reading.used_bytes = memory.used
+                reading.free_bytes = memory.free
+                return
+        memory = self._attempt(ctx, static, "nvmlDeviceGetMemoryInfo", static.handle)
         if memory is not None:
-            reading.total_bytes = memory.total
-            reading.reserved_bytes = memory.reserved
-            reading.used_bytes = memory.used
+            # v1 counts the driver's reserve as used; the reserve itself is not told apart
+            reading.total_bytes, reading.used_bytes = memory.total, memory.used
             reading.free_bytes = memory.free
 
     def _read_modes(self, ctx: _PollContext, static: _CardStatic, reading: CardReading) -> None:
@@ -295,8 +349,12 @@ class NvmlCollector:
             reading.compute_mode = self._attempt(ctx, static, "nvmlDeviceGetComputeMode", handle)
 
     def _read_mig_devices(self, ctx: _PollContext, static: _CardStatic, reading: CardReading):
-        if static.mig_devices is None:
+        static.mig_age += 1
+        if static.mig_devices is None or static.mig_age > MIG_REDISCOVER_POLLS:
+            # also every MIG_REDISCOVER_POLLS: an instance created beside the running ones
+            # changes no mode and removes no handle, nothing else would notice it
             self._enumerate_mig(ctx, static)
+            static.mig_age = 0
         v2 = self._nvml.nvmlMemory_v2
         for mig in static.mig_devices or ():
             row = MigDeviceReading(

@@ -83,6 +83,45 @@ class EngineReading:
     latency: dict[str, LatencySummary] = field(default_factory=dict)  # "e2e", "ttft", "itl"
     vram_bytes: int | None = None  # Ollama: sum of size_vram over loaded models
     models: list[OllamaModel] = field(default_factory=list)
+    # prometheus_client's process collector: changes when the engine's server restarts
+    process_start_time_s: float | None = None
+    preemptions_total: float | None = None  # vLLM: requests preempted for KV space, a counter
+
+    # The engine's own KV pool, from vLLM's `vllm:cache_config_info` labels: `num_gpu_blocks`
+    # x `block_size` tokens (SGLang: `sglang:max_total_num_tokens`); `kv_cache_memory_bytes`
+    # when the pool was set in bytes (--kv-cache-memory-bytes; "None" otherwise);
+    # `gpu_memory_utilization`, the share of the card the engine may take. The usage fraction
+    # is a share of this pool, not of any reservation the console holds.
+    @property
+    def kv_pool_tokens(self) -> int | None:
+        blocks = _whole(self.cache_config.get("num_gpu_blocks"))
+        size = _whole(self.cache_config.get("block_size"))
+        if blocks is not None and size is not None:
+            return blocks * size
+        return _whole(
+            self.cache_config.get("kv_cache_size_tokens")
+            or self.cache_config.get("max_total_num_tokens")  # SGLang
+        )
+
+    @property
+    def kv_pool_bytes(self) -> int | None:
+        return _whole(self.cache_config.get("kv_cache_memory_bytes"))
+
+    @property
+    def memory_fraction(self) -> float | None:
+        raw = self.cache_config.get("gpu_memory_utilization")
+        try:
+            value = float(raw) if raw is not None else None
+        except ValueError:
+            return None
+        return value if value is not None and 0 < value <= 1 else None
+
+
+def _whole(raw: str | None) -> int | None:
+    """A non-negative integer label, or None for absent, "None" or garbage."""
+    if raw is None or not raw.isdigit():
+        return None
+    return int(raw)
 
 
 # --- Prometheus text ----------------------------------------------------------------------
@@ -218,7 +257,16 @@ def parse_vllm_metrics(text: str, model_name: str | None = None) -> EngineReadin
         requests_waiting=_gauge_sum(samples, ["vllm:num_requests_waiting"], model_name),
         cache_config=dict(config_rows[0][0]) if config_rows else {},
         latency=_latencies(samples, _VLLM_LATENCY, model_name),
+        process_start_time_s=_start_time(samples),
+        preemptions_total=_gauge_sum(
+            samples, ["vllm:num_preemptions_total", "vllm:num_preemptions"], model_name
+        ),
     )
+
+
+def _start_time(samples) -> float | None:
+    rows = samples.get("process_start_time_seconds")
+    return max(value for _, value in rows) if rows else None
 
 
 def parse_sglang_metrics(text: str, model_name: str | None = None) -> EngineReading:
@@ -227,12 +275,16 @@ def parse_sglang_metrics(text: str, model_name: str | None = None) -> EngineRead
     running = _gauge_sum(samples, ["sglang:num_running_reqs"], model_name)
     if usage is None and running is None:
         raise EngineParseError("no sglang:token_usage nor sglang:num_running_reqs")
+    # The KV pool's capacity in tokens, emitted once at start (per TP rank: the same pool).
+    pool = _gauge_max(samples, ["sglang:max_total_num_tokens"], model_name)
     return EngineReading(
         engine="sglang",
         kv_cache_usage=usage,
         requests_running=running,
+        cache_config={} if pool is None else {"max_total_num_tokens": f"{pool:.0f}"},
         requests_waiting=_gauge_sum(samples, ["sglang:num_queue_reqs"], model_name),
         latency=_latencies(samples, _SGLANG_LATENCY, model_name),
+        process_start_time_s=_start_time(samples),
     )
 
 
@@ -250,6 +302,7 @@ def parse_tgi_metrics(text: str, model_name: str | None = None) -> EngineReading
         requests_waiting=queue,
         cache_config={} if max_tokens is None else {"batch_current_max_tokens": f"{max_tokens:g}"},
         latency=_latencies(samples, _TGI_LATENCY, None),
+        process_start_time_s=_start_time(samples),
     )
 
 

@@ -215,6 +215,15 @@ class c_nvmlProcessInfo_t:
         )
 
 
+class c_nvmlPciInfo_t:
+    __slots__ = ("bus", "busId", "device", "domain")
+
+    def __init__(self, domain: int, bus: int, device: int) -> None:
+        self.domain, self.bus, self.device = domain, bus, device
+        # pynvml decodes the char array: "00000000:0A:00.0"
+        self.busId = f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+
 class c_nvmlEventData_t:
     __slots__ = ("computeInstanceId", "device", "eventData", "eventType", "gpuInstanceId")
 
@@ -266,6 +275,7 @@ class FakeCard:
     lost: bool = False
     events_supported: bool = True
     failing: dict[str, int] = field(default_factory=dict)  # call name -> NVML error code
+    pci_bus: int | None = None  # None: one bus per card index, from 0x18 as on a DGX board
 
     @property
     def mig_enabled(self) -> bool:
@@ -300,6 +310,7 @@ class FakeHostState:
     cards: list[FakeCard]
     driver_version: str = "590.48.01"
     driver_loaded: bool = True
+    init_error: int | None = None  # an NVML code nvmlInit raises, e.g. a version mismatch
     event_sets: list[FakeEventSet] = field(default_factory=list)
 
     def post_xid(self, card_index: int, xid: int, gi: int | None = None, ci: int | None = None):
@@ -340,6 +351,8 @@ class FakeNvml:
     def nvmlInit(self) -> None:
         if not self.state.driver_loaded:
             _raise(NVML_ERROR_DRIVER_NOT_LOADED)
+        if self.state.init_error is not None:
+            _raise(self.state.init_error)
         self._init_count += 1
 
     def nvmlShutdown(self) -> None:
@@ -406,6 +419,11 @@ class FakeNvml:
         if not version:
             return c_nvmlMemory_t(total=total, free=free, used=used + reserved)
         return c_nvmlMemory_v2_t(version, total, reserved, free, used)
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeDeviceHandle) -> c_nvmlPciInfo_t:
+        card = self._card(handle, "nvmlDeviceGetPciInfo")
+        bus = card.pci_bus if card.pci_bus is not None else 0x18 + handle.card_index
+        return c_nvmlPciInfo_t(0, bus, 0)
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeDeviceHandle) -> c_nvmlUtilization_t:
         card = self._card(handle, "nvmlDeviceGetUtilizationRates")

@@ -68,7 +68,15 @@ class CollectorFault:
     ts: float = 0.0
 
 
-EventKind = Literal["xid", "oom", "mps_server_down", "process_restart"]
+EventKind = Literal[
+    "xid",
+    "oom",
+    "mps_server_down",
+    "process_restart",
+    "process_exit",
+    "engine_fault",
+    "kv_pressure",
+]
 
 
 @dataclass(slots=True)

@@ -55,6 +55,9 @@ A value that was never read in the interval is null.
       "requests_running_max": float | null, "requests_running_last": float | null,
       "requests_waiting_max": float | null, "requests_waiting_last": float | null,
       "vram_bytes_max": int | null, "vram_bytes_last": int | null,  # Ollama size_vram
+      "kv_pool_tokens": int | null,       # vLLM cache_config_info: num_gpu_blocks x block_size
+      "kv_pool_bytes": int | null,        # vLLM cache_config_info: kv_cache_memory_bytes
+      "memory_fraction": float | null,    # vLLM cache_config_info: gpu_memory_utilization
       "latency": {"e2e": {"count": float,   # requests completed in the interval
                           "p50_s": float | null, "p95_s": float | null, "p99_s": float | null}},
       "last_scrape": float, "samples": int}],
@@ -147,8 +150,11 @@ class _EngineRow:
     __slots__ = (
         "engine",
         "kv",
+        "kv_pool_bytes",
+        "kv_pool_tokens",
         "last_scrape",
         "latency_buckets",
+        "memory_fraction",
         "running",
         "samples",
         "vram",
@@ -158,6 +164,9 @@ class _EngineRow:
     def __init__(self, engine: str) -> None:
         self.engine = engine
         self.kv, self.running, self.waiting, self.vram = _Peak(), _Peak(), _Peak(), _Peak()
+        self.kv_pool_tokens: int | None = None
+        self.kv_pool_bytes: int | None = None
+        self.memory_fraction: float | None = None
         self.latency_buckets: dict[str, tuple] = {}
         self.last_scrape = 0.0
         self.samples = 0
@@ -272,6 +281,11 @@ class IntervalSampler:
         row.running.update(reading.requests_running)
         row.waiting.update(reading.requests_waiting)
         row.vram.update(reading.vram_bytes)
+        # The pool is fixed at engine start; the newest report wins (a restart may change it).
+        if reading.cache_config:
+            row.kv_pool_tokens = reading.kv_pool_tokens
+            row.kv_pool_bytes = reading.kv_pool_bytes
+            row.memory_fraction = reading.memory_fraction
         row.latency_buckets = {key: s.buckets for key, s in reading.latency.items()}
         row.last_scrape = reading.ts
         row.samples += 1
@@ -406,6 +420,9 @@ class IntervalSampler:
             "requests_waiting_last": row.waiting.last,
             "vram_bytes_max": row.vram.max,
             "vram_bytes_last": row.vram.last,
+            "kv_pool_tokens": row.kv_pool_tokens,
+            "kv_pool_bytes": row.kv_pool_bytes,
+            "memory_fraction": row.memory_fraction,
             "latency": latency,
             "last_scrape": row.last_scrape,
             "samples": row.samples,

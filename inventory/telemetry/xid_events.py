@@ -3,30 +3,108 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 from inventory.telemetry.readings import CollectorFault, TelemetryEvent
 
 _NOT_AVAILABLE_UINT = 0xFFFFFFFF
 
-# What an operator should read into an Xid. Not exhaustive: the ones a co-located inference
-# host sees, named after NVIDIA's Xid catalogue.
-XID_MEANINGS = {
-    13: "graphics engine exception (application fault)",
-    31: "GPU memory page fault (application fault)",
-    43: "GPU stopped processing (application fault)",
-    48: "double bit ECC error",
-    63: "ECC page retirement or row remapping recorded",
-    64: "ECC page retirement or row remapping failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
+
+@dataclass(frozen=True, slots=True)
+class XidInfo:
+    meaning: str
+    action: str  # what to do first: one of ACTIONS
+    scope: str  # "application": the process that hit it; "gpu": every process on the card
+
+
+# What on-call does first, mildest first.
+ACTIONS = {
+    "none": "informational; no action unless it repeats",
+    "restart_app": "restart the application; if it repeats on one card, test the card",
+    "check_row_remapping": "check row remapping (nvidia-smi -q -d ROW_REMAPPER); reset the "
+    "GPU at the next drain to apply pending remaps",
+    "drain": "drain the card's workloads, then reset the GPU",
+    "reset_gpu": "reset the GPU (nvidia-smi -r) once its processes are stopped",
+    "reboot_node": "drain the node and reboot it; check power, PCIe and thermals",
 }
+
+# After NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors): the codes a co-located
+# inference host meets, with the first action the catalogue recommends.
+XID_CATALOGUE = {
+    8: XidInfo("GPU stopped processing (timeout)", "restart_app", "application"),
+    13: XidInfo("graphics engine exception (application fault)", "restart_app", "application"),
+    31: XidInfo("GPU memory page fault (application fault)", "restart_app", "application"),
+    32: XidInfo("invalid or corrupted push buffer stream", "reset_gpu", "gpu"),
+    38: XidInfo("driver firmware error", "reset_gpu", "gpu"),
+    43: XidInfo("GPU stopped processing (application fault)", "restart_app", "application"),
+    45: XidInfo(
+        "preemptive cleanup after an earlier error or a killed process", "none", "application"
+    ),
+    48: XidInfo("double bit ECC error", "drain", "gpu"),
+    61: XidInfo("internal micro-controller breakpoint or warning", "reset_gpu", "gpu"),
+    62: XidInfo("internal micro-controller halt", "reset_gpu", "gpu"),
+    63: XidInfo("ECC page retirement or row remapping recorded", "check_row_remapping", "gpu"),
+    64: XidInfo("ECC page retirement or row remapping failure", "drain", "gpu"),
+    68: XidInfo("video processor exception", "restart_app", "application"),
+    69: XidInfo("graphics engine class error", "restart_app", "application"),
+    74: XidInfo("NVLink error", "reset_gpu", "gpu"),
+    79: XidInfo("GPU has fallen off the bus", "reboot_node", "gpu"),
+    92: XidInfo("high single-bit ECC error rate", "check_row_remapping", "gpu"),
+    94: XidInfo(
+        "contained ECC error (only the process that hit it is affected)",
+        "restart_app",
+        "application",
+    ),
+    95: XidInfo("uncontained ECC error (every process on the card is affected)", "drain", "gpu"),
+    109: XidInfo("context switch timeout", "restart_app", "application"),
+    119: XidInfo("GSP RPC timeout", "reset_gpu", "gpu"),
+    120: XidInfo("GSP error", "reset_gpu", "gpu"),
+    121: XidInfo("C2C link error", "reset_gpu", "gpu"),
+    140: XidInfo("unrecovered ECC error", "drain", "gpu"),
+    154: XidInfo(
+        "GPU recovery action changed (the driver asks for a reset or a reboot)", "drain", "gpu"
+    ),
+}
+UNKNOWN_XID = XidInfo("see NVIDIA Xid catalogue", "none", "gpu")
+XID_MEANINGS = {code: info.meaning for code, info in XID_CATALOGUE.items()}
+
+
+def xid_detail(xid: int) -> dict[str, str]:
+    """What an event's detail says about its Xid: meaning, action and who it hits."""
+    info = XID_CATALOGUE.get(xid, UNKNOWN_XID)
+    return {"meaning": info.meaning, "action": info.action, "scope": info.scope}
 
 
 def _instance_id(value: Any) -> int | None:
     return None if value is None or value >= _NOT_AVAILABLE_UINT else int(value)
+
+
+class XidDeduplicator:
+    """One Xid, one event: NVML's event set and the kernel log both report each Xid.
+
+    Keyed by card (UUID, else whatever identifies it: PCI bus id, index) and code. A report
+    from one source that the other source already made within `window_s` is that same Xid and
+    is dropped; repeats from one source (Xid 45 every few seconds) are each their own Xid.
+    """
+
+    def __init__(self, window_s: float = 30.0) -> None:
+        self.window_s = window_s
+        self._unmatched: dict[tuple[Any, int], list[tuple[str, float]]] = {}
+
+    def admit(self, source: str, card: Any, xid: int, ts: float) -> bool:
+        key = (card, int(xid))
+        reports = [r for r in self._unmatched.get(key, ()) if ts - r[1] <= self.window_s]
+        for position, (other, _) in enumerate(reports):
+            if other != source:
+                del reports[position]
+                self._unmatched[key] = reports
+                return False
+        reports.append((source, ts))
+        self._unmatched[key] = reports
+        if len(self._unmatched) > 1024:
+            self._unmatched = {k: v for k, v in self._unmatched.items() if v}
+        return True
 
 
 class XidEventReader:
@@ -89,7 +167,8 @@ class XidEventReader:
                     self._uuids.get(index) if index is not None else None,
                     {
                         "xid": xid,
-                        "meaning": XID_MEANINGS.get(xid, "see NVIDIA Xid catalogue"),
+                        **xid_detail(xid),
+                        "source": "nvml",
                         "gpu_instance_id": _instance_id(data.gpuInstanceId),
                         "compute_instance_id": _instance_id(data.computeInstanceId),
                     },

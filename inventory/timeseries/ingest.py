@@ -18,9 +18,8 @@ from django.db import connection, transaction
 
 from console.audit import Action, snapshot
 from console.audit.changes import record as audit_record
-from inventory.analytics.fragmentation import fragmentation_index
+from inventory.analytics.fragmentation import index_from_batch
 from inventory.analytics.oom_triage import triage_snapshot
-from inventory.analytics.snapshot import allocator_from_batch
 from inventory.models import (
     CollectorFault,
     CollectorStatus,
@@ -329,24 +328,19 @@ def _discover_card(host: Host, card: dict) -> Gpu:
     return gpu
 
 
-def _fragmentation(row: dict) -> float | None:
-    """The process's fragmentation index, as the host page defines it; None without one."""
-    stats = allocator_from_batch(row.get("allocator"))
-    index = fragmentation_index(stats) if stats else None
-    return None if index is None else index.value
-
-
 def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_Rows") -> int:
     batch_id = uuid.UUID(str(payload["batch_id"]))
     interval_s = max(0.0, payload["interval_end"] - payload["interval_start"])
     card_frag: dict[int, float] = {}
     process_rows = []
+    by_uuid = maps.gpu_by_uuid
     for row in payload.get("processes", []):
-        gpu_id = maps.gpu_id(row)
+        # Most rows name their card by uuid: one lookup before the general rule.
+        gpu_id = by_uuid.get(row.get("card_uuid")) or maps.gpu_id(row)
         if gpu_id is None:
             continue
         alloc = row.get("allocator") or {}
-        frag = _fragmentation(row)
+        frag = index_from_batch(alloc)
         if frag is not None:
             card_frag[gpu_id] = max(frag, card_frag.get(gpu_id, 0.0))
         process_rows.append(
@@ -416,6 +410,9 @@ def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_R
                 latency.get("p50_s"),
                 latency.get("p95_s"),
                 latency.get("p99_s"),
+                row.get("kv_pool_tokens"),
+                row.get("kv_pool_bytes"),
+                row.get("memory_fraction"),
             )
         )
     mig_rows = [
@@ -618,15 +615,39 @@ def _update_statuses(payloads: list[dict], hosts: dict[str, Host]) -> None:
             [[status.host_id for status in rows]]
             + [[getattr(status, name) for status in rows] for name in _STATUS_FIELDS],
         )
+    _update_mps_servers(payloads, hosts)
+
+
+def _update_mps_servers(payloads: list[dict], hosts: dict[str, Host]) -> None:
+    """The live MPS state of each host whose agent reported one: the latest batch's."""
+    latest: dict[int, dict] = {}
+    for payload in payloads:
+        mps = (payload.get("agent") or {}).get("mps")
+        pk = hosts[payload["host"]].pk
+        if isinstance(mps, list) and (
+            pk not in latest or payload["interval_end"] > latest[pk]["interval_end"]
+        ):
+            latest[pk] = payload
+    for pk, payload in sorted(latest.items()):
+        CollectorStatus.objects.filter(host_id=pk).update(
+            mps_servers=payload["agent"]["mps"], mps_seen_at=_ts(payload["interval_end"])
+        )
 
 
 def _apply_to_status(status: CollectorStatus, payload: dict) -> None:
     sampler_id = uuid.UUID(str(payload["sampler_id"]))
     seq = int(payload["seq"])
     end = _ts(payload["interval_end"])
-    if status.sampler_id == sampler_id and seq > status.last_seq + 1:
+    same_sampler = status.sampler_id == sampler_id
+    if same_sampler and seq > status.last_seq + 1:
         status.missing_batches += seq - status.last_seq - 1
-    if status.sampler_id != sampler_id or seq > status.last_seq:
+    elif same_sampler and seq < status.last_seq:
+        # A batch of a gap, late (a redelivery after a killed worker, a backfill): ingest
+        # writes each batch once, so it is one fewer missing.
+        status.missing_batches = max(0, status.missing_batches - 1)
+    newer = status.last_sample_at is None or end >= status.last_sample_at
+    if (not same_sampler and newer) or (same_sampler and seq > status.last_seq):
+        # A late batch of an earlier sampler (the agent before its restart) moves nothing.
         status.sampler_id, status.last_seq = sampler_id, seq
     if status.last_sample_at is None or end > status.last_sample_at:
         status.last_sample_at = end

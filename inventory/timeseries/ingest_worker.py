@@ -28,11 +28,13 @@ import orjson
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
 from django.db import connection as database
 from kombu import Connection
+from kombu.exceptions import OperationalError as KombuOperationalError
 from kombu.mixins import ConsumerMixin
 
 from inventory.agent.transport import INGEST_QUEUE
 from inventory.telemetry import signing
 from inventory.telemetry.batch_schema import BatchRejected
+from inventory.telemetry.compression import MAX_BATCH_BYTES, bound_decompression
 from inventory.timeseries.dead_letters import Letter, keep
 from inventory.timeseries.ingest import ingest_batches
 from inventory.timeseries.redis_groups import GroupTaker
@@ -41,11 +43,16 @@ from inventory.timeseries.signatures import Signed, check_signatures
 log = logging.getLogger(__name__)
 
 # A batch of an 8-card host is a few tens of KiB; this leaves room for hundreds of processes.
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
 def backoff(attempt: int) -> float:
     return float(min(60, 2 ** min(attempt, 6)))
+
+
+def reconnect_backoff(attempt: int) -> float:
+    """A broker reconnect costs one refused connection: tried often, so that a returning
+    broker is drained within seconds."""
+    return min(5.0, 0.5 * 2 ** min(attempt, 4))
 
 
 @dataclass
@@ -72,6 +79,7 @@ class IngestWorker(ConsumerMixin):
         self._outage_attempts = 0
         self.written = 0
         self.dead_lettered = 0
+        bound_decompression(MAX_BATCH_BYTES)
 
     def run(self, _tokens: int = 1, **kwargs) -> None:
         """Consume until stopped; over Redis a group at a time (redis_groups), else kombu's
@@ -90,14 +98,16 @@ class IngestWorker(ConsumerMixin):
                 taker = GroupTaker(self.connection, INGEST_QUEUE, acked)
                 failures = 0
                 self._take_groups(taker, safety_interval)
-            except self.connection.connection_errors as error:
+            except (*self.connection.connection_errors, KombuOperationalError) as error:
+                # kombu wraps a refused reconnect in its OperationalError, which is not among
+                # the transport's connection errors: both mean the broker is away.
                 failures += 1
-                log.warning("the broker is away (%s); trying again in %.0f s", error,
-                            backoff(failures))  # fmt: skip
+                pause = reconnect_backoff(failures)
+                log.warning("the broker is away (%s); trying again in %.1f s", error, pause)
                 with contextlib.suppress(Exception):
                     self.connection.release()
                 self.connection = self.connection.clone()
-                time.sleep(backoff(failures))
+                time.sleep(pause)
 
     def _take_groups(self, taker: GroupTaker, safety_interval: float) -> None:
         while not self.should_stop:
@@ -126,14 +136,24 @@ class IngestWorker(ConsumerMixin):
         if len(self.pending) >= self.max_group:
             self.flush()
 
-    def add(self, body: bytes, message) -> None:
+    def on_decode_error(self, message, exc: Exception) -> None:
+        """kombu could not decode the body (an unknown compression, a bomb): a dead letter."""
+        self.add(message.body if isinstance(message.body, bytes) else b"", message, exc)
+        if len(self.pending) >= self.max_group:
+            self.flush()
+
+    def add(self, body: bytes, message, undecodable: Exception | None = None) -> None:
         """Queue one message for the next group; what cannot be a batch is marked already."""
         headers = getattr(message, "headers", None) or {}
         signature = headers.get(signing.HEADER)
         item = _Pending(body, None, message, signature if isinstance(signature, str) else None)
-        if len(body) > MAX_MESSAGE_BYTES:
+        errors = getattr(message, "errors", None)
+        undecodable = undecodable or (errors[0][1] if errors else None)
+        if undecodable is not None:
+            item.rejected = BatchRejected("undecodable", str(undecodable)[:500])
+        elif len(body) > MAX_BATCH_BYTES:
             item.rejected = BatchRejected(
-                "too_large", f"{len(body)} bytes, at most {MAX_MESSAGE_BYTES}"
+                "too_large", f"{len(body)} bytes, at most {MAX_BATCH_BYTES}"
             )
         else:
             try:

@@ -182,7 +182,7 @@ def process_samples_of_batches(
         return []
     return _rows(
         """
-        SELECT gpu_id, pid, deployment_id, used_last, alloc_reserved_last,
+        SELECT gpu_id, pid, deployment_id, mig_slice_id, used_last, alloc_reserved_last,
                alloc_allocated_last, alloc_inactive_split_last, alloc_largest_free_last
         FROM inventory_process_sample
         WHERE gpu_id = ANY(%s) AND batch_id = ANY(%s) AND ts > %s AND ts <= %s
@@ -191,18 +191,40 @@ def process_samples_of_batches(
     )
 
 
-def kv_usage_at(deployment_ids: list[int], at: dt.datetime, within: dt.timedelta) -> dict:
-    """Each deployment's newest KV cache usage (a fraction) at or before `at`."""
+def mig_samples_of_batches(
+    slice_ids: list[int], batch_ids: list, start: dt.datetime, end: dt.datetime
+) -> dict[int, dict]:
+    """Each MIG device's sample (its GPU instance's memory) in these batches."""
+    if not slice_ids or not batch_ids:
+        return {}
     rows = _rows(
         """
-        SELECT DISTINCT ON (deployment_id) deployment_id, kv_usage_last
+        SELECT DISTINCT ON (mig_slice_id) mig_slice_id, total_bytes, used_last
+        FROM inventory_mig_sample
+        WHERE mig_slice_id = ANY(%s) AND batch_id = ANY(%s) AND ts > %s AND ts <= %s
+        ORDER BY mig_slice_id, ts DESC
+        """,
+        [slice_ids, batch_ids, start, end],
+    )
+    return {row["mig_slice_id"]: row for row in rows}
+
+
+def engine_kv_at(deployment_ids: list[int], at: dt.datetime, within: dt.timedelta) -> dict:
+    """Each deployment's newest engine KV figures at or before `at`: its usage (a fraction of
+    the engine's pool) and the pool as the engine reported it (tokens, bytes when stated, the
+    memory fraction it was started with); a field the engine does not report is None."""
+    rows = _rows(
+        """
+        SELECT DISTINCT ON (deployment_id) deployment_id, kv_usage_last AS usage,
+               kv_pool_tokens AS pool_tokens, kv_pool_bytes AS pool_bytes, memory_fraction
         FROM inventory_engine_sample
-        WHERE deployment_id = ANY(%s) AND ts <= %s AND ts > %s AND kv_usage_last IS NOT NULL
+        WHERE deployment_id = ANY(%s) AND ts <= %s AND ts > %s
+          AND (kv_usage_last IS NOT NULL OR kv_pool_tokens IS NOT NULL)
         ORDER BY deployment_id, ts DESC
         """,
         [deployment_ids, at, at - within],
     )
-    return {row["deployment_id"]: row["kv_usage_last"] for row in rows}
+    return {row.pop("deployment_id"): row for row in rows}
 
 
 def driver_reserved_at(gpu_id: int, at: dt.datetime) -> int | None:
@@ -217,14 +239,23 @@ def driver_reserved_at(gpu_id: int, at: dt.datetime) -> int | None:
 
 def deployment_demand(gpu_id: int, start: dt.datetime, end: dt.datetime) -> list[dict]:
     """Per sample time and deployment on the card: bytes allocated (NVML's per-process figure
-    where no allocator statistics exist), bytes the allocators held unallocated, and the worst
-    fragmentation index."""
+    where no allocator statistics exist), bytes the allocators held unallocated, bytes held
+    outside the allocators (NVML used - allocator reserved: CUDA context, library workspaces),
+    the count of processes with allocator statistics but no NVML figure (their context is
+    unknown), the worst fragmentation index, and whether any index there was the fallback
+    (inactive split / reserved: no largest-free-block figure), a different scale."""
     return _rows(
         """
         SELECT ts, deployment_id,
                sum(coalesce(alloc_allocated_last, used_max)) AS allocated,
                sum(greatest(coalesce(alloc_reserved_last - alloc_allocated_last, 0), 0)) AS held,
-               max(frag_index_max) AS frag
+               sum(greatest(used_last - alloc_reserved_last, 0)) AS outside,
+               count(*) FILTER (
+                   WHERE alloc_reserved_last IS NOT NULL AND used_last IS NULL
+               ) AS blind,
+               max(frag_index_max) AS frag,
+               bool_or(frag_index_max IS NOT NULL AND alloc_largest_free_last IS NULL)
+                   AS frag_fallback
         FROM inventory_process_sample
         WHERE gpu_id = %s AND ts > %s AND ts <= %s
         GROUP BY ts, deployment_id
@@ -391,4 +422,28 @@ def latency_p99_peaks(host_ids: list[int], start: dt.datetime, end: dt.datetime)
         GROUP BY d.host_id, m.name, m.p99_latency_slo_ms
         """,
         [host_ids, start, end],
+    )
+
+
+_ENGINE_ROLLUPS = {"minute": "inventory_engine_rollup_1m", "hour": "inventory_engine_rollup_1h"}
+
+
+def latency_p99_series(
+    deployment_ids: list[int], start: dt.datetime, end: dt.datetime, step_s: int
+) -> list[dict]:
+    """Per deployment, its engine's highest P95 and P99 latency (s) in each step of (start, end], on
+    whole steps since the epoch; hourly rollups for steps of an hour or more."""
+    table = _ENGINE_ROLLUPS["hour" if step_s >= 3600 else "minute"]
+    return _rows(
+        f"""
+        SELECT deployment_id,
+               %s::timestamptz + floor(extract(epoch FROM bucket - %s::timestamptz) / %s)
+                   * make_interval(secs => %s) AS ts,
+               max(latency_p95_max) AS p95_s, max(latency_p99_max) AS p99_s
+        FROM {table}
+        WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
+              AND latency_p99_max IS NOT NULL
+        GROUP BY deployment_id, ts ORDER BY deployment_id, ts
+        """,  # the table name comes from a fixed mapping, never from the request
+        [EPOCH, EPOCH, step_s, step_s, deployment_ids, start, end],
     )

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from kombu import Queue
-from kombu.utils.json import loads
 
 # Pops up to ARGV[1] messages from KEYS[1] and books each as kombu's QoS.append does: the raw
 # message text, its exchange and routing key under its delivery tag, the time in the index.
@@ -26,12 +26,16 @@ local taken = {}
 for _ = 1, tonumber(ARGV[1]) do
   local item = redis.call('RPOP', KEYS[1])
   if not item then break end
-  local properties = cjson.decode(item)['properties']
-  local info = properties['delivery_info']
-  redis.call('HSET', KEYS[2], properties['delivery_tag'],
-             '[' .. item .. ',' .. cjson.encode(info['exchange']) .. ','
-                 .. cjson.encode(info['routing_key']) .. ']')
-  redis.call('ZADD', KEYS[3], ARGV[2], properties['delivery_tag'])
+  local ok, envelope = pcall(cjson.decode, item)
+  local properties = ok and type(envelope) == 'table' and envelope['properties']
+  local info = type(properties) == 'table' and properties['delivery_info']
+  -- What is not kombu's is handed over unbooked, for ingest to keep as a dead letter.
+  if type(info) == 'table' and type(properties['delivery_tag']) == 'string' then
+    redis.call('HSET', KEYS[2], properties['delivery_tag'],
+               '[' .. item .. ',' .. cjson.encode(info['exchange']) .. ','
+                   .. cjson.encode(info['routing_key']) .. ']')
+    redis.call('ZADD', KEYS[3], ARGV[2], properties['delivery_tag'])
+  end
   taken[#taken + 1] = item
 end
 return taken
@@ -47,11 +51,13 @@ class Taken:
 
     body: bytes
     headers: dict[str, Any]
-    delivery_tag: str
+    delivery_tag: str | None  # None: not a kombu message, so never booked
     group: GroupTaker
+    errors: list  # kombu's: what decoding the body raised (an unknown compression, a bomb)
 
     def ack(self) -> None:
-        self.group.acked.append(self.delivery_tag)
+        if self.delivery_tag is not None:
+            self.group.acked.append(self.delivery_tag)
 
 
 class GroupTaker:
@@ -72,8 +78,20 @@ class GroupTaker:
 
     def _decoded(self, items: list[bytes]) -> Iterator[Taken]:
         for item in items:
-            message = self.channel.Message(loads(item), channel=self.channel)
-            yield Taken(message.body, message.headers or {}, message.delivery_tag, self)
+            envelope = _envelope(item)
+            if envelope is None:
+                refused = ValueError("not a kombu message")
+                yield Taken(item, {}, None, self, [(ValueError, refused, None)])
+                continue
+            try:
+                message = self.channel.Message(envelope, channel=self.channel)
+            except Exception as error:  # a body that is not what its encoding says
+                tag = envelope["properties"]["delivery_tag"]
+                yield Taken(item, {}, tag, self, [(type(error), error, None)])
+                continue
+            yield Taken(
+                message.body, message.headers or {}, message.delivery_tag, self, message.errors
+            )
 
     def flush_acks(self) -> None:
         """Remove every message acked since the last call from the books, in one pipeline."""
@@ -91,3 +109,21 @@ class GroupTaker:
             self._restored_at = time.monotonic()
             # interval=1: kombu otherwise acts on one call in ten, and this one is paced already.
             self.channel.qos.restore_visible(interval=1)
+
+
+def _envelope(item: bytes) -> dict | None:
+    """kombu's message as the Lua script booked it, or None for anything else on the queue."""
+    try:
+        envelope = orjson.loads(item)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("properties"), dict):
+        return None
+    properties = envelope["properties"]
+    if not isinstance(properties.get("delivery_tag"), str):
+        return None
+    if not isinstance(properties.get("delivery_info"), dict):
+        return None
+    if not isinstance(envelope.get("headers", {}), dict):
+        return None
+    return envelope

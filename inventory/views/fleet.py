@@ -1,6 +1,12 @@
+"""The fleet board, its CSV, and the demo backfill's progress."""
+
 from django.contrib.auth.decorators import permission_required
+from django.http import JsonResponse
 from django.shortcuts import render
 
+from console.csv_export import csv_response
+from console.pagination import page_of
+from inventory.demo_history import BackfillProgress
 from inventory.filters import FleetBoardFilter
 from inventory.models import Host
 from inventory.reports.fleet import fleet_rows, sorted_rows
@@ -16,7 +22,46 @@ def fleet(request):
     rows = fleet_rows(list(board.qs))
     if board.problems_only:
         rows = [row for row in rows if row.problems]
-    context = {"rows": sorted_rows(rows, board.sort), "board": board, "form": board.form}
-    # The board refreshes itself by fetching just its rows.
+    # Paged on the server, hosts with a problem first (a stable sort keeps the chosen order).
+    ordered = sorted(sorted_rows(rows, board.sort), key=lambda row: not row.problems)
+    page = page_of(request, ordered)
+    context = {
+        "rows": page.object_list,
+        "page": page,
+        "problem_hosts": sum(row.problems for row in rows),
+        "board": board,
+        "form": board.form,
+        "demo_progress": BackfillProgress.current(),
+    }
+    # The board refreshes itself by fetching just its page of rows.
     template = "inventory/fleet_rows.html" if request.GET.get("partial") else "inventory/fleet.html"
     return render(request, template, context)
+
+
+@permission_required("inventory.view_host", raise_exception=True)
+def fleet_export(request):
+    """The fleet board as filtered and sorted on screen, every host, as CSV."""
+    board = FleetBoardFilter(
+        request.GET,
+        queryset=Host.objects.visible_to(request.user).select_related("collector_status"),
+        request=request,
+    )
+    rows = fleet_rows(list(board.qs))
+    if board.problems_only:
+        rows = [row for row in rows if row.problems]
+    header = [
+        "host", "cards", "best_card", "best_card_headroom_bytes", "worst_fragmentation",
+        "fragmentation_status", "p99_status", "p99_detail", "ooms_24h", "problems",
+    ]  # fmt: skip
+    lines = [
+        (r.host.name, r.cards, r.headroom_card, r.largest_headroom_bytes, r.worst_fragmentation,
+         r.fragmentation_status, r.p99_status, r.p99_detail, r.ooms_24h, r.problems)
+        for r in sorted_rows(rows, board.sort)
+    ]  # fmt: skip
+    return csv_response("fleet-board", header, lines)
+
+
+@permission_required("inventory.view_host", raise_exception=True)
+def demo_history_progress(request):
+    """How far the demo's history backfill is, per host; {} when none ran."""
+    return JsonResponse(BackfillProgress.current() or {})

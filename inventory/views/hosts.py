@@ -19,8 +19,9 @@ from inventory.models import (
 from inventory.placement_state import current_placement
 from inventory.reports import analysis
 from inventory.reports.collector import collector_health
-from inventory.reports.ledger import card_views
+from inventory.reports.ledger import card_views, mig_instance_views
 from inventory.reports.ledger_json import ledger_json
+from inventory.reports.mig import gpu_instances, mig_catalogued
 from inventory.reports.series import WINDOWS
 from inventory.reports.series import host_charts as host_charts_data
 from runbooks.models import RunbookNote
@@ -51,6 +52,8 @@ def host_detail(request, name: str):
     )
     faults = CollectorFault.objects.visible_to(request.user).filter(host=host)[:10]
     ledgers = card_views(host)
+    mig_ledgers = mig_instance_views(host)
+    mig_ledger_gpus = {view.gpu.pk for view in mig_ledgers}
     ooms = analysis.oom_timeline(host)
     return render(
         request,
@@ -68,9 +71,23 @@ def host_detail(request, name: str):
             "faults": faults,
             "can_acknowledge": request.user.has_perm("inventory.acknowledge_event"),
             "placement": diagram.to_drawing(diagram.build(*current_placement(host))),
-            "ledger_data": ledger_json(ledgers),
+            # A MIG card's ledger is drawn per GPU instance: its memory, counted once.
+            "ledger_data": ledger_json(
+                [view for view in ledgers if view.gpu.pk not in mig_ledger_gpus] + mig_ledgers
+            ),
             "card_status": {view.gpu.pk: view.status for view in ledgers},
             "card_headroom": {view.gpu.pk: view.headroom_bytes for view in ledgers},
+            "gpu_instances": {gpu.pk: gpu_instances(list(gpu.mig_slices.all())) for gpu in gpus},
+            "mig_uncatalogued": {
+                gpu.pk
+                for gpu in gpus
+                if gpu.mig_mode == Gpu.MigMode.ENABLED and not mig_catalogued(gpu)
+            },
+            "kv_pools": [
+                (view.label or view.gpu, name, pool)
+                for view in ledgers + mig_ledgers
+                for name, pool in view.kv_pools
+            ],
             "mps_groups": analysis.mps_groups(host),
             "ooms": ooms,
             "oom_points": [

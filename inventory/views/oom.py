@@ -14,6 +14,7 @@ from console.models import AuditEntry
 from inventory.filters import OomEventFilter
 from inventory.models import Event
 from inventory.reports import oom_history
+from inventory.reports.latency import latency_lines
 from inventory.reports.oom_history import CAUSE_LABELS
 
 # More lines than this turn the trend chart into a tangle; the table below lists every host.
@@ -48,8 +49,16 @@ def oom_history_page(request):
             "shortest_comparison_days": oom_history.SHORTEST_COMPARISON.days,
             "longest_comparison_days": oom_history.LONGEST_COMPARISON.days,
             "changes_capped": len(entries) == oom_history.CHANGE_ENTRIES_SHOWN,
+            # The other half of the field report's result: the host's P99 across its change.
+            "latency": _latency(selection),
         },
     )
+
+
+def _latency(selection: oom_history.Selection) -> dict | None:
+    if selection.host is None:
+        return None
+    return latency_lines(selection.host, selection.start, selection.end, 3600)
 
 
 def _chart_data(history: oom_history.WeeklyHistory, changes: list[oom_history.Change]) -> dict:

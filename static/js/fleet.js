@@ -6,6 +6,7 @@
   const rows = document.getElementById("fleet-rows");
   const state = document.getElementById("refresh-state");
   let timer = null;
+  let lastHtml = null;
 
   function url() {
     const params = new URLSearchParams(window.location.search);
@@ -20,7 +21,9 @@
         return response.text();
       })
       .then((html) => {
-        rows.innerHTML = html;
+        // Rows that did not change are left alone (no reflow, no lost focus).
+        if (html !== lastHtml) rows.innerHTML = html;
+        lastHtml = html;
         state.textContent = interpolate(gettext("Updated %s; refreshes every 15 s."), [new Date().toLocaleTimeString()]);
       })
       .catch((error) => { state.textContent = interpolate(gettext("Refresh failed (%s); retrying."), [error.message]); });

@@ -12,6 +12,7 @@
     kv_cache_reserved_unused: "#F0E442", kv_cache_use_unknown: "#DDCC77",
     workspace_activations: "#56B4E9", cuda_graphs: "#332288", communication_buffers: "#44AA99",
     allocator_reserve: "#CC79A7", fragmentation: "#D55E00", unattributed: "#999999",
+    cuda_context: "#882255",
     free: "#dafbe1",
   };
 
@@ -58,7 +59,8 @@
     charts.draw(element, [{
       type: "heatmap", x: data.times, y: data.cards, z: values, zmin: 0, zmax: zmax,
       colorscale: "YlOrRd", colorbar: { title: title, thickness: 12 }, hoverongaps: false,
-    }], { height: 60 + 28 * data.cards.length, yaxis: { autorange: "reversed" } });
+    }], { height: 60 + 28 * data.cards.length, yaxis: { autorange: "reversed" },
+           xaxis: { title: `time (${data.time_zone})` } });
   }
 
   function drawHistory(window) {
@@ -68,18 +70,56 @@
         return response.json();
       })
       .then((data) => {
+        drawLatency(data);
         heatmap(document.getElementById("heatmap-used"), data, data.used_pct, "%", 100);
         heatmap(document.getElementById("heatmap-frag"), data, data.fragmentation, gettext("index"), 1);
         const lines = document.getElementById("deployment-lines");
         if (!data.deployments.length) return charts.empty(lines, gettext("No deployment memory in this window yet."));
         charts.draw(lines, data.deployments.map((line) => ({
           type: "scatter", mode: "lines", name: line.label, x: line.times, y: line.used_gib,
-        })), { height: 320, yaxis: { title: "GiB" }, legend: { orientation: "h", y: -0.25 },
+        })), { height: 320, yaxis: { title: "GiB" }, xaxis: { title: `time (${data.time_zone})` },
+               legend: { orientation: "h", y: -0.25 },
                margin: { l: 60, r: 20, t: 10, b: 90 } });
       })
       .catch((error) => {
         charts.empty(document.getElementById("heatmap-used"), error.message);
       });
+  }
+
+  function cell(text, numeric) {
+    const td = document.createElement("td");
+    if (numeric) td.className = "num";
+    td.textContent = text;
+    return td;
+  }
+
+  function drawLatency(data) {
+    const element = document.getElementById("latency-chart");
+    const body = document.querySelector("#latency-table tbody");
+    const latency = data.latency;
+    const zone = data.time_zone;
+    body.replaceChildren();
+    if (!latency || !latency.lines.length) {
+      body.appendChild(document.createElement("tr")).appendChild(cell("No engine latency in this window.")).colSpan = 4;
+      return charts.empty(element, "No engine latency in this window yet.");
+    }
+    const traces = [];
+    latency.lines.forEach((line) => {
+      traces.push({ type: "scatter", mode: "lines", name: `${line.model} P99`, x: line.times, y: line.p99_ms });
+      traces.push({ type: "scatter", mode: "lines", name: `${line.model} P95`, x: line.times, y: line.p95_ms, line: { width: 1 } });
+      if (line.slo_ms) {
+        traces.push({ type: "scatter", mode: "lines", name: `${line.model} SLO`, x: [line.times[0], line.times[line.times.length - 1]],
+                      y: [line.slo_ms, line.slo_ms], line: { dash: "dash", width: 1 } });
+      }
+      const ms = (value) => (value === null ? "—" : `${Math.round(value)} ms`);
+      const row = body.appendChild(document.createElement("tr"));
+      row.append(cell(line.model), cell(line.slo_ms ? `${line.slo_ms} ms` : "—", true), cell(ms(line.before_ms), true), cell(ms(line.after_ms), true));
+    });
+    const shapes = latency.changes.map((change) => ({
+      type: "line", xref: "x", yref: "paper", x0: change.at, x1: change.at, y0: 0, y1: 1, line: { dash: "dot", width: 1 },
+    }));
+    charts.draw(element, traces, { height: 320, shapes, xaxis: { title: `time (${zone})` }, yaxis: { title: "ms" },
+                                   legend: { orientation: "h", y: -0.3 }, margin: { l: 60, r: 20, t: 10, b: 100 } });
   }
 
   function drawOoms() {
@@ -110,8 +150,12 @@
 
   document.querySelectorAll(".window-picker button").forEach((button) => {
     button.addEventListener("click", () => {
-      document.querySelectorAll(".window-picker button").forEach((b) => b.classList.remove("active"));
+      document.querySelectorAll(".window-picker button").forEach((b) => {
+        b.classList.remove("active");
+        b.setAttribute("aria-pressed", "false");
+      });
       button.classList.add("active");
+      button.setAttribute("aria-pressed", "true");
       drawHistory(button.dataset.window);
     });
   });

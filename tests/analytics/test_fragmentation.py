@@ -1,13 +1,21 @@
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from inventory.analytics.fragmentation import (
     Status,
     Thresholds,
     card_status,
     fragmentation_index,
+    index_from_batch,
     worst_status,
 )
-from inventory.analytics.snapshot import AllocatorStats, CardSnapshot, ProcessSnapshot
+from inventory.analytics.snapshot import (
+    AllocatorStats,
+    CardSnapshot,
+    ProcessSnapshot,
+    allocator_from_batch,
+)
 from inventory.analytics.units import GiB
 
 
@@ -97,3 +105,50 @@ def test_card_thresholds_are_parameters():
         _card(used=40 * GiB), usage_thresholds=Thresholds(amber=0.4, red=0.5)
     )  # 40.5 / 80 = 0.506
     assert status.status is Status.RED
+
+
+_figure = st.one_of(st.none(), st.integers(min_value=-(2**40), max_value=2**40))
+
+
+@given(
+    reserved=_figure,
+    allocated=_figure,
+    inactive_split=_figure,
+    largest_free=_figure,
+)
+def test_ingest_reads_the_index_of_a_batch_as_the_pages_do(
+    reserved, allocated, inactive_split, largest_free
+):
+    raw = {
+        "reserved_bytes": reserved,
+        "allocated_bytes": allocated,
+        "inactive_split_bytes": inactive_split,
+        "largest_free_block_bytes": largest_free,
+    }
+    stats = allocator_from_batch(raw)
+    index = fragmentation_index(stats) if stats else None
+    assert index_from_batch(raw) == (None if index is None else index.value)
+
+
+def test_one_spike_in_a_week_is_not_a_sustained_red():
+    from inventory.analytics.fragmentation import sustained_fragmentation
+
+    gib = 1024**3
+    week = [(0.1, 4 * gib)] * 999 + [(0.9, 4 * gib)]
+    assert sustained_fragmentation(week, share=0.1, min_free_bytes=gib).index == pytest.approx(0.1)
+    # Red for a fifth of the time: the index held for a tenth of it is red.
+    stayed = [(0.1, 4 * gib)] * 800 + [(0.7, 4 * gib)] * 200
+    assert sustained_fragmentation(stayed, share=0.1, min_free_bytes=gib).index == pytest.approx(
+        0.7
+    )
+
+
+def test_a_tiny_pool_does_not_flip_the_index():
+    from inventory.analytics.fragmentation import sustained_fragmentation
+
+    # 8 MiB free in one odd block: index near 1, but the pool is too small to matter.
+    moments = [(0.99, 8 * 1024**2)] * 50 + [(0.05, 2 * 1024**3)] * 50
+    result = sustained_fragmentation(moments, share=0.1, min_free_bytes=1024**3)
+    assert result.index == pytest.approx(0.05)
+    assert (result.counted, result.ignored) == (50, 50)
+    assert sustained_fragmentation(moments[:50], share=0.1, min_free_bytes=1024**3).index is None

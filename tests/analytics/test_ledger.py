@@ -66,7 +66,7 @@ def test_every_source_present_gives_a_line_per_component_summing_to_the_total():
     assert ledger.notes == ()
     expected = {
         (LineKind.DRIVER_RESERVED, None): (559, M),
-        # chat: footprint 60,000 = pool 57,000 + NCCL 1,500 + unattributed 1,500.
+        # chat: footprint 60,000 = pool 57,000 + NCCL 1,500 + CUDA context 1,500.
         # pool 57,000 = fragmentation 2,000 + reserve (57,000 - 50,000 - 2,000) + allocated.
         # allocated 50,000 = KV 16,000 (25% used) + weights 30,000 + graphs 1,000 + workspace.
         (LineKind.KV_CACHE_USED, "chat"): (4_000, M),
@@ -77,7 +77,7 @@ def test_every_source_present_gives_a_line_per_component_summing_to_the_total():
         (LineKind.FRAGMENTATION, "chat"): (2_000, M),
         (LineKind.ALLOCATOR_RESERVE, "chat"): (5_000, M),
         (LineKind.COMMUNICATION, "chat"): (1_500, E),
-        (LineKind.UNATTRIBUTED, "chat"): (1_500, E),
+        (LineKind.CUDA_CONTEXT, "chat"): (1_500, E),
         # embed: no allocator stats, so spec components inside NVML's 9,000 and the rest.
         (LineKind.MODEL_WEIGHTS, "embed"): (5_000, E),
         (LineKind.KV_CACHE_USE_UNKNOWN, "embed"): (3_000, E),
@@ -147,15 +147,18 @@ def test_container_process_without_nvml_figure_is_estimated_from_its_allocator()
         deployment="chat",
         used_bytes=None,
         allocator=AllocatorStats(reserved_bytes=20 * GiB, allocated_bytes=15 * GiB),
-        spec=DeploymentSpec(weights_bytes=10 * GiB, nccl_bytes=GiB // 2),
+        spec=DeploymentSpec(
+            weights_bytes=10 * GiB, nccl_bytes=GiB // 2, cuda_context_bytes=518 * MiB
+        ),
     )
     snapshot = CardSnapshot("c", 0.0, 80 * GiB, GiB // 2, 22 * GiB, 57 * GiB + GiB // 2, (process,))
     table = summary(build_ledger(snapshot))
-    # Footprint estimate = 20 GiB pool + 0.5 GiB NCCL; the card's 22 GiB leave 1.5 GiB.
-    assert table[(LineKind.UNATTRIBUTED, None)] == (GiB + GiB // 2, E)
+    # Footprint estimate = 20 GiB pool + 0.5 GiB NCCL + 518 MiB context (the H200's, an
+    # estimate); the card's 22 GiB leave 1.5 GiB - 518 MiB.
+    assert table[(LineKind.CUDA_CONTEXT, "chat")] == (518 * MiB, E)
+    assert table[(LineKind.UNATTRIBUTED, None)] == (GiB + GiB // 2 - 518 * MiB, E)
     assert table[(LineKind.ALLOCATOR_RESERVE, "chat")] == (5 * GiB, M)
     assert table[(LineKind.WORKSPACE, "chat")] == (5 * GiB, E)  # 15 allocated - 10 weights
-    assert table[(LineKind.UNATTRIBUTED, "chat")] == (0, E)
     assert (LineKind.FRAGMENTATION, "chat") not in table  # inactive split not reported
 
 
@@ -170,8 +173,11 @@ def test_allocated_memory_without_a_weights_figure_is_not_called_workspace():
     lines = build_ledger(snapshot).lines_for("mystery")
     assert LineKind.WORKSPACE not in {line.kind for line in lines}
     unattributed = sorted(line.bytes for line in lines if line.kind is LineKind.UNATTRIBUTED)
-    # The 10 GiB allocated, not broken down, and the 1 GiB outside the 11 GiB pool.
-    assert unattributed == [GiB, 10 * GiB]
+    # The 10 GiB allocated, not broken down; the 1 GiB outside the 11 GiB pool is what NVML
+    # counts beside the allocator (CUDA context, libraries), measured.
+    assert unattributed == [10 * GiB]
+    context = [line for line in lines if line.kind is LineKind.CUDA_CONTEXT]
+    assert [(line.bytes, line.basis) for line in context] == [(GiB, M)]
 
 
 def test_without_nvml_the_card_is_estimated_from_specs():

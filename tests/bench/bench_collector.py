@@ -15,6 +15,13 @@
    mapping, sampler, outbox) collecting the demo fleet (5 hosts) on an accelerated clock, 1 Hz
    polls, engine and allocator scrapes every 5 s, 60 s batches published into a counting
    sink. RSS and tracemalloc's traced memory are sampled every --sample-every real seconds.
+3. Polls taken vs due with every real-host signal source on: an 8-card host through the real
+   NVML code path (NvmlSource, the collector, the agent's sampling thread) against the fake
+   NVML, 0.5 s polls in real time for --signals-seconds; 8 engine logs written to by a writer
+   thread (a vLLM OOM traceback now and then), the kernel log (kmsg records with Xids), the
+   MPS control daemon asked by its thread through the fake control binary, process exits and
+   restarts every few seconds. Agent CPU per poll: the sampling thread's CPU time per tick,
+   plus the control binary's processes (children's CPU) per poll.
 """
 
 from __future__ import annotations
@@ -177,10 +184,13 @@ class CountingSink:
     def __init__(self) -> None:
         self.batches = 0
         self.bytes = 0
+        self.events: dict[str, int] = {}
 
     def __call__(self, batch: dict) -> None:
         self.bytes += len(json.dumps(batch))
         self.batches += 1
+        for event in batch.get("events", ()):
+            self.events[event["kind"]] = self.events.get(event["kind"], 0) + 1
 
 
 def rss_mib() -> float:
@@ -234,6 +244,136 @@ def memory_run(
     return series
 
 
+# --- 3. polls taken vs due, every signal source on ---------------------------------------
+
+_OOM_TRACEBACK = [
+    "(VllmWorker TP0 pid={pid}) ERROR 12-01 10:00:00 [multiproc_executor.py:470] Traceback "
+    "(most recent call last):",
+    '(VllmWorker TP0 pid={pid}) ERROR 12-01 10:00:00 [multiproc_executor.py:470]   File "/usr/'
+    'local/lib/python3.12/site-packages/vllm/v1/worker/gpu_model_runner.py", line 9, in execute',
+    "(VllmWorker TP0 pid={pid}) ERROR 12-01 10:00:00 [multiproc_executor.py:470] torch.OutOfMemo"
+    "ryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19"
+    " GiB of which 1.00 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, "
+    "and 5.00 GiB is reserved by PyTorch but unallocated.",
+]
+_INFO = (
+    "INFO 12-01 10:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 812.4 tokens/s, "
+    "Avg generation throughput: 95.1 tokens/s, Running: 12 reqs, Waiting: 0 reqs"
+)
+
+
+def signals_run(seconds: float, interval_s: float) -> dict:
+    import resource
+    import tempfile
+    import threading
+
+    from inventory.agent.kernel_log import KernelXidSource, NvmlPciMap, open_kmsg
+    from inventory.agent.mps import MpsControl, MpsMonitor
+    from inventory.agent.signals import SignalOptions
+    from inventory.agent.sources import NvmlSource
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-signals-"))
+    state = eight_card_state()
+    nvml = FakeNvml(state)
+    nvml.nvmlInit()
+    for card in state.cards:
+        card.processes[0].kind = "mps"
+    kmsg = folder / "kmsg"
+    kmsg.write_text("")
+    pipe_dir = folder / "mps"
+    pipe_dir.mkdir()
+    clients = [card.processes[0].pid for card in state.cards]
+    (pipe_dir / "daemon.json").write_text(json.dumps({"servers": {"900": clients}}))
+    control = Path(__file__).resolve().parents[1] / "agent" / "fake_mps" / "nvidia-cuda-mps-control"
+    monitor = MpsMonitor(MpsControl(str(control), str(pipe_dir)), interval_s=1.0)
+    options = SignalOptions(
+        kernel_log=KernelXidSource([lambda: open_kmsg(str(kmsg))], NvmlPciMap(nvml)), mps=monitor
+    )
+    deployments = []
+    for index, card in enumerate(state.cards):
+        (folder / f"engine-{index}.log").write_text("")
+        deployments.append(
+            {
+                "deployment_id": str(index + 1),
+                "device_uuids": [card.uuid],
+                "engine": "vllm",
+                "pids": [p.pid for p in card.processes],
+                "log_path": str(folder / f"engine-{index}.log"),
+            }
+        )
+    plan = {
+        "host": "bench",
+        "collector": "nvml",
+        "sample_interval_s": interval_s,
+        "flush_interval_s": 10.0,
+        "scrape_interval_s": 3600.0,
+        "deployments": deployments,
+    }
+    sink = CountingSink()
+    agent = Agent(lambda p: NvmlSource(nvml, time.time, options), sink)
+    agent.apply_plan(plan)
+    runtime = agent.hosts["bench"]
+    tick_cpu: list[float] = []
+    original_tick = runtime.tick
+
+    def timed_tick() -> None:
+        started = time.thread_time()
+        original_tick()
+        tick_cpu.append(time.thread_time() - started)
+
+    runtime.tick = timed_tick
+    stop = threading.Event()
+
+    def write() -> None:
+        # about 40 log lines a second over 8 logs, an OOM every 5 s, an Xid every 3 s, a
+        # process exit and restart every 4 s
+        n = 0
+        while not stop.wait(0.025):
+            n += 1
+            with (folder / f"engine-{n % 8}.log").open("a") as engine:
+                engine.write(_INFO + "\n")
+            if n % 200 == 0:  # each OOM in the next engine's log
+                with (folder / f"engine-{(n // 200) % 8}.log").open("a") as engine:
+                    oom = "\n".join(line.format(pid=100 + n // 200) for line in _OOM_TRACEBACK)
+                    engine.write(oom + "\n")
+            if n % 120 == 0:
+                with kmsg.open("a") as kernel:
+                    kernel.write(f"4,{n},{n},-;NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, x\n")
+            if n % 160 == 0:
+                card = state.cards[(n // 160) % 8]
+                old = card.processes.pop()
+                card.processes.append(FakeProcess(old.pid + 100_000, old.name, old.used_bytes))
+
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    writer = threading.Thread(target=write, daemon=True)
+    monitor.start()
+    started = time.monotonic()
+    agent.start()
+    writer.start()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    stop.set()
+    agent.stop()
+    monitor.stop()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child_cpu = (children.ru_utime + children.ru_stime) - (
+        children_before.ru_utime + children_before.ru_stime
+    )
+    polls = len(tick_cpu)
+    due = int(elapsed / interval_s)
+    events = sink.events
+    return {
+        "seconds": round(elapsed, 1),
+        "interval_s": interval_s,
+        "polls_due": due,
+        "polls_taken": polls,
+        "tick_cpu_ms_mean": 1000 * sum(tick_cpu) / max(polls, 1),
+        "tick_cpu_ms_max": 1000 * max(tick_cpu, default=0.0),
+        "mps_control_cpu_ms_per_poll": 1000 * child_cpu / max(polls, 1),
+        "events": events,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--polls", type=int, default=5000)
@@ -244,6 +384,8 @@ def main() -> None:
     parser.add_argument("--no-tracemalloc", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--signals-seconds", type=float, default=30.0)
+    parser.add_argument("--skip-signals", action="store_true")
     args = parser.parse_args()
     report: dict = {}
 
@@ -260,6 +402,18 @@ def main() -> None:
         f"  cross-check, live fake: poll {figures['live_poll_ms']:.3f} ms, inside fake "
         f"{figures['live_inside_fake_ms']:.3f} ms, collector {figures['live_collector_ms']:.3f} ms"
     )
+    if not args.skip_signals:
+        signals = signals_run(args.signals_seconds, 0.5)
+        report["signals"] = signals
+        print(
+            f"polls taken vs due, all signal sources on, {signals['seconds']:g} s at 0.5 s:"
+            f" {signals['polls_taken']} of {signals['polls_due']}"
+        )
+        print(
+            f"  agent CPU per poll: sampling tick {signals['tick_cpu_ms_mean']:.2f} ms mean,"
+            f" {signals['tick_cpu_ms_max']:.2f} ms max; MPS control processes"
+            f" {signals['mps_control_cpu_ms_per_poll']:.2f} ms; events {signals['events']}"
+        )
     if args.skip_memory:
         _write(args.json, report)
         return

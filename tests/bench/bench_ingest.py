@@ -12,8 +12,9 @@ Needs the database of DATABASE_URL migrated (make bench uses a separate bench da
 2. The rollup refresh that follows (inventory.timeseries.rollups): the 1-minute and 1-hour
    rollups of every dirty minute recomputed from those rows; and ingest plus refresh together.
 3. Through each --broker (default: CELERY_BROKER_URL, where set; Redis or RabbitMQ), the
-   same with the broker in between: publish everything, then time the real ingest worker
-   draining the queue.
+   same with the broker in between: publish everything (signed and compressed, as agents do),
+   then time the real ingest worker draining the queue; and --workers worker processes
+   draining it together.
 4. The plain Django ORM path for the same messages: decode, build CardSample and
    ProcessSample instances, bulk_create them in the same groups (no status, no events: the
    ORM path does less work than the real one).
@@ -50,6 +51,7 @@ from inventory.models import (  # noqa: E402
     ServedModel,
 )
 from inventory.telemetry import signing  # noqa: E402
+from inventory.telemetry.compression import BATCH_COMPRESSION  # noqa: E402
 from inventory.timeseries import partitions, rollups, samples  # noqa: E402
 from inventory.timeseries.ingest_worker import IngestWorker  # noqa: E402
 
@@ -150,25 +152,69 @@ def ingest_path(wire: list[tuple[bytes, str]], group: int) -> float:
     return time.perf_counter() - started
 
 
+def _publish_all(conn, wire: list[tuple[bytes, str]]) -> None:
+    """Everything on the ingest queue first, as the agents publish it: signed, compressed."""
+    from inventory.agent.transport import INGEST_QUEUE
+
+    channel = conn.channel()
+    INGEST_QUEUE(channel).declare()
+    INGEST_QUEUE(channel).purge()
+    producer = conn.Producer()
+    for body, signature in wire:
+        producer.publish(body, content_type="application/json", content_encoding="utf-8",
+                         headers={signing.HEADER: signature}, compression=BATCH_COMPRESSION,
+                         exchange=INGEST_QUEUE.exchange,
+                         routing_key=INGEST_QUEUE.routing_key, delivery_mode=2)  # fmt: skip
+
+
 def broker_path(url: str, wire: list[tuple[bytes, str]], group: int) -> float:
     from kombu import Connection
 
-    from inventory.agent.transport import INGEST_QUEUE
-
     with Connection(url) as conn:
-        channel = conn.channel()
-        INGEST_QUEUE(channel).declare()
-        INGEST_QUEUE(channel).purge()
-        producer = conn.Producer()
-        for body, signature in wire:
-            producer.publish(body, content_type="application/json", content_encoding="utf-8",
-                             headers={signing.HEADER: signature},
-                             exchange=INGEST_QUEUE.exchange,
-                             routing_key=INGEST_QUEUE.routing_key, delivery_mode=2)  # fmt: skip
+        _publish_all(conn, wire)
         worker = _UntilWritten(conn, len(wire), max_group=group, max_wait_s=0.05)
         started = time.perf_counter()
         worker.run(safety_interval=0.05)
         return time.perf_counter() - started
+
+
+def _consume(url: str, group: int) -> None:
+    from kombu import Connection
+
+    connection.close()  # a connection of this process's own
+    with Connection(url) as conn:
+        IngestWorker(conn, max_group=group, max_wait_s=0.05).run(safety_interval=0.05)
+
+
+def broker_path_parallel(url: str, wire: list[tuple[bytes, str]], group: int, n: int) -> float:
+    """`n` ingest worker processes draining the queue together, as a deployment runs them:
+    the wall time until the database holds every batch."""
+    import multiprocessing
+
+    from kombu import Connection
+
+    from inventory.models import IngestedBatch
+
+    with Connection(url) as conn:
+        _publish_all(conn, wire)
+    before = IngestedBatch.objects.count()
+    connection.close()
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_consume, args=(url, group)) for _ in range(n)]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    try:
+        deadline = time.monotonic() + 600
+        while IngestedBatch.objects.count() < before + len(wire):
+            if time.monotonic() > deadline:
+                raise RuntimeError("parallel broker path did not finish in 10 minutes")
+            time.sleep(0.02)
+        return time.perf_counter() - started
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.join()
 
 
 def _without_credentials(url: str) -> str:
@@ -320,17 +366,19 @@ def main() -> None:
     default_broker = (
         [os.environ["CELERY_BROKER_URL"]] if os.environ.get("CELERY_BROKER_URL") else []
     )
-    brokers = [
-        {
+    brokers = []
+    for url in args.broker or default_broker:
+        seconds = broker_path(url, wire_batches(fleet, args.intervals, now - 5400), args.group)
+        together = broker_path_parallel(
+            url, wire_batches(fleet, args.intervals, now - 4800), args.group, args.workers
+        )
+        brokers.append({
             "broker": _without_credentials(url),
             "seconds": seconds,
             "rows_per_s": process_rows / seconds,
-        }
-        for url in args.broker or default_broker
-        for seconds in [
-            broker_path(url, wire_batches(fleet, args.intervals, now - 5400), args.group)
-        ]
-    ]
+            "workers": args.workers,
+            "parallel_rows_per_s": process_rows / together,
+        })  # fmt: skip
     orm_s = orm_path(wire_batches(fleet, args.intervals, now - 3600), fleet)
     raw_copy_s = raw_copy_path(wire_batches(fleet, args.intervals, now - 3000), fleet)
     # Several workers at once, one per core, as a deployment runs them: each takes every
@@ -369,7 +417,8 @@ def main() -> None:
           f"(refresh {refresh_s:.2f} s)")  # fmt: skip
     for broker in brokers:
         print(f"  through {broker['broker']}: {broker['rows_per_s']:,.0f} process rows/s "
-              f"({broker['seconds']:.2f} s)")  # fmt: skip
+              f"({broker['seconds']:.2f} s); {broker['workers']} workers at once "
+              f"{broker['parallel_rows_per_s']:,.0f}")  # fmt: skip
     print(f"  ORM bulk_create    {report['orm_bulk_create_rows_per_s']:>10,.0f} process rows/s "
           f"({orm_s:.2f} s)")  # fmt: skip
     print(f"  real path / ORM    {report['speedup_vs_orm']:.1f}x")

@@ -225,6 +225,59 @@ def median_ms(client: Client, urls: list[str], repeats: int) -> tuple[float, int
     return statistics.median(times), size
 
 
+def median_post_ms(client: Client, url: str, bodies: list[dict], repeats: int):
+    client.post(url, bodies[0])  # warm
+    times, size = [], 0
+    for attempt in range(repeats):
+        started = time.perf_counter()
+        response = client.post(url, bodies[attempt % len(bodies)])
+        times.append((time.perf_counter() - started) * 1000)
+        if response.status_code != 200 or "whatif-gate-memory" not in response.json()["whatif"]:
+            raise RuntimeError(f"{url}: HTTP {response.status_code}, no dry run")
+        size = max(size, len(response.content))
+    return statistics.median(times), size
+
+
+def time_previews(timed: list[str], repeats: int = 9) -> dict[str, tuple[float, int]]:
+    """The guided form's what-if (the four gates run dry, the placement drawn before and
+    after) for a newcomer on an 8-card host with 30 days of history: on a card the author
+    picks, and with the solver choosing among the host's cards."""
+    author, _ = get_user_model().objects.get_or_create(username="bench-author")
+    author.groups.add(Group.objects.get(name="oncall"))
+    client = Client()
+    client.force_login(author)
+    newcomer, _ = ServedModel.objects.get_or_create(
+        name="bench-newcomer",
+        defaults={"weights_bytes": 6 * GIB, "num_layers": 32, "num_kv_heads": 8,
+                  "head_dim": 128, "kv_dtype": "bf16", "p99_latency_slo_ms": 800},
+    )  # fmt: skip
+    last_card = {
+        h.name: h.gpus.get(index=CARDS - 1).pk for h in Host.objects.filter(name__in=timed)
+    }
+
+    def body(host: str, **overrides) -> dict:
+        return {
+            "action": "add", "served_model": newcomer.pk, "host": host,
+            "gpus": [last_card[host]], "card_count": 1, "isolation_mode": "time_slicing",
+            "mps_acknowledged": "on", "kv_tokens_per_request": 4096,
+            "expected_p95_concurrency": 10, "kv_reservation_basis": "p95",
+            "admission_policy": "queue", "canary_share_pct": 10, "rollout_steps": 3,
+        } | overrides  # fmt: skip
+
+    url = "/proposals/new/preview/"
+    return {
+        "what-if preview, 8-card host": median_post_ms(
+            client, url, [body(h) for h in timed], repeats
+        ),
+        "what-if preview, solver chooses": median_post_ms(
+            client,
+            url,
+            [body(h, gpus=[], let_solver_choose="on", card_count=2) for h in timed],
+            repeats,
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=1000)
@@ -245,6 +298,7 @@ def main() -> None:
     figures = {"hosts": args.hosts, "cards": args.hosts * CARDS, "generation_s": generation}
     pages = {
         "fleet board /": ["/"],
+        "fleet board refresh (page 1)": ["/?partial=1"],
         "host page /hosts/<name>/": [f"/hosts/{name}/" for name in timed],
         "host charts 24h (JSON)": [f"/hosts/{name}/charts/?window=24h" for name in timed],
         "host charts 30d (JSON)": [f"/hosts/{name}/charts/?window=30d" for name in timed],
@@ -253,6 +307,9 @@ def main() -> None:
     }
     for label, urls in pages.items():
         median, size = median_ms(client, urls, args.requests)
+        figures[label] = {"median_ms": round(median, 1), "bytes": size}
+        print(f"  {label:28} median {median:7.1f} ms  {size:>9,} bytes", flush=True)
+    for label, (median, size) in time_previews(timed).items():
         figures[label] = {"median_ms": round(median, 1), "bytes": size}
         print(f"  {label:28} median {median:7.1f} ms  {size:>9,} bytes", flush=True)
     if args.json:

@@ -50,6 +50,7 @@ import tempfile
 import time
 import uuid
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,6 +262,16 @@ def hostile_batches(template: dict) -> list[tuple[str, bytes]]:
         ("empty body", b""),
     ]
     return messages
+
+
+# Messages whose envelope is the hostile part: kind -> (body, headers).
+BOMB = zlib.compress(b" " * (64 * 1024 * 1024))  # 64 MiB out of about 64 KiB
+HOSTILE_ENVELOPES = {
+    "zip bomb (64 MiB)": (BOMB, {"compression": "application/x-gzip"}),
+    "unknown compression": (BOMB, {"compression": "application/x-brotli"}),
+}
+# Pushed onto the queue's list by hand: not a kombu message at all.
+NOT_KOMBU = "pushed onto the ingest list by hand"
 
 
 @dataclass
@@ -499,6 +510,16 @@ class Campaign:
             rounds = 0
             while time.monotonic() < deadline or rounds == 0:
                 messages = hostile_batches(template)
+                for kind, (body, headers) in HOSTILE_ENVELOPES.items():
+                    producer.publish(body, exchange=INGEST_QUEUE.exchange, headers=headers,
+                                     routing_key=INGEST_QUEUE.routing_key, declare=[INGEST_QUEUE],
+                                     content_type="application/json",
+                                     content_encoding="binary")  # fmt: skip
+                    self.hostile[kind] = self.hostile.get(kind, 0) + 1
+                    self.hostile_sent += 1
+                self.redis.command("LPUSH", INGEST_QUEUE.name, NOT_KOMBU)
+                self.hostile[NOT_KOMBU] = self.hostile.get(NOT_KOMBU, 0) + 1
+                self.hostile_sent += 1
                 for kind, body in messages:
                     if sampler := _claimed(body, "sampler_id"):
                         self.hostile_samplers[sampler] = kind

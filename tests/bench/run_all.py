@@ -38,11 +38,15 @@ BENCHES = {
     "pages": ["tests/bench/bench_pages.py"],
     "placement": ["tests/bench/bench_placement.py", "--limit", "10"],
     "faults": ["tests/bench/faults.py"],
+    "disk": ["tests/bench/bench_disk.py"],
+    "partition": ["tests/bench/bench_partition.py"],
+    "alerts": ["tests/bench/bench_alerts.py"],
 }
+BENCHES["operations"] = ["tests/bench/bench_operations.py"]
 # Half an hour of outages: only when asked for by name.
-ON_REQUEST = {"faults"}
+ON_REQUEST = {"faults", "partition"}
 # The benchmarks that start servers of their own and need no bench database.
-OWN_SERVERS = {"faults"}
+OWN_SERVERS = {"faults", "partition"}
 
 
 def bench_database(url: str) -> str:

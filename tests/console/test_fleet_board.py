@@ -1,13 +1,16 @@
 """The fleet board: one row per host with the figures on-call scan first."""
 
 import datetime as dt
+import re
+import uuid
 
 import pytest
 from django.utils import timezone
 
+from console.pagination import PAGE_SIZE
 from inventory.models import CollectorStatus, Event
 from tests.batches import GIB, write_history
-from tests.factories import DeploymentFactory, GpuFactory
+from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -51,3 +54,21 @@ def test_a_stale_collector_shows_as_stale(client_as, fleet):
     rows = {row.host.name: row for row in client_as("manager").get("/").context["rows"]}
     assert rows["busy"].collector["stale"]
     assert not rows["calm"].collector["stale"]
+
+
+def test_the_board_pages_on_the_server_with_problems_first(client_as):
+    hosts = [HostFactory(name=f"page-{i:03d}") for i in range(PAGE_SIZE + 5)]
+    for host in hosts:
+        GpuFactory(host=host, index=0)
+        CollectorStatus.objects.create(host=host, last_sample_at=timezone.now(),
+                                       last_batch_at=timezone.now())  # fmt: skip
+    troubled = hosts[-1]
+    Event.objects.create(host=troubled, kind=Event.Kind.OOM, at=timezone.now(), cause="true_peak",
+                         batch_id=uuid.uuid4(), position=0)  # fmt: skip
+    client = client_as("oncall")
+    first = client.get("/?partial=1&sort=name")
+    names = re.findall(r'<tr data-host="([^"]+)"', first.content.decode())
+    assert len(names) == PAGE_SIZE
+    assert names[0] == troubled.name  # a problem outranks the alphabet
+    second = client.get("/?partial=1&sort=name&page=2").content.decode()
+    assert len(re.findall(r"<tr data-host=", second)) == 5

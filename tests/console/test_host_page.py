@@ -104,3 +104,44 @@ def test_the_ledger_api_at_a_moment(client_as, mps_host):
     )
     assert future.status_code == 400
     assert "future" in str(future.json()["at"])
+
+
+def test_the_mps_groups_follow_the_live_daemon_state_across_every_card_it_spans(
+    client_as, mps_host
+):
+    from inventory.models import CollectorStatus
+
+    gpu0 = mps_host.gpus.get(index=0)
+    gpu1 = GpuFactory(host=mps_host, index=1, memory_total_bytes=80 * GIB)
+    chat, embedder = (
+        Deployment.objects.get(served_model__name=name) for name in ("small-chat", "embedder")
+    )
+    CollectorStatus.objects.update_or_create(
+        host=mps_host,
+        defaults={
+            "mps_seen_at": timezone.now(),
+            "mps_servers": [
+                {
+                    "server_pid": 900,
+                    "card_uuids": [gpu0.uuid, gpu1.uuid],
+                    "clients": [
+                        {"pid": 901, "deployment_id": str(chat.pk)},
+                        {"pid": 902, "deployment_id": str(embedder.pk)},
+                        {"pid": 903, "deployment_id": None},
+                    ],
+                }
+            ],
+        },
+    )
+    response = client_as("oncall").get(f"/hosts/{mps_host.name}/")
+    (group,) = response.context["mps_groups"]
+    assert group.live and group.server_pid == 900
+    assert group.card == f"{gpu0} + {gpu1}"
+    assert sorted(group.models) == ["embedder", "small-chat", "unmapped client"]
+    assert group.last_crash is not None
+    assert "MPS server PID 900" in response.content.decode()
+    CollectorStatus.objects.filter(host=mps_host).update(
+        mps_seen_at=timezone.now() - dt.timedelta(hours=1)
+    )
+    (declared,) = client_as("oncall").get(f"/hosts/{mps_host.name}/").context["mps_groups"]
+    assert not declared.live and sorted(declared.models) == ["embedder", "small-chat"]

@@ -11,6 +11,8 @@ from django.utils import timezone
 
 from console import catalogue
 from console.placement.solver import solve
+from console.preferences.models import Preference
+from console.preferences.services import do_set_time_zone
 from console.reason_text import render_in
 from console.reasons import Reason, register, render
 from inventory.analytics.oom_triage import triage_snapshot
@@ -115,7 +117,7 @@ def test_existing_rows_get_their_reason_from_the_stored_snapshot(oom_host):
     event.cause_explanation = triage_snapshot(TRUE_PEAK_SNAPSHOT, 101).explanation
     event.save()
     migration = importlib.import_module(
-        "inventory.migrations.0012_oom_cause_reason_and_verbose_names"
+        "inventory.migrations.0018_oom_cause_reason_and_verbose_names"
     )
     migration.structure_stored_explanations(django_apps, None)
     event.refresh_from_db()
@@ -197,16 +199,17 @@ def test_the_catalogues_in_the_checkout_are_complete():
 
 
 @pytest.mark.django_db
-def test_dates_follow_the_browsers_time_zone(client_as, oom_host):
+def test_chinese_pages_show_dates_in_the_users_profile_time_zone(client_as, personas, oom_host):
     client = client_as("oncall")
     event = Event.objects.get(host=oom_host)
+    page = client.get(f"/hosts/{oom_host.name}/", **ZH).content.decode()  # no zone yet: TIME_ZONE
+    assert timezone.localtime(event.at, dt.UTC).strftime("%m-%d %H:%M") in page
+    do_set_time_zone(
+        acting_user=personas["oncall"], time_zone="Asia/Shanghai", source=Preference.Source.CHOSEN
+    )
     shanghai = timezone.localtime(event.at, dt.timezone(dt.timedelta(hours=8)))
-    client.cookies["console_timezone"] = "Asia/Shanghai"
     page = client.get(f"/hosts/{oom_host.name}/", **ZH).content.decode()
     assert shanghai.strftime("%m-%d %H:%M") in page
-    client.cookies["console_timezone"] = "Not/AZone"  # unknown: the server's TIME_ZONE
-    page = client.get(f"/hosts/{oom_host.name}/", **ZH).content.decode()
-    assert timezone.localtime(event.at, dt.UTC).strftime("%m-%d %H:%M") in page
 
 
 def test_unmarked_template_text_is_listed(tmp_path):

@@ -11,7 +11,9 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from inventory.models import DeadLetter, Event, Host
+from tests.alerts import support as alert_support
 from tests.factories import DeploymentFactory, GpuFactory
+from tests.operations import support as operations_support
 from tests.proposals import support as proposal_support
 
 PERSONAS = ("anonymous", "outsider", "oncall", "approver", "manager")
@@ -153,7 +155,94 @@ PROPOSAL_ROWS = [
         "get",
         {**_readers(), "anonymous": 401},
     ),
+    Row(
+        "proposal-preview",
+        lambda o: "/proposals/new/preview/",
+        "post",
+        _editors(200),
+        lambda o: proposal_support.form_data(o["host"], o["model"]),
+    ),
+    Row(
+        "proposal-preview-edit",
+        lambda o: f"/proposals/{o['draft'].pk}/edit/preview/",
+        "post",
+        _author_only(200),
+        lambda o: proposal_support.form_data(o["draft"]),
+    ),
+    Row("proposal-host-search", lambda o: "/proposals/new/hosts/?q=a", "get", _editors(200)),
+    Row(
+        "proposal-status",
+        lambda o: f"/proposals/{o['ready'].pk}/status/",
+        "get",
+        _readers(outsider=404),
+    ),
+    Row("profile", lambda o: "/accounts/profile/", "get", {**_everyone(200), "anonymous": LOGIN}),
+    Row("proposal-export", lambda o: "/proposals/export.csv", "get", _readers()),
+    Row(
+        "profile",
+        lambda o: "/accounts/profile/",
+        "post",
+        {**_everyone(302), "anonymous": LOGIN},
+        lambda o: {"time_zone": "Europe/Berlin"},
+    ),
+    Row(
+        "profile-browser-time-zone",
+        lambda o: "/accounts/profile/time-zone/",
+        "post",
+        {**_everyone(200), "anonymous": LOGIN},
+        lambda o: {"time_zone": "Asia/Tokyo"},
+    ),
 ]
+
+
+def _approvers_only(ok):
+    """Alert rules: approvers edit them; on-call and managers read them."""
+    return {**_editors(403, outsider=404), "approver": ok}
+
+
+ALERT_ROWS = [
+    Row("alert-list", lambda o: "/alerts/", "get", _readers()),
+    Row("alert-detail", lambda o: f"/alerts/{o['alert'].pk}/", "get", _readers(outsider=404)),
+    Row(
+        "alert-acknowledge",
+        lambda o: f"/alerts/{o['alert'].pk}/acknowledge/",
+        "post",
+        _editors(302, outsider=404),
+        lambda o: {"comment": "on it"},
+    ),
+    Row("alert-silence-create", lambda o: "/alerts/silences/new/", "get", _editors(200)),
+    Row(
+        "alert-silence-create",
+        lambda o: "/alerts/silences/new/",
+        "post",
+        _editors(302),
+        lambda o: {"matchers": f"Hostname={o['host'].name}", "minutes": "30", "comment": "x"},
+    ),
+    Row(
+        "alert-silence-end",
+        lambda o: f"/alerts/silences/{o['silence'].pk}/end/",
+        "post",
+        _editors(302, outsider=404),
+    ),
+    Row("alert-rule-list", lambda o: "/alerts/rules/", "get", _readers()),
+    Row(
+        "alert-rule-edit",
+        lambda o: f"/alerts/rules/{o['alert_rule'].slug}/edit/",
+        "get",
+        _approvers_only(200),
+    ),
+    Row(
+        "alert-rule-edit",
+        lambda o: f"/alerts/rules/{o['alert_rule'].slug}/edit/",
+        "post",
+        _approvers_only(302),
+        alert_support.rule_form,
+    ),
+    Row(
+        "api-alerts", lambda o: "/api/alerts/?state=firing", "get", {**_readers(), "anonymous": 401}
+    ),
+]
+
 
 MATRIX = [
     Row("fleet", lambda o: "/", "get", _readers()),
@@ -182,6 +271,10 @@ MATRIX = [
     Row("oom-history", lambda o: "/oom/", "get", _readers()),
     Row("oom-export", lambda o: "/oom/export.csv", "get", _readers()),
     Row("audit-list", lambda o: "/audit/", "get", _readers()),
+    Row("audit-export", lambda o: "/audit/export.csv", "get", _readers()),
+    Row("fleet-export", lambda o: "/export.csv", "get", _readers()),
+    Row("demo-history-progress", lambda o: "/demo/history-progress/", "get", _readers()),
+    Row("event-export", lambda o: "/events/export.csv", "get", _readers()),
     Row("runbook-list", lambda o: "/runbooks/", "get", _readers()),
     Row("runbook-create", lambda o: "/runbooks/new/", "get", _editors(200)),
     Row("runbook-create", lambda o: "/runbooks/new/", "post", _editors(302), _note_form),
@@ -275,6 +368,8 @@ MATRIX = [
     ),
     Row("javascript-catalog", lambda o: "/jsi18n/", "get", _everyone(200)),
     *PROPOSAL_ROWS,
+    *ALERT_ROWS,
+    *operations_support.rows(Row, _readers, _editors),
 ]
 
 
@@ -311,6 +406,8 @@ def objects(personas):
         "event": event,
         "letter": letter,
         **proposal_support.matrix_objects(personas, gpu.host),
+        **alert_support.matrix_objects(gpu.host),
+        **operations_support.matrix_objects(personas, gpu.host, deployment, gpu),
     }
 
 

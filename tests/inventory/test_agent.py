@@ -258,6 +258,17 @@ def test_polls_keep_to_their_grid_when_each_one_runs_late(simulated):
     assert polls == 60
 
 
+def test_batches_keep_to_the_flush_grid_when_each_poll_runs_late(simulated):
+    """A batch every 10 s however late each poll wakes: 125 polls of 1 s make 12 batches."""
+    simulator, clock = simulated
+    runtime = HostRuntime("infer-01", simulator.source_for(_plan("infer-01")), Sink())
+    runtime.apply_plan(_plan("infer-01"))
+    for n in range(125):
+        clock.t = runtime.next_poll + (0.05, 0.6, 0.3)[n % 3]  # each poll wakes late
+        runtime.tick()
+    assert len(runtime.outbox.pending()) == 12
+
+
 def test_a_stall_skips_the_polls_it_missed_rather_than_bursting_them(simulated):
     simulator, clock = simulated
     runtime = HostRuntime("infer-01", simulator.source_for(_plan("infer-01")), Sink())

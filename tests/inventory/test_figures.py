@@ -138,3 +138,67 @@ def test_the_p95_the_database_picks_is_the_percentile_of_all_the_minutes(minutes
     assert len(every_minute) == minutes
     picked = queries.running_percentile([deployment.pk], start, now, 95)
     assert picked == {deployment.pk: percentile(every_minute, 95)}
+
+
+MLA_V3 = {"num_layers": 61, "uses_mla": True, "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+LLAMA_70B = {"num_layers": 80, "num_kv_heads": 8, "head_dim": 128}
+
+
+@pytest.mark.parametrize(
+    ("shape", "cards", "pipeline", "share"),
+    [
+        # DeepSeek-V3 config.json: 61 layers, kv_lora_rank 512, qk_rope_head_dim 64. The MLA
+        # latent is whole on every TP rank (vLLM get_num_kv_heads: 1 under MLA).
+        (MLA_V3, 8, 1, 1),
+        # Meta-Llama-3-70B config.json: 80 layers, 8 KV heads of 128. TP=8: one head a card.
+        (LLAMA_70B, 8, 1, 1 / 8),
+        # TP=16 over 8 heads: each head on two cards, so still an eighth a card.
+        (LLAMA_70B, 16, 1, 1 / 8),
+        # TP=4 x PP=2 over 80 layers: 2 heads of 8 on each card, 40 of 80 layers.
+        (LLAMA_70B, 8, 2, 1 / 8),
+    ],
+)
+def test_kv_per_card_is_one_number_in_the_ledger_the_gate_the_advisor_and_metrics(
+    client, personas, shape, cards, pipeline, share
+):
+    from console.proposals.gate_checks import share_of
+    from inventory.analytics.kv_advisor import KvDemandSample, advise_kv_reservation
+    from inventory.reports.ledger import card_views
+
+    fields = {"num_kv_heads": None, "head_dim": None} | shape
+    model = ServedModelFactory(name="big", kv_dtype="bf16", weights_bytes=cards * GIB, **fields)
+    first = GpuFactory(host__name="tp-01", index=0, memory_total_bytes=141 * GIB)
+    gpus = [first] + [
+        GpuFactory(host=first.host, index=i, memory_total_bytes=141 * GIB) for i in range(1, cards)
+    ]
+    reservation = 64 * GIB
+    deployment = DeploymentFactory(
+        host=gpus[0].host, gpus=gpus, served_model=model, kv_reservation_bytes=reservation,
+        pipeline_parallel=pipeline,
+    )  # fmt: skip
+    expected = math.ceil(reservation * share)
+    assert deployment.kv_per_card().bytes == expected
+
+    for view in card_views(gpus[0].host):
+        kv = [line.bytes for line in view.ledger.lines if line.kind.value.startswith("kv_cache")]
+        assert kv == [expected]
+
+    advice = advise_kv_reservation(
+        "big", [KvDemandSample(0.0, 1.0)], current_reservation_bytes=reservation,
+        bytes_per_token=model.effective_kv_bytes_per_token, tokens_per_request=1,
+        shape=model.kv_shape(), tensor_parallel=deployment.tensor_parallel,
+        pipeline_parallel=pipeline,
+    )  # fmt: skip
+    assert advice.current_per_card_bytes == expected
+
+    metrics = _metrics(client, personas)
+    labels = (("basis", "shape"), ("deployment", str(deployment.pk)), ("host", "tp-01"),
+              ("model", "big"))  # fmt: skip
+    assert metrics[("gpu_console_kv_reservation_per_card_bytes", labels)] == expected
+
+    if pipeline == 1:  # a proposal states no pipeline stages
+        proposal = create_proposal(
+            personas["oncall"], host=gpus[0].host, gpus=gpus, model=model,
+            kv_reservation_bytes=reservation,
+        )  # fmt: skip
+        assert share_of(proposal, cards).kv_bytes == expected

@@ -138,3 +138,13 @@ def test_the_agent_process_messages_of_the_h200_run_decode_and_kept_the_peak(tmp
     )
     mapped = {row["deployment_id"] for batch in batches for row in batch["processes"]}
     assert mapped == {"gpu-check"}
+
+
+def test_without_a_gpu_every_check_is_skipped_with_its_reason(tmp_path, capsys, monkeypatch):
+    from inventory.agent import gpu_check, gpu_check_signals
+
+    monkeypatch.setattr(gpu_check_signals, "gpu_unavailable", lambda: "NVML sees no GPU")
+    report = tmp_path / "report.json"
+    assert gpu_check.main(["--signals", "--mps", "--json", str(report)]) == 0
+    assert "Every check skipped" in capsys.readouterr().out
+    assert json.loads(report.read_text()) == {"gpu": {"ok": None, "reason": "NVML sees no GPU"}}

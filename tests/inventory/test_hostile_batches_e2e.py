@@ -7,6 +7,7 @@ with it. A dead letter whose cause is fixed is replayed once.
 """
 
 import time
+import zlib
 
 import orjson
 import pytest
@@ -91,18 +92,20 @@ def worker(tmp_path):
     processes.stop()
 
 
-def _publish(connect, bodies, headers=None):
+def _publish(connect, bodies, headers=None, compression=None):
     with connect() as conn:
         # kombu's folder transport remembers, for the whole process, the queues an earlier
         # test declared in its own folder, and would route nothing in this one.
-        conn.transport.state.clear()
+        if hasattr(conn.transport, "state"):
+            conn.transport.state.clear()
         producer = conn.Producer()
         for body in bodies:
             producer.publish(
                 body,
                 content_type="application/json",
                 content_encoding="utf-8",
-                headers=headers or {},
+                headers=dict(headers or {}),
+                compression=compression,
                 exchange=INGEST_QUEUE.exchange,
                 routing_key=INGEST_QUEUE.routing_key,
                 declare=[INGEST_QUEUE],
@@ -122,6 +125,40 @@ def test_each_hostile_batch_is_a_dead_letter_alone_and_every_healthy_one_lands(w
     assert CardSample.objects.count() == len(healthy)
     expected = sorted(code.split(" ")[0] for code in hostile)
     assert sorted(DeadLetter.objects.values_list("reason_code", flat=True)) == expected
+
+
+def test_compressed_batches_land_and_a_bomb_or_an_unknown_compression_is_refused(worker):
+    processes, connect = worker
+    gpus = [GpuFactory() for _ in range(3)]
+    _publish(connect, [orjson.dumps(_healthy(gpu, 1)) for gpu in gpus], compression="zlib")
+    bomb = zlib.compress(b" " * (64 * 1024 * 1024))  # 64 MiB from about 64 KiB
+    _publish(connect, [bomb], headers={"compression": "application/x-gzip"})
+    _publish(connect, [bomb], headers={"compression": "application/x-brotli"})
+    _publish(connect, [orjson.dumps(_healthy(gpu, 2)) for gpu in gpus], compression="zlib")
+    logs = lambda: processes.log("ingest")[:3000]  # noqa: E731  (the bodies come last)
+    wait_for(lambda: DeadLetter.objects.count() >= 2, 90, "the dead letters", logs)
+    wait_for(lambda: CardSample.objects.count() == 6, 60, "every healthy batch", logs)
+    assert sorted(DeadLetter.objects.values_list("reason_code", flat=True)) == [
+        "undecodable",
+        "undecodable",
+    ]
+    assert any("more than" in r for r in DeadLetter.objects.values_list("reason", flat=True))
+
+
+def test_over_redis_what_is_not_a_kombu_message_is_kept_and_stalls_nothing(worker):
+    processes, connect = worker
+    with connect() as conn:
+        if conn.transport.driver_type != "redis":
+            pytest.skip("a raw list item exists only on Redis")
+        gpus = [GpuFactory() for _ in range(2)]
+        _publish(connect, [orjson.dumps(_healthy(gpus[0], 1))])
+        conn.default_channel.client.lpush(INGEST_QUEUE.name, b"pushed by hand, not by kombu")
+        _publish(connect, [orjson.dumps(_healthy(gpus[1], 1))])
+    logs = lambda: processes.log("ingest")[-4000:]  # noqa: E731
+    wait_for(lambda: CardSample.objects.count() == 2, 60, "both healthy batches", logs)
+    wait_for(lambda: DeadLetter.objects.exists(), 30, "the dead letter", logs)
+    (letter,) = DeadLetter.objects.all()
+    assert letter.reason_code == "undecodable" and "not a kombu message" in letter.reason
 
 
 def test_a_batch_that_breaks_the_database_takes_no_healthy_batch_with_it(worker):

@@ -161,6 +161,26 @@ def test_sequence_gaps_count_as_missing_batches(card):
     assert status.last_sample_at == dt.datetime.fromtimestamp(T0 + 6, tz=dt.UTC)
 
 
+def test_a_late_batch_of_a_gap_is_no_longer_missing(card):
+    sampler = "7d3f2c1e-0000-4000-8000-000000000003"
+    for seq in (1, 2, 5, 3, 3):  # 3 and 4 late; 3 redelivered once more
+        payload = batch(card.host, start=T0 + seq, end=T0 + seq + 1, seq=seq, sampler_id=sampler)
+        ingest_batch({**payload, "batch_id": f"00000000-0000-4000-8000-00000000000{seq}"})
+    status = CollectorStatus.objects.get(host=card.host)
+    assert (status.last_seq, status.missing_batches) == (5, 1)  # 4 is still missing
+
+
+def test_a_late_batch_of_the_agent_before_its_restart_does_not_take_the_status_back(card):
+    before, after = (f"7d3f2c1e-0000-4000-8000-00000000001{n}" for n in (1, 2))
+    ingest_batch(batch(card.host, start=T0, end=T0 + 10, seq=7, sampler_id=before))
+    ingest_batch(batch(card.host, start=T0 + 20, end=T0 + 30, seq=1, sampler_id=after))
+    ingest_batch(batch(card.host, start=T0 + 10, end=T0 + 20, seq=8, sampler_id=before))
+    ingest_batch(batch(card.host, start=T0 + 30, end=T0 + 40, seq=3, sampler_id=after))
+    status = CollectorStatus.objects.get(host=card.host)
+    assert (str(status.sampler_id), status.last_seq) == (after, 3)
+    assert status.missing_batches == 1  # seq 2 of the new sampler
+
+
 def test_an_event_keeps_the_cards_processes_at_that_moment(card):
     ingest_batch(
         batch(

@@ -201,6 +201,44 @@ def test_retries_back_off_up_to_a_minute():
     assert [ingest_worker.backoff(n) for n in (0, 1, 2, 5, 6, 30)] == [1, 2, 4, 32, 60, 60]
 
 
+def test_broker_reconnects_back_off_up_to_five_seconds():
+    assert [ingest_worker.reconnect_backoff(n) for n in (1, 2, 3, 4, 30)] == [1, 2, 4, 5, 5]
+
+
+@pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_over_redis_the_worker_outlives_a_broker_that_stays_away(caplog):
+    """Reconnects refused one after another (kombu's OperationalError) are waited out too."""
+    redis = PrivateRedis()
+    redis.start()
+    url = f"redis://127.0.0.1:{redis.port}/0"
+    gpu = GpuFactory()
+    publish = batch_publisher(lambda: Connection(url), lambda host: None)
+    worker = IngestWorker(Connection(url, connect_timeout=1), max_group=10, max_wait_s=0.05)
+    running = threading.Thread(target=worker.run, kwargs={"safety_interval": 0.05})
+    try:
+        running.start()
+        time.sleep(0.5)
+        redis.stop()
+        deadline = time.monotonic() + 20
+        while caplog.text.count("the broker is away") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert caplog.text.count("the broker is away") >= 2, "a second refusal came and went"
+        assert running.is_alive()
+        redis.start()
+        for _ in range(3):
+            publish(_healthy(gpu))
+        deadline = time.monotonic() + 20
+        while worker.written < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert worker.written == 3
+        assert CardSample.objects.count() == 3
+    finally:
+        worker.should_stop = True
+        running.join(10)
+        redis.stop()
+
+
 @pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_over_redis_a_group_is_taken_in_one_call_and_a_killed_workers_group_comes_back():

@@ -1,6 +1,7 @@
 """The host page's analyses, on histories written through the real ingest."""
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -17,6 +18,7 @@ from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
 
 pytestmark = pytest.mark.django_db
+MIB = 1024**2
 
 
 @pytest.fixture
@@ -96,6 +98,68 @@ def test_capacity_splits_allocated_demand_from_allocator_held_memory(shared_card
     assert capacity.fragmentation_status == "red"
 
 
+def test_capacity_counts_what_nvml_sees_outside_the_allocator_as_demand():
+    # The H200 check measured 518 MiB of CUDA context per process (docs/gpu-check.md): NVML
+    # per-process used minus the allocator's reserved pool.
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    chat = DeploymentFactory(host=gpu.host, gpus=[gpu])
+    start = (timezone.now() - dt.timedelta(hours=1)).timestamp()
+    write_history(gpu.host, [(gpu, chat)], start=start, minutes=30,
+                  demand=lambda minute, index: 30 * GIB, context=518 * MIB)  # fmt: skip
+    capacity = card_capacity(gpu)
+    assert capacity.context_p95[chat.pk] == 518 * MIB
+    assert capacity.context_estimated == frozenset()
+    assert capacity.demand_p95[chat.pk] == 30 * GIB + 518 * MIB
+    # Allocated + context + the 2 GiB pool held: all NVML showed as used, nothing twice.
+    assert capacity.joint_peak_bytes + capacity.allocator_held_peak_bytes == 32 * GIB + 518 * MIB
+    (view,) = card_views(gpu.host)
+    context = [line for line in view.ledger.lines if line.kind.value == "cuda_context"]
+    assert [(line.bytes, line.basis.value) for line in context] == [(518 * MIB, "measured")]
+
+
+def test_the_ledger_shows_the_engines_pool_in_use_and_the_policy_reservation_apart(client_as):
+    # vllm_metrics_live.txt (tests/fixtures/engines): llava-1.5-7b, whose language model has
+    # 32 layers and 32 KV heads of 128 in fp16 (2 x 32 x 32 x 128 x 2 = 512 KiB a token),
+    # reported num_gpu_blocks 6400 x block_size 16 at gpu_memory_utilization 0.92 and 31.4%
+    # usage: a pool of 102,400 tokens x 512 KiB = 50 GiB, 15.7 GiB of it in use.
+    from inventory.telemetry.engines import parse_vllm_metrics
+
+    reading = parse_vllm_metrics(
+        (Path(__file__).parents[1] / "fixtures/engines/vllm_metrics_live.txt").read_text()
+    )
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    llava = DeploymentFactory(
+        host=gpu.host, gpus=[gpu], kv_reservation_bytes=20 * GIB,
+        served_model=ServedModelFactory(name="llava", num_layers=32, num_kv_heads=32,
+                                        head_dim=128, kv_dtype="fp16", weights_bytes=14 * GIB),
+    )  # fmt: skip
+    start = (timezone.now() - dt.timedelta(minutes=10)).timestamp()
+    pool = {
+        "kv_pool_tokens": reading.kv_pool_tokens,
+        "kv_pool_bytes": reading.kv_pool_bytes,
+        "memory_fraction": reading.memory_fraction,
+    }
+    write_history(gpu.host, [(gpu, llava)], start=start, minutes=5,
+                  demand=lambda minute, index: 70 * GIB, running=lambda minute, index: 2.0,
+                  p99=lambda minute, index: 0.3, pool=pool)  # fmt: skip
+    (view,) = card_views(gpu.host)
+    ((name, figures),) = view.kv_pools
+    assert name == "llava"
+    assert figures.pool_bytes == 102_400 * 524_288 == 50 * GIB
+    assert figures.pool_source == "engine_blocks"
+    assert figures.reserved_by_policy_bytes == 20 * GIB
+    assert figures.memory_fraction == pytest.approx(0.92)
+    # tests.batches reports 50% usage: of the engine's 50 GiB, not of the 20 GiB reservation.
+    assert figures.in_use_bytes == 25 * GIB
+    kv = {line.kind.value: line for line in view.ledger.lines if line.kind.value.startswith("kv")}
+    assert kv["kv_cache_used"].bytes == 25 * GIB
+    assert kv["kv_cache_reserved_unused"].bytes == 25 * GIB
+    assert kv["kv_cache_used"].basis.value == "measured"
+    page = client_as("oncall").get(f"/hosts/{gpu.host.name}/")
+    assert page.context["kv_pools"] == [(gpu, "llava", figures)]
+    assert 'id="kv-pools"' in page.content.decode()
+
+
 def test_the_ledger_sums_to_the_card_and_reads_red_by_fragmentation(shared_card):
     gpu, _chat, _ = shared_card
     (view,) = card_views(gpu.host)
@@ -138,3 +202,63 @@ def test_the_fleet_row_reports_headroom_of_the_best_card_and_problems(shared_car
     assert row.fragmentation_status == "red"
     assert row.p99_status == "red"  # 1.6 s against an 800 ms SLO
     assert row.problems
+
+
+def test_a_mig_gpu_instance_has_one_ledger_for_its_compute_instances(client_as):
+    # The H200 MIG capture's layout: 1c.3g.71gb and 2c.3g.71gb in one 3g.71gb GPU instance
+    # (71,424 MiB). NVML reports the instance's memory on both devices; it is counted once.
+    import time
+
+    from inventory.models import Gpu
+    from inventory.timeseries.ingest import ingest_batches
+    from tests.batches import batch, card_row, process_row
+    from tests.factories import MigSliceFactory
+
+    gpu = GpuFactory(index=0, product_name="NVIDIA H200", memory_total_bytes=143771 * MIB,
+                     mig_mode=Gpu.MigMode.ENABLED)  # fmt: skip
+    devices = [
+        MigSliceFactory(gpu=gpu, profile_name=name, start_slot=0, size_slots=4,
+                        memory_bytes=71424 * MIB, gpu_instance_id=2, compute_instance_id=ci,
+                        uuid=f"MIG-0000000{ci}-0000-0000-0000-000000000000")
+        for ci, name in enumerate(("1c.3g.71gb", "2c.3g.71gb"))
+    ]  # fmt: skip
+    chat, code = (
+        DeploymentFactory(host=gpu.host, isolation_mode=Deployment.Isolation.MIG,
+                          mig_slice=device, served_model=ServedModelFactory(name=name),
+                          kv_reservation_bytes=0, kv_reservation_basis=Deployment.KvBasis.NONE)
+        for device, name in zip(devices, ("chat", "code"), strict=True)
+    )  # fmt: skip
+    now = time.time()
+    card = card_row(gpu, used_max=20 * GIB, used_last=20 * GIB, total=143771 * MIB)
+    mig_rows = [
+        {"card_index": 0, "card_uuid": gpu.uuid, "uuid": device.uuid, "gpu_instance_id": 2,
+         "compute_instance_id": device.compute_instance_id, "profile": device.profile_name,
+         "total_bytes": 71424 * MIB, "used_bytes_max": 18 * GIB, "used_bytes_last": 18 * GIB,
+         "free_bytes_min": 71424 * MIB - 18 * GIB, "free_bytes_last": 71424 * MIB - 18 * GIB}
+        for device in devices
+    ]  # fmt: skip
+    processes = []
+    for pid, (device, deployment, held) in enumerate(
+        [(devices[0], chat, 10 * GIB), (devices[1], code, 8 * GIB)], start=100
+    ):
+        row = process_row(gpu, pid, used_max=held, used_last=held, deployment=deployment)
+        row.update(mig_device_uuid=device.uuid, gpu_instance_id=2,
+                   compute_instance_id=device.compute_instance_id)  # fmt: skip
+        processes.append(row)
+    payload = batch(gpu.host, start=now - 60, end=now, cards=[card], processes=processes)
+    payload["mig_devices"] = mig_rows
+    ingest_batches([payload])
+
+    from inventory.reports.ledger import mig_instance_views
+
+    (view,) = mig_instance_views(gpu.host)
+    assert view.label == f"{gpu} GI 3g.71gb@0"
+    assert view.ledger.total_bytes == 71424 * MIB
+    assert sum(line.bytes for line in view.ledger.lines) == 71424 * MIB
+    assert {line.deployment for line in view.ledger.lines if line.deployment} == {"chat", "code"}
+    # Measured: both compute instances' processes, as NVML reported them.
+    assert {line.pid for line in view.ledger.lines if line.pid} == {100, 101}
+    assert view.ledger.free_bytes == 71424 * MIB - 18 * GIB
+    page = client_as("oncall").get(f"/hosts/{gpu.host.name}/")
+    cards = [card["card"] for card in page.context["ledger_data"]]
+    assert cards == [view.label]  # the instance, not the whole card twice over

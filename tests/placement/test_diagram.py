@@ -65,5 +65,67 @@ def test_the_inventory_uses_estimates_until_the_collector_has_measured():
                       served_model__weights_bytes=16 * 1024**3)  # fmt: skip
     request, answer = current_placement(gpu.host)
     (model,) = request["models"]
-    assert model["memory_mib"] == (16 + 8 + 2) * 1024  # weights + KV + workspace allowance
+    # weights + KV + the CUDA context (518 MiB, the H200's measurement as an estimate) +
+    # workspace allowance
+    assert model["memory_mib"] == (16 + 8 + 2) * 1024 + 518
     assert answer["cards"][0]["used_mib"] == model["memory_mib"]
+
+
+def _mig_card(product_name: str, total_mib: int, slices: list[tuple[str, int, int, int]]):
+    """A MIG card and its instances: (profile, start slot, slots, memory MiB)."""
+    gpu = GpuFactory(
+        product_name=product_name,
+        memory_total_bytes=total_mib * 1024**2,
+        mig_mode=Gpu.MigMode.ENABLED,
+    )
+    for profile, start, size, mib in slices:
+        MigSliceFactory(gpu=gpu, profile_name=profile, start_slot=start, size_slots=size,
+                        memory_bytes=mib * 1024**2)  # fmt: skip
+    return gpu
+
+
+@pytest.mark.django_db
+def test_a_b200_mig_card_renders_on_the_host_page(client_as):
+    # MIG user guide: B200 profiles 1g.23gb ... 7g.180gb on the 8-slot geometry of H100/H200.
+    gpu = _mig_card("NVIDIA B200", 183359, [("3g.90gb", 0, 4, 89600), ("2g.45gb", 4, 2, 44800)])
+    DeploymentFactory(
+        host=gpu.host,
+        isolation_mode=Deployment.Isolation.MIG,
+        mig_slice=gpu.mig_slices.get(start_slot=0),
+        served_model__name="llama",
+    )
+    page = client_as("oncall").get(f"/hosts/{gpu.host.name}/")
+    assert page.status_code == 200
+    (column,) = page.context["placement"].columns
+    assert column.note == ""  # catalogued
+    assert len(column.slot_lines) == 7  # eight memory slots
+    assert "llama (3g.90gb)" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_an_uncatalogued_mig_card_shows_nvmls_own_slices_instead_of_failing(client_as):
+    # The 144 GB GH200 is not in the guide's tables the catalogue was built from.
+    gpu = _mig_card("NVIDIA GH200 144G HBM3e", 146432, [("1g.18gb", 0, 1, 16896),
+                                                       ("3g.72gb", 4, 4, 72192)])  # fmt: skip
+    page = client_as("oncall").get(f"/hosts/{gpu.host.name}/")
+    assert page.status_code == 200
+    (column,) = page.context["placement"].columns
+    assert column.note == "mig_not_catalogued"
+    blocks = {block.label: block for block in column.blocks}
+    assert blocks["unused (3g.72gb)"].mib == 72192
+    assert "MIG card type not catalogued" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_host_page_shows_sibling_compute_instances_as_one_gpu_instance(client_as):
+    # 1c.3g.71gb + 2c.3g.71gb: two NVML devices, one 69.75 GiB GPU instance (not two).
+    gpu = _mig_card("NVIDIA H200", 143771, [])
+    for ci, name in enumerate(("1c.3g.71gb", "2c.3g.71gb")):
+        MigSliceFactory(gpu=gpu, profile_name=name, start_slot=0, size_slots=4,
+                        memory_bytes=71424 * 1024**2, gpu_instance_id=1,
+                        compute_instance_id=ci)  # fmt: skip
+    page = client_as("oncall").get(f"/hosts/{gpu.host.name}/")
+    (instance,) = page.context["gpu_instances"][gpu.pk]
+    assert (instance.profile, instance.memory_bytes) == ("3g.71gb", 71424 * 1024**2)
+    assert [ci.profile_name for ci in instance.compute_instances] == ["1c.3g.71gb", "2c.3g.71gb"]
+    assert "shared by 1c.3g.71gb + 2c.3g.71gb" in page.content.decode()

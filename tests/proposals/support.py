@@ -1,6 +1,7 @@
 """Builders for proposal tests: the 3 x A100 seed host, proposals in any state."""
 
 import json
+import math
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -63,6 +64,7 @@ def seed_host() -> Host:
         )
     answer = solve(seed)
     sizes = {model["name"]: model["memory_mib"] * MIB for model in seed["models"]}
+    started: set[str] = set()
     for assignment in answer["assignments"]:
         model = ServedModelFactory(
             name=assignment["model"],
@@ -76,7 +78,12 @@ def seed_host() -> Host:
             kv_reservation_basis=Deployment.KvBasis.P95,
             kv_tokens_per_request=2048,
             admission_policy=Deployment.Admission.QUEUE,
+            # vLLM told to take its own size of the card, and started after the card's
+            # first engine: the engine-settings gate's sound configuration.
+            engine_memory_fraction=math.ceil(100 * sizes[assignment["model"]] / (80 * GIB)) / 100,
+            staggered_start=bool(started & set(assignment["gpus"])),
         )
+        started.update(assignment["gpus"])
         deployment.gpus.set([gpus[card] for card in assignment["gpus"]])
     return host
 

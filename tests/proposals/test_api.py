@@ -83,6 +83,22 @@ def test_bad_input_answers_400_with_the_reason_per_field(personas):
     assert not Proposal.objects.exists()
 
 
+def test_the_engine_settings_travel_with_the_proposal(personas):
+    gpu, model = GpuFactory(), ServedModelFactory()
+    client = token_client(personas["oncall"])
+    settings = {"engine_memory_fraction": 0.45, "engine_version": "0.28.0", "staggered_start": True}
+    response = client.post("/api/proposals/", body(gpu, model, **settings), format="json")
+    assert response.status_code == 201, response.json()
+    proposal = Proposal.objects.get()
+    assert (proposal.engine_memory_fraction, proposal.engine_version) == (0.45, "0.28.0")
+    assert proposal.staggered_start
+    response = client.post(
+        "/api/proposals/", body(gpu, model, engine_memory_fraction=1.5), format="json"
+    )
+    assert response.status_code == 400
+    assert "engine_memory_fraction" in response.json()
+
+
 def test_a_manager_reads_but_may_not_propose(personas):
     gpu, model = GpuFactory(), ServedModelFactory()
     client = token_client(personas["manager"])
@@ -98,7 +114,13 @@ def test_the_status_lists_the_gates_of_the_current_revision(personas):
     assert response.status_code == 200
     data = response.json()
     assert data["state"] == "ready_for_approval"
-    assert [gate["gate"] for gate in data["gates"]] == ["memory", "kv", "isolation", "load_test"]
+    assert [gate["gate"] for gate in data["gates"]] == [
+        "memory",
+        "kv",
+        "isolation",
+        "load_test",
+        "engine_settings",
+    ]
     assert data["gates"][1]["status"] == "pass"
     assert data["gates"][0]["runbook_url"].endswith("/runbooks/before-adding-a-model/")
     assert data["decisions"] == []

@@ -70,10 +70,15 @@ def test_a_proposal_through_the_worker_to_the_inventory(worker, personas):
         personas["oncall"],
         host=host,
         gpus=[card],
-        model=ServedModelFactory(name="phi-3-mini", weights_bytes=6 * GIB),
+        # 5 GiB of weights: the card's three co-tenants and this one each hold a CUDA context
+        # too (518 MiB), so 6 GiB would leave the card 0.02 GiB short.
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=5 * GIB),
         isolation_mode=Deployment.Isolation.TIME_SLICING,
         mps_acknowledged=True,
         expected_request_rate=3.0,
+        # 5 + 6 GiB + context + workspace of 80 GiB, started after its neighbours.
+        engine_memory_fraction=0.17,
+        staggered_start=True,
     )
     run, files = _combined_test()
     services.do_attach_load_test(proposal, acting_user=personas["oncall"], run=run, files=files)

@@ -114,3 +114,26 @@ def test_interference_on_the_target_card_comes_from_the_host_analysis(personas, 
     assert [f["deployment"] for f in outcome.numbers["interference"]] == [
         f"{neighbour.served_model.name} #{neighbour.pk}"
     ]
+
+
+def test_sharing_one_mig_compute_instance_needs_the_acknowledgement():
+    # MPS or time-slicing inside a MIG instance is sharing again: one fault domain, one SM set.
+    request = IsolationRequest("m", "mig", (), (), instance_cotenants=("chat",))
+    outcome = evaluate_isolation(request)
+    assert outcome.status is GateStatus.FAIL
+    assert outcome.runbook_slug == "mps-not-hard-isolation"
+    assert "chat already run on this MIG compute instance" in outcome.summary
+    acknowledged = evaluate_isolation(
+        IsolationRequest("m", "mig", (), (), "oncall", "2026-12-01T10:00+00:00", ("chat",))
+    )
+    assert acknowledged.status is GateStatus.PASS
+    assert "chat share the MIG compute instance" in acknowledged.summary
+
+
+def test_sibling_compute_instances_are_named_as_sharing_the_gpu_instances_memory():
+    outcome = evaluate_isolation(
+        IsolationRequest("m", "mig", (), (), gpu_instance_siblings=("embed",))
+    )
+    assert outcome.status is GateStatus.PASS
+    assert "embed on sibling compute instances share the GPU instance's memory" in outcome.summary
+    assert outcome.numbers["gpu_instance_siblings"] == ["embed"]

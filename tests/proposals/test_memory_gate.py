@@ -13,12 +13,22 @@ from console.proposals.gates.memory import (
     evaluate_memory,
 )
 from console.proposals.services import do_record_gate_results, do_start_checks, do_submit
+from inventory.analytics.context import cuda_context_estimate
+from inventory.analytics.kv import KvShape, kv_reservation_per_card
+from inventory.analytics.units import format_gib
 from inventory.models import Deployment, Event, Gpu
 from inventory.reports.capacity import CardCapacity
-from tests.factories import GIB, ServedModelFactory
+from tests.factories import (
+    GIB,
+    DeploymentFactory,
+    GpuFactory,
+    MigSliceFactory,
+    ServedModelFactory,
+)
 from tests.proposals.support import create_proposal, seed_host
 
 HEADROOM = 4 * GIB
+CONTEXT = 518 * 1024**2
 
 
 def card(name="h:0", *, tenants=(), frag=0, status="green", total=80 * GIB, reserved=0):
@@ -65,17 +75,36 @@ def test_red_fragmentation_fails_a_card_whose_totals_fit():
     row = outcome.numbers["cards"][0]
     assert row["fits"] is True
     assert outcome.status is GateStatus.FAIL
-    assert "fragmentation is red" in outcome.summary
+    assert "fragmentation stayed red" in outcome.summary
     assert outcome.runbook_slug == "defragment-off-peak-reload"
 
 
-def test_a_multi_card_share_divides_weights_and_kv_but_not_the_workspace():
-    share = Share.per_card(140 * GIB, 20 * GIB, 2 * GIB, 2)
+def test_a_multi_card_share_divides_weights_but_not_kv_context_or_workspace():
+    # The KV comes per card already (kv_reservation_per_card: an MLA latent is whole on every
+    # card); the CUDA context is one process's on each card.
+    kv = kv_reservation_per_card(20 * GIB, None, 2)
+    share = Share.per_card(140 * GIB, kv, 2 * GIB, 2, cuda_context_estimate("NVIDIA H200"))
     assert (share.weights_bytes, share.kv_bytes, share.workspace_bytes) == (
         70 * GIB,
         10 * GIB,
         2 * GIB,
     )
+    assert share.context_bytes == 518 * 1024**2
+    assert share.total_bytes == 82 * GIB + 518 * 1024**2
+    assert share.kv_how == "even_split"
+
+
+def test_an_mla_model_at_tp8_needs_its_whole_reservation_on_each_card():
+    # DeepSeek-V3 (config.json: 61 layers, kv_lora_rank 512, qk_rope_head_dim 64).
+    shape = KvShape(61, 128, 128, "bf16", mla=True, kv_lora_rank=512, qk_rope_head_dim=64)
+    kv = kv_reservation_per_card(40 * GIB, shape, 8)
+    share = Share.per_card(8 * 80 * GIB, kv, 2 * GIB, 8)
+    target = card(total=141 * GIB)
+    outcome = evaluate_memory(MemoryRequest("dsv3", share, HEADROOM, (target,), (target,)))
+    row = outcome.numbers["cards"][0]
+    # 80 GiB weights + 40 GiB KV (not 5) + 2 GiB + 4 GiB headroom = 126 GiB of 141 GiB.
+    assert row["kv_bytes"] == 40 * GIB
+    assert row["need_bytes"] == 126 * GIB
 
 
 def test_capacity_never_adds_across_cards():
@@ -93,7 +122,7 @@ def test_capacity_never_adds_across_cards():
 @pytest.mark.django_db
 def test_the_seed_host_refuses_a_model_that_fits_its_total_but_no_card(personas):
     host = seed_host()
-    # 66 + 10 + 2 = 78 GiB a card: under the host's 93 GiB free after headroom, over any card.
+    # 66 + 10 + 2 GiB + a CUDA context a card: under the host's free total, over any card.
     model = ServedModelFactory(name="mixtral-8x7b-q4", weights_bytes=66 * GIB)
     proposal = create_proposal(
         personas["oncall"],
@@ -108,17 +137,31 @@ def test_the_seed_host_refuses_a_model_that_fits_its_total_but_no_card(personas)
     assert outcome.status is GateStatus.FAIL
     rows = {row["card"]: row for row in outcome.numbers["cards"]}
     assert list(rows) == ["a100-node:0", "a100-node:1", "a100-node:2"]
-    # Per card: co-tenants as packed (75 / 60 / 0 GiB) + 78 GiB + 4 GiB headroom vs 80 GiB.
-    assert [rows[c]["tenants_bytes"] // GIB for c in rows] == [75, 60, 0]
-    assert [rows[c]["need_bytes"] // GIB for c in rows] == [157, 142, 82]
+    # Per card: co-tenants as packed (45 + 30 / 25 + 20 + 15 / none), each process with the
+    # 518 MiB CUDA context measured on an H200 (docs/gpu-check.md), an estimate on an A100.
+    assert [rows[c]["tenants_bytes"] for c in rows] == [
+        75 * GIB + 2 * CONTEXT,
+        60 * GIB + 3 * CONTEXT,
+        0,
+    ]
+    assert [rows[c]["tenants_context_bytes"] for c in rows] == [2 * CONTEXT, 3 * CONTEXT, 0]
+    assert all(
+        t["context_source"] == "h200_estimate" for row in rows.values() for t in row["tenants"]
+    )
+    share = 78 * GIB + CONTEXT
+    assert rows["a100-node:2"]["context_bytes"] == CONTEXT
+    assert [rows[c]["need_bytes"] for c in rows] == [
+        rows[c]["tenants_bytes"] + share + HEADROOM for c in rows
+    ]
     assert all(row["usable_bytes"] == 80 * GIB and not row["fits"] for row in rows.values())
-    assert outcome.numbers["host_free_total_bytes"] == 93 * GIB
+    free = 0 + (80 * GIB - 60 * GIB - 3 * CONTEXT - HEADROOM) + (80 * GIB - HEADROOM)
+    assert outcome.numbers["host_free_total_bytes"] == free
     assert "No single card can hold mixtral-8x7b-q4" in outcome.summary
-    assert "a100-node:2, would need 82.0 GiB of 80.0 GiB usable" in outcome.summary
-    assert "93.0 GiB free in total" in outcome.summary
+    assert "a100-node:2, would need 82.5 GiB of 80.0 GiB usable" in outcome.summary
+    assert f"{format_gib(free)} free in total" in outcome.summary
     assert outcome.reasons[0].startswith("The solver found no place")
-    assert "a100-node:2 is short by 2.0 GiB" in " ".join(outcome.reasons)
-    assert "estimates" in outcome.evidence["estimates_note"]
+    assert "a100-node:2 is short by 2.5 GiB" in " ".join(outcome.reasons)
+    assert "CUDA context" in outcome.evidence["estimates_note"]
 
 
 @pytest.mark.django_db
@@ -133,9 +176,9 @@ def test_on_a_named_card_the_seed_host_says_by_how_much(personas):
     assert outcome.status is GateStatus.FAIL
     assert [row["card"] for row in outcome.numbers["cards"]] == ["a100-node:2"]
     assert outcome.reasons == (
-        "a100-node:2 is short by 2.0 GiB: weights 66.0 GiB + KV 10.0 GiB + workspace 2.0 GiB + "
-        "co-tenants 0.0 GiB + fragmentation 0.0 GiB + headroom 4.0 GiB = 82.0 GiB of 80.0 GiB "
-        "usable.",
+        "a100-node:2 is short by 2.5 GiB: weights 66.0 GiB + KV 10.0 GiB + CUDA context 0.5 GiB "
+        "+ workspace 2.0 GiB + co-tenants 0.0 GiB (of which CUDA context 0.0 GiB) + "
+        "fragmentation 0.0 GiB + headroom 4.0 GiB = 82.5 GiB of 80.0 GiB usable.",
     )
 
 
@@ -178,6 +221,8 @@ def test_measured_p95_and_red_fragmentation_come_from_card_capacity(personas, mo
             samples=600 if measured else 0,
             demand_p95={tenants["qwen2-14b-q4"]: 21 * GIB} if measured else {},
             demand_peak={},
+            context_p95={tenants["qwen2-14b-q4"]: CONTEXT} if measured else {},
+            context_estimated=frozenset(),
             joint_peak_bytes=0,
             allocator_held_peak_bytes=3 * GIB if measured else 0,
             fragmentation_index_peak=0.55 if measured else None,
@@ -199,7 +244,9 @@ def test_measured_p95_and_red_fragmentation_come_from_card_capacity(personas, mo
     assert by_name["qwen2-14b-q4"] == {
         "name": "qwen2-14b-q4",
         "demand_bytes": 21 * GIB,
-        "basis": "P95 measured, 7 days",
+        "basis": "P95 measured, 7 days, with what NVML counts outside the allocator",
+        "context_bytes": CONTEXT,
+        "context_source": "nvml_used_minus_allocator",
     }
     assert by_name["bge-large-fp16"]["basis"].startswith("estimate")
     assert row["fragmentation_peak_bytes"] == 3 * GIB
@@ -207,7 +254,7 @@ def test_measured_p95_and_red_fragmentation_come_from_card_capacity(personas, mo
     # 2 + 1 + 2 + (21 + 20 + 15) + 3 + 4 = 68 GiB fits in 79.5 GiB: red fragmentation fails it.
     assert row["fits"] is True
     assert outcome.status is GateStatus.FAIL
-    assert "framework fragmentation is red" in outcome.summary
+    assert "framework fragmentation stayed red" in outcome.summary
 
 
 @pytest.mark.django_db
@@ -228,3 +275,85 @@ def test_recent_ooms_on_a_target_card_point_to_the_triage(personas):
     assert outcome.evidence["recent_ooms"] == {"a100-node:2": 1}
     assert outcome.runbook_slug == "oom-triage"
     assert "Recent OOMs on the target cards (a100-node:2 1)" in outcome.summary
+
+
+@pytest.mark.django_db
+def test_sibling_compute_instances_share_one_gpu_instances_memory(personas):
+    # One 3g.71gb GPU instance split into 1c.3g.71gb and 2c.3g.71gb compute instances (NVIDIA
+    # MIG user guide, "Concepts": compute instances of a GI share its memory). NVML shows each
+    # with the GI's whole 69.75 GiB (71424 MiB, the H200 capture); the gate counts it once.
+    gpu = GpuFactory(product_name="NVIDIA H200", memory_total_bytes=143771 * 1024**2,
+                     mig_mode=Gpu.MigMode.ENABLED)  # fmt: skip
+    first, second = (
+        MigSliceFactory(gpu=gpu, profile_name=name, start_slot=0, size_slots=4,
+                        memory_bytes=71424 * 1024**2, gpu_instance_id=1, compute_instance_id=ci)
+        for ci, name in enumerate(("1c.3g.71gb", "2c.3g.71gb"))
+    )  # fmt: skip
+    DeploymentFactory(
+        host=gpu.host, isolation_mode=Deployment.Isolation.MIG, mig_slice=first,
+        served_model=ServedModelFactory(name="chat", weights_bytes=40 * GIB),
+        kv_reservation_bytes=10 * GIB,
+    )  # fmt: skip
+    proposal = create_proposal(
+        personas["oncall"], host=gpu.host, gpus=[],
+        model=ServedModelFactory(name="code", weights_bytes=10 * GIB),
+        isolation_mode=Deployment.Isolation.MIG, mig_slice=second,
+        kv_reservation_bytes=4 * GIB,
+    )  # fmt: skip
+    outcome, _ = check_memory(proposal, timezone.now())
+    (row,) = outcome.numbers["cards"]
+    # chat's 40 + 10 GiB + context + workspace on the first CI count against the second's GI.
+    assert [t["name"] for t in row["tenants"]] == ["chat"]
+    assert row["usable_bytes"] == 71424 * 1024**2
+    assert outcome.status is GateStatus.FAIL
+    assert row["tenants"][0]["basis"] == "estimate, on 1c.3g.71gb of the same GPU instance"
+    alone = create_proposal(
+        personas["oncall"], host=gpu.host, gpus=[],
+        model=ServedModelFactory(name="small", weights_bytes=2 * GIB),
+        isolation_mode=Deployment.Isolation.MIG, mig_slice=second, kv_reservation_bytes=GIB,
+    )  # fmt: skip
+    assert check_memory(alone, timezone.now())[0].status is GateStatus.PASS
+
+
+@pytest.mark.django_db
+def test_co_tenants_with_history_count_at_their_joint_peak_not_the_sum_of_p95s(personas):
+    import datetime as dt
+
+    from tests.batches import write_history
+
+    # Two tenants of one card peak at different hours (chat at :10-:15, code at :40-:45): each
+    # P95 is 37 GiB, so their P95s sum to 74 GiB, but together they never hold more than 67.
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    chat, code = (
+        DeploymentFactory(host=gpu.host, gpus=[gpu], served_model__name=name,
+                          isolation_mode=Deployment.Isolation.TIME_SLICING)
+        for name in ("chat", "code")
+    )  # fmt: skip
+
+    def demand(minute, index):
+        start = 10 if index == 0 else 40
+        return (37 if start <= minute % 60 < start + 5 else 30) * GIB
+
+    start = (timezone.now() - dt.timedelta(hours=6)).timestamp()
+    write_history(gpu.host, [(gpu, chat), (gpu, code)], start=start, minutes=360, demand=demand,
+                  alloc_free=2 * GIB, largest_block=2 * GIB)  # fmt: skip
+    proposal = create_proposal(personas["oncall"], host=gpu.host, gpus=[gpu],
+                               model=ServedModelFactory(weights_bytes=GIB),
+                               kv_reservation_bytes=GIB)  # fmt: skip
+    outcome, _ = check_memory(proposal, timezone.now())
+    (row,) = outcome.numbers["cards"]
+    assert row["tenants_sum_of_p95_bytes"] == 74 * GIB
+    assert row["tenants_joint_peak_bytes"] == 67 * GIB
+    assert row["tenants_basis"] == "joint_peak"
+    assert row["tenants_bytes"] == 67 * GIB
+    assert "at their joint peak" in outcome.summary
+
+
+def test_a_fallback_index_is_named_as_another_scale():
+    target = card(frag=GIB, status="red")
+    target = CardBudget(**{**target.__dict__, "fragmentation_scale": "inactive_split_over_reserved",
+                           "fragmentation_index_sustained": 0.55})  # fmt: skip
+    outcome = evaluate_memory(
+        MemoryRequest("new", Share(GIB, GIB, GIB), HEADROOM, (target,), (target,))
+    )
+    assert "on the fallback scale (inactive split / reserved" in outcome.reasons[0]

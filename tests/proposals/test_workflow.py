@@ -193,12 +193,21 @@ def test_approval_needs_every_gate_checked_for_the_current_revision(personas):
 
 def test_apply_creates_the_deployment_with_audit_rows_on_the_host(personas):
     gpu = GpuFactory()
-    proposal = applied_proposal(personas["oncall"], personas["approver"], host=gpu.host, gpus=[gpu])
+    proposal = applied_proposal(
+        personas["oncall"],
+        personas["approver"],
+        host=gpu.host,
+        gpus=[gpu],
+        engine_memory_fraction=0.4,
+        staggered_start=True,
+    )
     assert proposal.state == State.APPLIED
     deployment = proposal.deployment
     assert deployment.host == gpu.host
     assert list(deployment.gpus.all()) == [gpu]
     assert deployment.kv_reservation_bytes == 6 * GIB
+    # The engine's memory settings the gate checked are the deployment's from now on.
+    assert (deployment.engine_memory_fraction, deployment.staggered_start) == (0.4, True)
     assert deployment.admission_policy == Deployment.Admission.QUEUE
     created = AuditEntry.objects.get(action="deployment.create")
     assert created.host == gpu.host

@@ -15,6 +15,11 @@ EXPECTED = {
     "kv-reservation": "KV reservation",
     "defragment-off-peak-reload": "Defragmenting by off-peak reload",
     "before-adding-a-model": "Before adding a model",
+    "engine-memory-settings": "Engine memory settings",
+    "mig-persistence": "MIG partitions that survive a reboot",
+    "mps-setup": "MPS setup",
+    "driver-library-mismatch": "NVML driver/library version mismatch",
+    "xid-triage": "Xid triage",
 }
 
 
@@ -80,3 +85,36 @@ def test_a_note_without_front_matter_is_refused(tmp_path):
     path.write_text("---\nslug: x\ntitle: X\n---\nbody\n")
     with pytest.raises(LibraryFormatError, match="tags"):
         parse_note(path)
+
+
+def test_the_corrected_facts_are_stated():
+    # nvidia-cuda-mps-control(1): one server at a time; another user's client waits.
+    mps = _body("mps-not-hard-isolation")
+    assert "one** `nvidia-cuda-mps-server` at a time" in mps
+    assert "per Linux\nuser" not in mps and "multi-user mode" in mps
+    choosing = _body("choosing-isolation")
+    # MIG user guide: since R570 a process can enumerate several MIG devices; still no P2P.
+    assert (
+        "Since driver R570 a CUDA process can\n  enumerate more than one MIG instance" in choosing
+    )
+    assert "needs only the destroyed instances idle" in choosing
+    assert "A CUDA process enumerates a single MIG instance" not in choosing
+    # Linux containers show host PIDs with memory; only WDDM hides per-process memory.
+    oom = _body("oom-triage")
+    assert "only\nunder Windows WDDM is per-process memory hidden" in oom
+    # pytorch/pytorch#183387: 2.9.1 ignores expandable_segments under PYTORCH_ALLOC_CONF.
+    assert "issue 183387" in _body("defragment-off-peak-reload")
+    kv = _body("kv-reservation")
+    assert "whole on every tensor-parallel card" in kv and "TP=16" in kv
+
+
+def test_the_new_operations_notes_cover_their_ground():
+    assert "EXCLUSIVE_PROCESS" in _body("mps-setup")
+    assert "nvidia-mig-parted apply" in _body("mig-persistence")
+    assert "NVMLError_LibRmVersionMismatch" in _body("driver-library-mismatch")
+    xids = set(re.findall(r"^\| (\d+)", _body("xid-triage"), re.MULTILINE))
+    assert {"13", "31", "43", "48", "63", "64", "74", "79", "94", "95"} <= xids
+    engines = _body("engine-memory-settings")
+    for setting in ("--gpu-memory-utilization", "--mem-fraction-static", "--cuda-memory-fraction",
+                    "OLLAMA_GPU_OVERHEAD", "--kv-cache-memory-bytes"):  # fmt: skip
+        assert setting in engines

@@ -216,3 +216,21 @@ def test_driver_reload_under_the_collector_starts_over():
     assert again.faults == [] and again.cards[0].uuid == state.cards[0].uuid
     state.post_xid(0, 43)  # the event set was made again on rediscovery
     assert [e.detail["xid"] for e in collector.poll().events] == [43]
+
+
+def test_a_simulated_a100_80gb_partitions_into_its_mig_profiles():
+    from inventory.telemetry.simulator.catalogue import MigSlice
+
+    # A 3g.40gb split into two compute instances beside a 2g.20gb and a 1g.10gb.
+    layout = (
+        MigSlice("1c.3g.40gb", 1, 0),
+        MigSlice("2c.3g.40gb", 1, 1),
+        MigSlice("2g.20gb", 2),
+        MigSlice("1g.10gb", 3),
+    )
+    collector, _ = collector_for(build_card(gpu_type("A100-80GB"), "a100", 0, layout))
+    card = collector.poll().cards[0]
+    assert card.mig_current == fake_nvml.NVML_DEVICE_MIG_ENABLE
+    assert [m.profile for m in card.mig_devices] == [s.profile for s in layout]
+    # Both compute instances of the 3g.40gb report its one 40,192 MiB (mig -lgip: 39.25 GiB).
+    assert [m.total_bytes // MIB for m in card.mig_devices] == [40192, 40192, 19968, 9728]

@@ -217,3 +217,43 @@ def test_simulated_allocator_stats_have_torch_keys():
         assert entry["largest_free_block_bytes"] >= 0
     with pytest.raises(EngineScrapeError):
         fleet.fetch("sim://infer-01/nope/metrics")
+
+
+def test_vllm_cache_config_info_gives_the_engines_own_pool():
+    # tests/fixtures/engines/vllm_metrics_live.txt, a real vLLM serving llava-1.5-7b:
+    # num_gpu_blocks="6400", block_size="16", gpu_memory_utilization="0.92".
+    reading = parse_vllm_metrics(fixture("vllm_metrics_live.txt"))
+    assert reading.kv_pool_tokens == 6400 * 16 == 102_400
+    assert reading.memory_fraction == pytest.approx(0.92)
+    assert reading.kv_pool_bytes is None  # the pool was sized by the fraction, not in bytes
+
+
+def test_cache_config_labels_that_are_not_numbers_give_no_pool():
+    reading = parse_vllm_metrics(
+        "vllm:num_requests_running 1\n"
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="None",'
+        'kv_cache_memory_bytes="None",gpu_memory_utilization="abc"} 1.0\n'
+    )
+    assert (reading.kv_pool_tokens, reading.kv_pool_bytes, reading.memory_fraction) == (
+        None,
+        None,
+        None,
+    )
+    stated = parse_vllm_metrics(
+        "vllm:num_requests_running 1\n"
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="661",'
+        'kv_cache_memory_bytes="3221225472"} 1.0\n'
+    )
+    assert (stated.kv_pool_tokens, stated.kv_pool_bytes) == (661 * 16, 3 * 1024**3)
+
+
+def test_sglang_reports_its_kv_pool_in_tokens():
+    # sglang:max_total_num_tokens: the KV pool's capacity, one gauge per TP rank.
+    reading = parse_sglang_metrics(
+        'sglang:token_usage{tp_rank="0"} 0.25\n'
+        'sglang:num_running_reqs{tp_rank="0"} 4\n'
+        'sglang:max_total_num_tokens{tp_rank="0"} 471258\n'
+        'sglang:max_total_num_tokens{tp_rank="1"} 471258\n'
+    )
+    assert reading.kv_pool_tokens == 471_258
+    assert reading.kv_cache_usage == pytest.approx(0.25)

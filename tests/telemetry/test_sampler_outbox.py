@@ -150,6 +150,16 @@ def test_engine_rows_keep_peaks_and_report_the_interval_latency_not_the_lifetime
     assert latency["p50_s"] > 0.3  # the interval's requests all took 0.3-1 s
 
 
+def test_engine_rows_carry_the_pool_the_engine_reported():
+    sampler = IntervalSampler("h")
+    config = {"num_gpu_blocks": "6400", "block_size": "16", "gpu_memory_utilization": "0.92"}
+    sampler.add_engine(EngineReading("vllm", "dep", 1.0, 0.3, 2.0, 0.0, cache_config=config))
+    sampler.add_engine(EngineReading("vllm", "dep", 2.0, 0.4, 3.0, 0.0))  # no config this time
+    row = sampler.flush(2.0)["engines"][0]
+    assert (row["kv_pool_tokens"], row["kv_pool_bytes"]) == (102_400, None)
+    assert row["memory_fraction"] == pytest.approx(0.92)
+
+
 def test_outbox_is_bounded_drops_the_oldest_and_drains_in_order():
     outbox = Outbox(max_batches=3)
     for seq in range(1, 6):

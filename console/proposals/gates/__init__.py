@@ -1,4 +1,4 @@
-"""The four gates a placement proposal must pass before an approver may sign it off.
+"""The gates a placement proposal must pass before an approver may sign it off.
 
 Each gate module is pure (plain numbers and dataclasses in, a :class:`GateOutcome` out);
 :mod:`console.proposals.gate_checks` reads the database and runs them.
@@ -27,6 +27,7 @@ class Gate(StrEnum):
     KV = "kv"
     ISOLATION = "isolation"
     LOAD_TEST = "load_test"
+    ENGINE_SETTINGS = "engine_settings"
 
     @property
     def title(self) -> str:
@@ -42,12 +43,14 @@ _TITLES = {
     Gate.KV: "KV reservation",
     Gate.ISOLATION: "Isolation",
     Gate.LOAD_TEST: "Combined load test",
+    Gate.ENGINE_SETTINGS: "Engine memory settings",
 }
 _RUNBOOKS = {
     Gate.MEMORY: "before-adding-a-model",
     Gate.KV: "kv-reservation",
     Gate.ISOLATION: "choosing-isolation",
     Gate.LOAD_TEST: "before-adding-a-model",
+    Gate.ENGINE_SETTINGS: "engine-memory-settings",
 }
 
 

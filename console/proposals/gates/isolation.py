@@ -1,6 +1,9 @@
 """Gate 3, isolation: who shares the model's SMs and fault domain, and did anyone agree (pure).
 
-- MIG: hardware partition, own memory and SMs: passes.
+- MIG: hardware partition, own memory and SMs: passes, unless other models share the same
+  compute instance (MPS or time-slicing inside the instance): that is sharing again, and needs
+  the acknowledgement. Models on sibling compute instances of the GPU instance have their own
+  SMs but share its memory (gate 1 counts it once) and are named.
 - GPU group: passes when the cards are the model's alone; a "group" that shares its cards
   with others is not one, and fails.
 - MPS, or time-slicing beside other models, or target cards whose co-tenants' tail latency is
@@ -29,6 +32,8 @@ class IsolationRequest:
     interference: tuple[InterferenceFinding, ...]  # flagged on the target cards
     acknowledged_by: str = ""
     acknowledged_at: str = ""  # ISO 8601
+    instance_cotenants: tuple[str, ...] = ()  # MIG: other models on the same compute instance
+    gpu_instance_siblings: tuple[str, ...] = ()  # MIG: models on sibling compute instances
 
 
 def evaluate_isolation(request: IsolationRequest) -> GateOutcome:
@@ -41,14 +46,38 @@ def evaluate_isolation(request: IsolationRequest) -> GateOutcome:
         "acknowledged_by": request.acknowledged_by,
         "acknowledged_at": request.acknowledged_at,
     }
+    numbers["instance_cotenants"] = list(request.instance_cotenants)
+    numbers["gpu_instance_siblings"] = list(request.gpu_instance_siblings)
     sharing = ", ".join(request.cotenants)
     if request.mode == "mig":
-        return GateOutcome(
-            Gate.ISOLATION,
-            GateStatus.PASS,
-            "A MIG instance: its own memory and SMs, and hardware fault isolation.",
-            numbers=numbers,
+        siblings = (
+            f" {', '.join(request.gpu_instance_siblings)} on sibling compute instances share "
+            "the GPU instance's memory."
+            if request.gpu_instance_siblings
+            else ""
         )
+        inside = ", ".join(request.instance_cotenants)
+        if not request.instance_cotenants:
+            return GateOutcome(
+                Gate.ISOLATION,
+                GateStatus.PASS,
+                "A MIG instance: its own memory and SMs, and hardware fault isolation." + siblings,
+                numbers=numbers,
+            )
+        if request.acknowledged_by:
+            summary = (
+                f"{request.acknowledged_by} acknowledged “MPS is not hard isolation” at "
+                f"{request.acknowledged_at}: {inside} share the MIG compute instance." + siblings
+            )
+            return GateOutcome(Gate.ISOLATION, GateStatus.PASS, summary, (), numbers,
+                               runbook_slug=MPS_NOTE)  # fmt: skip
+        reason = (
+            f"{inside} already run on this MIG compute instance: sharing it (MPS or "
+            "time-slicing inside the instance) is not isolation. Use an instance of its own, "
+            "or acknowledge the “MPS is not hard isolation” note."
+        )
+        return GateOutcome(Gate.ISOLATION, GateStatus.FAIL, reason, (reason,), numbers,
+                           runbook_slug=MPS_NOTE)  # fmt: skip
     if request.mode == "gpu_group":
         if request.cotenants:
             reason = (

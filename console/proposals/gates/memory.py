@@ -2,11 +2,24 @@
 
 For each target card::
 
-    weights / cards + KV reservation / cards + workspace      (this card's share)
-  + co-tenants' P95 demand on the card                         (measured, or their own figures)
+    weights / cards + KV per card + CUDA context + workspace   (this card's share)
+  + co-tenants' demand on the card          (measured: their joint peak, or their own figures)
   + the card's fragmentation peak                               (allocator-held, not in use)
   + headroom
   <= total - driver reserved
+
+KV per card comes from the model's architecture (``inventory.analytics.kv``): an MLA latent is
+whole on every tensor-parallel card, GQA heads are split and replicated past the head count.
+Every process holds a CUDA context and library workspaces outside its allocator; NVML counts
+them, so the gate does: measured (NVML used - allocator reserved) for co-tenants with
+telemetry, the card type's estimate otherwise (``inventory.analytics.context``), labelled.
+
+Co-tenants with history count at their **joint peak**: the highest sum of their demand at one
+moment over the window (the co-peak), not the sum of their P95s, which hides peaks that
+collide and over-counts peaks that never meet. Co-tenants without history add their own
+figures. Fragmentation blocks a card only when it stayed red (the index held for a share of
+the window, counting only moments whose pools held a minimum of free bytes); an index from the
+fallback statistic (inactive split / reserved) is on another scale and is labelled so.
 
 Capacity never adds across cards: a model that needs more than any one card has fails, however
 much the host has free in total. A card whose framework fragmentation is red fails whatever its
@@ -16,6 +29,8 @@ totals say: "nvidia-smi total green, framework fragmentation red" means do not a
 from dataclasses import dataclass, field
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus
+from inventory.analytics.context import ContextOverhead
+from inventory.analytics.kv import CardKv
 from inventory.analytics.units import format_gib
 
 DEFRAGMENT_NOTE = "defragment-off-peak-reload"
@@ -27,6 +42,10 @@ class Tenant:
     name: str
     demand_bytes: int
     basis: str  # "P95 measured" or "estimate: weights + KV + workspace"
+    # Of the demand, what the process holds outside its allocator (CUDA context, workspaces).
+    context_bytes: int = 0
+    context_source: str = ""  # a code of inventory.analytics.context.SOURCE_LABELS
+    measured: bool = False  # from the card's history: counted in the joint peak
 
 
 @dataclass(frozen=True)
@@ -37,8 +56,12 @@ class CardBudget:
     tenants: tuple[Tenant, ...]  # everyone else on the card, after the change
     fragmentation_peak_bytes: int
     fragmentation_index_peak: float | None
-    fragmentation_status: str  # green / amber / red
+    fragmentation_status: str  # green / amber / red, of the sustained index
     measured: bool  # False: no telemetry, every figure is an estimate
+    # The measured tenants' joint peak (co-peak) over the window; None: no history.
+    measured_joint_peak_bytes: int | None = None
+    fragmentation_index_sustained: float | None = None
+    fragmentation_scale: str = "largest_free_block"  # or "inactive_split_over_reserved"
 
     @property
     def usable_bytes(self) -> int:
@@ -46,6 +69,13 @@ class CardBudget:
 
     @property
     def tenants_bytes(self) -> int:
+        if self.measured_joint_peak_bytes is None:
+            return sum(tenant.demand_bytes for tenant in self.tenants)
+        unmeasured = sum(t.demand_bytes for t in self.tenants if not t.measured)
+        return self.measured_joint_peak_bytes + unmeasured
+
+    @property
+    def sum_of_p95_bytes(self) -> int:
         return sum(tenant.demand_bytes for tenant in self.tenants)
 
     def free_bytes(self, headroom_bytes: int) -> int:
@@ -62,15 +92,32 @@ class Share:
     weights_bytes: int
     kv_bytes: int
     workspace_bytes: int
+    context_bytes: int = 0  # its process's CUDA context on the card (an estimate)
+    kv_how: str = "shape"  # inventory.analytics.kv.CardKv.how
+    context_source: str = ""
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_bytes + self.workspace_bytes
+        return self.weights_bytes + self.kv_bytes + self.context_bytes + self.workspace_bytes
 
     @classmethod
-    def per_card(cls, weights: int, kv_reservation: int, workspace: int, cards: int) -> "Share":
-        cards = max(1, cards)
-        return cls(-(-weights // cards), -(-kv_reservation // cards), workspace)
+    def per_card(
+        cls,
+        weights: int,
+        kv: CardKv,
+        workspace: int,
+        cards: int,
+        context: ContextOverhead | None = None,
+    ) -> "Share":
+        """Weights split over the cards; KV as each card holds it (already per card)."""
+        return cls(
+            -(-weights // max(1, cards)),
+            kv.bytes,
+            workspace,
+            context.bytes if context else 0,
+            kv.how,
+            context.source if context else "",
+        )
 
 
 @dataclass(frozen=True)
@@ -95,12 +142,28 @@ def _row(card: CardBudget, share: Share, headroom: int) -> dict:
         "weights_bytes": share.weights_bytes,
         "kv_bytes": share.kv_bytes,
         "workspace_bytes": share.workspace_bytes,
+        "context_bytes": share.context_bytes,
+        "context_source": share.context_source,
+        "kv_how": share.kv_how,
         "tenants": [
-            {"name": t.name, "demand_bytes": t.demand_bytes, "basis": t.basis} for t in card.tenants
+            {
+                "name": t.name,
+                "demand_bytes": t.demand_bytes,
+                "basis": t.basis,
+                "context_bytes": t.context_bytes,
+                "context_source": t.context_source,
+            }
+            for t in card.tenants
         ],
         "tenants_bytes": card.tenants_bytes,
+        "tenants_basis": "joint_peak" if card.measured_joint_peak_bytes is not None else "sum",
+        "tenants_sum_of_p95_bytes": card.sum_of_p95_bytes,
+        "tenants_joint_peak_bytes": card.measured_joint_peak_bytes,
+        "tenants_context_bytes": sum(t.context_bytes for t in card.tenants),
         "fragmentation_peak_bytes": card.fragmentation_peak_bytes,
         "fragmentation_index_peak": card.fragmentation_index_peak,
+        "fragmentation_index_sustained": card.fragmentation_index_sustained,
+        "fragmentation_scale": card.fragmentation_scale,
         "fragmentation_status": card.fragmentation_status,
         "headroom_bytes": headroom,
         "need_bytes": need,
@@ -114,8 +177,12 @@ def _row(card: CardBudget, share: Share, headroom: int) -> dict:
 def _breakdown(row: dict) -> str:
     return (
         f"weights {format_gib(row['weights_bytes'])} + KV {format_gib(row['kv_bytes'])} + "
+        f"CUDA context {format_gib(row['context_bytes'])} + "
         f"workspace {format_gib(row['workspace_bytes'])} + co-tenants "
-        f"{format_gib(row['tenants_bytes'])} + fragmentation "
+        f"{format_gib(row['tenants_bytes'])}"
+        f"{' at their joint peak' if row['tenants_basis'] == 'joint_peak' else ''} "
+        f"(of which CUDA context "
+        f"{format_gib(row['tenants_context_bytes'])}) + fragmentation "
         f"{format_gib(row['fragmentation_peak_bytes'])} + headroom "
         f"{format_gib(row['headroom_bytes'])} = {format_gib(row['need_bytes'])} of "
         f"{format_gib(row['usable_bytes'])} usable"
@@ -129,10 +196,19 @@ def _card_reasons(row: dict) -> list[str]:
             f"{row['card']} is short by {format_gib(-row['margin_bytes'])}: {_breakdown(row)}."
         )
     if row["fragmentation_red"]:
+        index = row["fragmentation_index_sustained"]
+        if index is None:
+            index = row["fragmentation_index_peak"]
+        scale = (
+            " on the fallback scale (inactive split / reserved, not comparable to "
+            "1 - largest free block / free)"
+            if row["fragmentation_scale"] == "inactive_split_over_reserved"
+            else ""
+        )
         reasons.append(
-            f"{row['card']}: framework fragmentation is red (index "
-            f"{row['fragmentation_index_peak']:.2f} at its peak), whatever nvidia-smi's totals "
-            "say; reload off-peak before adding a model."
+            f"{row['card']}: framework fragmentation stayed red (index {index:.2f}{scale}, "
+            f"held for a share of the last 7 days; peak {row['fragmentation_index_peak']:.2f}),"
+            " whatever nvidia-smi's totals say; reload off-peak before adding a model."
         )
     return reasons
 
@@ -155,8 +231,9 @@ def evaluate_memory(request: MemoryRequest) -> GateOutcome:
         "estimates_note": (
             "No telemetry for "
             + ", ".join(estimates)
-            + ": the co-tenants' own figures (weights + KV reservation + workspace) stand in "
-            "for their measured P95, and fragmentation counts as zero. These are estimates."
+            + ": the co-tenants' own figures (weights + KV per card + CUDA context + "
+            "workspace) stand in for their measured P95, and fragmentation counts as zero. "
+            "These are estimates."
             if estimates
             else ""
         ),

@@ -63,6 +63,14 @@ _H200_MIG = {
     "2g.35gb": MigProfile("2g.35gb", 33280, 2, 32, 17),
     "3g.71gb": MigProfile("3g.71gb", 71424, 3, 60, 22),
 }
+# A100-80GB: instance memory as console.placement.mig_profiles has it (`nvidia-smi mig -lgip`
+# listings, no capture here); SMs per instance from the MIG user guide's A100 table (98 of 108
+# SMs under MIG: 14 a compute slice); idle "used" not captured, taken from the H100.
+_A100_80GB_MIG = {
+    "1g.10gb": MigProfile("1g.10gb", 9728, 1, 14, 9),
+    "2g.20gb": MigProfile("2g.20gb", 19968, 2, 28, 17),
+    "3g.40gb": MigProfile("3g.40gb", 40192, 3, 42, 26),
+}
 
 CATALOGUE: dict[str, GpuType] = {
     gpu.key: gpu
@@ -129,7 +137,10 @@ CATALOGUE: dict[str, GpuType] = {
             "590.48.01",
             108,
             20,
-            source="not captured: total from seed-3xa100-5models.json, reserved taken from H100",
+            _A100_80GB_MIG,
+            7,
+            source="not captured: total from seed-3xa100-5models.json, reserved taken from H100;"
+            " MIG sizes from mig -lgip listings",
         ),
     )
 }

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from inventory.telemetry.fake_nvml import (
@@ -138,6 +138,11 @@ class HostSpec:
     deployments: tuple[DeploymentSpec, ...]
     xid_per_card_day: float = 0.02
     mps_crash_per_card_day: float = 0.0
+    # "auto": the control daemon starts a fresh server by itself after a crash; "manual": the
+    # server stays down, and its clients with it, until someone runs `mps_restart`.
+    mps_recovery: Literal["auto", "manual"] = "auto"
+    # Scheduled crashes: (card index, simulated time in s), for demos and tests.
+    mps_crashes_at: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(slots=True, eq=False)
@@ -176,6 +181,7 @@ class SimulatedReplica:
     up: bool = False
     restart_at: float = 0.0
     restart_reason: str = "start"
+    stopped: bool = False  # stopped by a host action: stays down until started
     load_failures: int = 0
     restarts: int = 0
     concurrency: float = 0.0
@@ -224,6 +230,8 @@ class SimulatedHost:
         self.state = FakeHostState(cards=[], driver_version="")
         self._lost_until: dict[int, float] = {}
         self._mps_servers: dict[int, FakeProcess] = {}
+        self._mps_down: set[int] = set()  # cards whose MPS server is down (manual recovery)
+        self._mps_crashes_done: set[tuple[int, float]] = set()
         self._build_cards()
         self._traffic: dict[str, DiurnalTraffic] = {}
         self.replicas: list[SimulatedReplica] = []
@@ -330,10 +338,79 @@ class SimulatedHost:
             },
         )
         server = self._mps_servers.get(card_index)
-        if server is not None:
+        if server is not None and self.spec.mps_recovery == "manual":
+            self._mps_down.add(card_index)
+            processes = self.state.cards[card_index].processes
+            if server in processes:
+                processes.remove(server)
+        elif server is not None:
             server.pid = self._new_pid()  # the control daemon starts a fresh server
         for replica in sorted(victims, key=lambda r: r.spec.deployment_id):
             self._take_down(replica, self.t, "mps_server_down", extra_delay_s=_MPS_RESTART_S)
+
+    # host actions (what an actions file's `simulated = true` runs) --------------------------
+
+    def restart_deployment(self, deployment_id: str, kv_reservation_bytes: int | None = None):
+        """Restart a deployment, with a new KV reservation if one is given (reload_with)."""
+        replica = self.replica(deployment_id)
+        if kv_reservation_bytes is not None:
+            self._resize(replica, kv_reservation_bytes)
+        self._take_down(replica, self.t, "action")
+        replica.stopped = False
+
+    def kv_bytes_for_fraction(self, deployment_id: str, mem_fraction: float) -> int:
+        """The KV reservation that a memory fraction leaves (as vLLM's
+        --gpu-memory-utilization does): the fraction of the card minus weights and workspace."""
+        replica = self.replica(deployment_id)
+        spec, shard = replica.spec, replica.shards[0]
+        workload = spec.workload
+        per_shard = (
+            mem_fraction * shard.domain.capacity_bytes
+            - workload.context_bytes
+            - workload.weights_bytes // spec.tensor_parallel
+            - workload.workspace_bytes
+        )
+        return max(0, int(per_shard)) * spec.tensor_parallel
+
+    def stop_deployment(self, deployment_id: str) -> None:
+        replica = self.replica(deployment_id)
+        self._take_down(replica, self.t, "action")
+        replica.stopped = True
+
+    def start_deployment(self, deployment_id: str) -> None:
+        replica = self.replica(deployment_id)
+        replica.stopped = False
+        if not replica.up:
+            replica.restart_at = self.t
+
+    def restart_mps_server(self, card_index: int) -> list[str]:
+        """Restart the card's MPS control daemon: a fresh server; clients still up die with
+        the old one. Returns the deployments whose clients will come back."""
+        server = self._mps_servers.get(card_index)
+        if server is None:
+            raise KeyError(f"card {card_index} runs no MPS server")
+        clients = [r for r in self.replicas if any(s.card_index == card_index for s in r.shards)]
+        for replica in clients:
+            self._take_down(replica, self.t, "mps_restart")
+        processes = self.state.cards[card_index].processes
+        if server in processes:
+            processes.remove(server)
+        server.pid = self._new_pid()
+        processes.insert(0, server)
+        self._mps_down.discard(card_index)
+        for replica in clients:
+            replica.restart_at = min(replica.restart_at, self.t + replica.spec.workload.restart_s)
+        return [r.spec.deployment_id for r in clients if not r.stopped]
+
+    def _resize(self, replica: SimulatedReplica, kv_reservation_bytes: int) -> None:
+        spec = replace(replica.spec, kv_reservation_bytes=int(kv_reservation_bytes))
+        workload = spec.workload
+        replica.spec = spec
+        replica.static_per_shard = (
+            workload.weights_bytes // spec.tensor_parallel
+            + workload.workspace_bytes
+            + spec.kv_reservation_bytes // spec.tensor_parallel
+        )
 
     def lose_card(self, card_index: int) -> None:
         """Xid 79: the card fell off the bus; every process using it dies with it."""
@@ -427,8 +504,14 @@ class SimulatedHost:
                 del self._lost_until[card_index]
                 self.state.cards[card_index].lost = False
         for replica in self.replicas:
-            if not replica.up and t >= replica.restart_at:
+            if not replica.up and not replica.stopped and t >= replica.restart_at:
+                if any(s.card_index in self._mps_down for s in replica.shards):
+                    continue  # an MPS client cannot start while its server is down
                 self._start(replica, t)
+        for scheduled in self.spec.mps_crashes_at:
+            if scheduled not in self._mps_crashes_done and t >= scheduled[1]:
+                self._mps_crashes_done.add(scheduled)
+                self.crash_mps_server(scheduled[0], cause="client fault (scheduled)")
         rate_per_hour = self.spec.xid_per_card_day / 24.0
         for card_index in range(len(self.spec.cards)):
             self._maybe_xid(card_index, t, rate_per_hour)
@@ -604,6 +687,28 @@ class SimulatedHost:
                     busy = 0.05 + 0.9 * min(1.0, replica.activity)
                     card.util_gpu = min(100, card.util_gpu + round(100 * busy))
                     card.util_memory = min(100, card.util_memory + round(35 * busy))
+
+    # scripted incidents (inventory.telemetry.simulator.incidents) -------------------------
+
+    def hold_card_memory(self, card_index: int, fraction: float | None, *, pid: int) -> None:
+        """A process outside the deployments holds the card's used memory at `fraction` of
+        its total (NVML's used over total); None: that process has exited."""
+        card = self.state.cards[card_index]
+        card.processes[:] = [p for p in card.processes if p.pid != pid]
+        if fraction is None:
+            return
+        held = int(fraction * card.total_bytes) - card.used_bytes()
+        if held > 0:
+            card.processes.append(FakeProcess(pid, "python3 memtest.py", held))
+
+    def force_oom(self, card_index: int) -> None:
+        """The first serving replica on the card asks for more than the card has left."""
+        for replica in self.replicas:
+            for shard in replica.shards:
+                if replica.up and shard.card_index == card_index and shard.process is not None:
+                    free = shard.domain.capacity_bytes - shard.domain.used_bytes()
+                    self._oom(replica, shard, free + 1024 * _MIB, free)
+                    return
 
     # lifecycle ---------------------------------------------------------------------------
 

@@ -1,0 +1,10 @@
+"""The navigation's firing-alert badge, on every page of a user who may read alerts."""
+
+from alerts.models import Alert
+
+
+def firing_alerts(request) -> dict:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated or not user.has_perm("alerts.view_alert"):
+        return {}
+    return {"firing_alert_count": Alert.objects.firing().count()}

@@ -1,0 +1,250 @@
+"""Gate 5, engine settings: do the engines sharing a card leave each other room (pure)?
+
+Each engine on a card claims a share of it by its own settings, whatever the console reserves:
+
+- vLLM ``--gpu-memory-utilization`` (default 0.9): a per-instance share of the card's total
+  memory; two instances on one card each take their own share, so they must add up ("set it
+  to 0.5 for each of two instances", vLLM docs). ``--kv-cache-memory-bytes`` (per GPU) replaces
+  it for the KV pool; the claim is then weights + that pool + context and workspace.
+- SGLang ``--mem-fraction-static``: weights and KV pool as a share of the card; its default is
+  derived from the card and TP size, so it must be stated.
+- TGI ``--cuda-memory-fraction`` (default 1.0: the whole card).
+- Ollama: no fraction; it holds weights + the context's KV + ``OLLAMA_GPU_OVERHEAD``.
+
+On every target card the claims must add up to at most ``1 - headroom / card memory``.
+
+Engines that size their pool from the free memory they see at start (vLLM's profiling,
+SGLang's and TGI's warm-up, Ollama's layer offload) mis-size each other when they start at the
+same moment: each counts the other's loading as its own use (vLLM issue #55827, open on
+v0.24-v0.28; the maintainers' view in PR #18974: instances on one GPU should not initialise at
+the same time). Unless all but one of the card's engines start only after the others are up
+(``staggered_start``), or an engine's version is known to handle it, the gate fails and links
+the runbook. No version is known to handle it today; a pool set in bytes (vLLM
+``--kv-cache-memory-bytes``) does not depend on the free memory seen, so it does not count.
+
+Reasons are stored as codes with parameters (``evidence["reasons"]``); the sentences in
+``reasons`` are rendered from them by ``REASON_TEXTS`` (plain format strings: this module may
+not import Django, so a translation layer renders the codes when i18n is switched on).
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from console.proposals.gates import Gate, GateOutcome, GateStatus
+
+RUNBOOK = "engine-memory-settings"
+
+VLLM_DEFAULT_UTILIZATION = 0.9
+TGI_DEFAULT_FRACTION = 1.0
+# Engine versions known to size their pool correctly when a neighbour loads at the same time.
+SIMULTANEOUS_START_SAFE: dict[str, tuple[int, ...]] = {}
+
+
+@dataclass(frozen=True)
+class EngineClaim:
+    name: str
+    engine: str  # vllm, sglang, tgi, ollama, other
+    fraction: float | None  # share of the card's memory; None: not known
+    source: str  # a code: which setting (or default) the fraction comes from
+    staggered: bool = False  # starts only once the card's other engines are up
+    version: str = ""
+    proposed: bool = False
+
+    @property
+    def sizes_from_free_memory(self) -> bool:
+        """Whether its pool depends on the free memory it sees at start."""
+        if self.source == "kv_cache_memory_bytes":
+            return False
+        return not _version_handles_simultaneous_start(self.engine, self.version)
+
+
+@dataclass(frozen=True)
+class CardEngines:
+    card: str
+    total_bytes: int
+    claims: tuple[EngineClaim, ...]  # every engine on the card after the change
+
+
+@dataclass(frozen=True)
+class EngineSettingsRequest:
+    model: str
+    headroom_bytes: int
+    cards: tuple[CardEngines, ...]
+
+
+def _version_handles_simultaneous_start(engine: str, version: str) -> bool:
+    first = SIMULTANEOUS_START_SAFE.get(engine)
+    if first is None or not version:
+        return False
+    try:
+        parsed = tuple(int(part) for part in version.split(".")[:3])
+    except ValueError:
+        return False
+    return parsed >= first
+
+
+def engine_claim(
+    name: str,
+    engine: str,
+    *,
+    total_bytes: int,
+    memory_fraction: float | None = None,
+    kv_cache_bytes: int | None = None,
+    weights_bytes: int = 0,
+    overhead_bytes: int = 0,
+    context_kv_bytes: int | None = None,
+    reported_fraction: float | None = None,
+    staggered: bool = False,
+    version: str = "",
+    proposed: bool = False,
+) -> EngineClaim:
+    """What one engine takes of a card by its settings; ``weights_bytes`` and
+    ``overhead_bytes`` are its share on this card (weights split over TP, context and
+    workspace), used where the engine is sized in bytes rather than by a fraction."""
+
+    def claim(fraction: float | None, source: str) -> EngineClaim:
+        return EngineClaim(name, engine, fraction, source, staggered, version, proposed)
+
+    if engine == "vllm":
+        if kv_cache_bytes:
+            used = weights_bytes + kv_cache_bytes + overhead_bytes
+            return claim(used / total_bytes, "kv_cache_memory_bytes")
+        if memory_fraction is not None:
+            return claim(memory_fraction, "gpu_memory_utilization")
+        if reported_fraction is not None:
+            return claim(reported_fraction, "reported_gpu_memory_utilization")
+        return claim(VLLM_DEFAULT_UTILIZATION, "vllm_default")
+    if engine == "sglang":
+        if memory_fraction is not None:
+            return claim(memory_fraction, "mem_fraction_static")
+        return claim(None, "not_stated")
+    if engine == "tgi":
+        if memory_fraction is not None:
+            return claim(memory_fraction, "cuda_memory_fraction")
+        return claim(TGI_DEFAULT_FRACTION, "tgi_default")
+    if engine == "ollama":
+        if context_kv_bytes is None:
+            return claim(None, "not_stated")
+        used = weights_bytes + context_kv_bytes + overhead_bytes
+        return claim(used / total_bytes, "ollama_weights_context_overhead")
+    if memory_fraction is not None:
+        return claim(memory_fraction, "memory_fraction")
+    return claim(None, "not_stated")
+
+
+REASON_TEXTS = {
+    "fractions_exceed": (
+        "{card}: the engines' memory settings add up to {total:.0%} of the card ({claims}), "
+        "above the {limit:.0%} that leaves the headroom."
+    ),
+    "fraction_unknown": (
+        "{card}: {name} ({engine}) states no memory fraction ({setting}); its share of the "
+        "card is unknown."
+    ),
+    "simultaneous_start": (
+        "{card}: {names} size their memory from what is free when they start; started at the "
+        "same moment each counts the other's loading as its own. Start them one after the "
+        "other (mark all but the first as starting after the others)."
+    ),
+    "fits": (
+        "The engines' memory settings leave the headroom on every card; the fullest, {card}, "
+        "adds up to {total:.0%} of {limit:.0%}."
+    ),
+    "no_card": "No target card yet: nothing to add up.",
+}
+SETTING_OF_ENGINE = {
+    "vllm": "--gpu-memory-utilization or --kv-cache-memory-bytes",
+    "sglang": "--mem-fraction-static",
+    "tgi": "--cuda-memory-fraction",
+    "ollama": "OLLAMA_GPU_OVERHEAD and the context size",
+}
+
+
+def render(reason: dict[str, Any]) -> str:
+    return REASON_TEXTS[reason["code"]].format(**reason["params"])
+
+
+def _card_reasons(card: CardEngines, limit: float) -> list[dict[str, Any]]:
+    reasons: list[dict[str, Any]] = []
+    known = [c for c in card.claims if c.fraction is not None]
+    total = sum(c.fraction for c in known if c.fraction is not None)
+    if total > limit:
+        claims = ", ".join(f"{c.name} {c.fraction:.0%} ({c.source})" for c in known)
+        reasons.append(
+            {
+                "code": "fractions_exceed",
+                "params": {"card": card.card, "total": total, "limit": limit, "claims": claims},
+            }
+        )
+    for claim in card.claims:
+        if claim.fraction is None:
+            reasons.append(
+                {
+                    "code": "fraction_unknown",
+                    "params": {
+                        "card": card.card,
+                        "name": claim.name,
+                        "engine": claim.engine,
+                        "setting": SETTING_OF_ENGINE.get(claim.engine, "a memory fraction"),
+                    },
+                }
+            )
+    starting = [c for c in card.claims if not c.staggered]
+    if len(starting) > 1 and any(c.sizes_from_free_memory for c in starting):
+        reasons.append(
+            {
+                "code": "simultaneous_start",
+                "params": {"card": card.card, "names": ", ".join(c.name for c in starting)},
+            }
+        )
+    return reasons
+
+
+def evaluate_engine_settings(request: EngineSettingsRequest) -> GateOutcome:
+    rows, reasons = [], []
+    for card in request.cards:
+        limit = 1 - request.headroom_bytes / card.total_bytes
+        card_reasons = _card_reasons(card, limit)
+        reasons += card_reasons
+        rows.append(
+            {
+                "card": card.card,
+                "total_bytes": card.total_bytes,
+                "limit_fraction": limit,
+                "sum_fraction": sum(c.fraction or 0 for c in card.claims),
+                "claims": [
+                    {
+                        "name": c.name,
+                        "engine": c.engine,
+                        "fraction": c.fraction,
+                        "source": c.source,
+                        "staggered": c.staggered,
+                        "version": c.version,
+                        "proposed": c.proposed,
+                    }
+                    for c in card.claims
+                ],
+            }
+        )
+    numbers = {"model": request.model, "cards": rows}
+    evidence = {"reasons": reasons}
+    texts = tuple(render(reason) for reason in reasons)
+    if texts:
+        return GateOutcome(Gate.ENGINE_SETTINGS, GateStatus.FAIL, texts[0], texts, numbers,
+                           evidence, runbook_slug=RUNBOOK)  # fmt: skip
+    if not rows:
+        verdict = {"code": "no_card", "params": {}}
+    else:
+        tightest = max(rows, key=lambda row: row["sum_fraction"] - row["limit_fraction"])
+        verdict = {
+            "code": "fits",
+            "params": {
+                "card": tightest["card"],
+                "total": tightest["sum_fraction"],
+                "limit": tightest["limit_fraction"],
+            },
+        }
+    evidence["summary"] = verdict
+    summary = render(verdict)
+    return GateOutcome(Gate.ENGINE_SETTINGS, GateStatus.PASS, summary, (), numbers, evidence,
+                       runbook_slug=RUNBOOK)  # fmt: skip

@@ -1,0 +1,212 @@
+"""Xids from the kernel log, for hosts where NVML's event set is unavailable or unprivileged.
+
+The NVIDIA driver writes every Xid to the kernel log (`NVRM: Xid (PCI:0000:0a:00): 31, ...`).
+`/dev/kmsg` needs CAP_SYSLOG when `kernel.dmesg_restrict=1` (the default on most
+distributions); `journalctl -k` needs root or the `systemd-journal` group. The source tries
+both, in that order, reads only what arrived since it opened (no replay of old Xids after an
+agent restart), never blocks a poll, and says once, as a fault, why it cannot read either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+from inventory.agent.logscan import LogScanner
+from inventory.telemetry.readings import CollectorFault, TelemetryEvent
+from inventory.telemetry.xid_events import xid_detail
+
+_READ_CHUNK = 65536
+_MAX_LINES_PER_POLL = 5000  # a flood of kernel messages must not stall sampling
+
+
+class _LineReader:
+    """Lines from a non-blocking file descriptor, split however the reads fall."""
+
+    def __init__(self, fd: int, *, kmsg: bool) -> None:
+        self.fd = fd
+        self._kmsg = kmsg
+        self._partial = b""
+
+    def lines(self) -> list[str]:
+        lines: list[str] = []
+        while len(lines) < _MAX_LINES_PER_POLL:
+            try:
+                chunk = os.read(self.fd, _READ_CHUNK)
+            except BlockingIOError:
+                break
+            except OSError as error:
+                if error.errno == errno.EPIPE:  # kmsg: records overwritten before we read them
+                    continue
+                raise
+            if not chunk:
+                break
+            data = self._partial + chunk
+            *complete, self._partial = data.split(b"\n")
+            for raw in complete:
+                text = raw.decode("utf-8", errors="replace")
+                if self._kmsg:
+                    if text.startswith(" "):
+                        continue  # a record's KEY=value dictionary lines
+                    # "priority,sequence,microseconds,flags;message"
+                    text = text.split(";", 1)[1] if ";" in text else text
+                lines.append(text)
+        return lines
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def open_kmsg(path: str = "/dev/kmsg") -> _LineReader:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    os.lseek(fd, 0, os.SEEK_END)  # from now on: Xids before the agent started are history
+    return _LineReader(fd, kmsg=True)
+
+
+class JournalReader(_LineReader):
+    """`journalctl ... -f -o cat`, read through a non-blocking pipe."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+        )
+        fd = self.process.stdout.fileno()
+        os.set_blocking(fd, False)
+        super().__init__(fd, kmsg=False)
+
+    def lines(self) -> list[str]:
+        lines = super().lines()
+        if not lines and self.process.poll() is not None:
+            raise OSError(f"journalctl exited with status {self.process.returncode}")
+        return lines
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(2)
+        self.process.stdout.close()
+
+
+def open_journal(journalctl: str = "journalctl") -> _LineReader:
+    binary = shutil.which(journalctl)
+    if binary is None:
+        raise FileNotFoundError(f"{journalctl} not found")
+    return JournalReader([binary, "-k", "-f", "-n", "0", "-o", "cat", "--no-pager"])
+
+
+CardByPci = Callable[[str], "tuple[int, str | None] | None"]
+
+
+class KernelXidSource:
+    """Turns the kernel log's NVRM lines into `xid` events with the card they hit."""
+
+    def __init__(self, openers: list[Callable[[], _LineReader]], card_by_pci: CardByPci) -> None:
+        self._openers = openers
+        self._card_by_pci = card_by_pci
+        self._reader: _LineReader | None = None
+        self._scanner = LogScanner("kernel")
+        self._unavailable: str | None = None
+        self._reported = False
+        self.via: str | None = None  # which log it reads, for the collector-health panel
+
+    def read(self, ts: float) -> tuple[list[TelemetryEvent], list[CollectorFault]]:
+        faults: list[CollectorFault] = []
+        if self._reader is None and not self._open():
+            if not self._reported:
+                self._reported = True
+                faults.append(
+                    CollectorFault(
+                        None, "kernel_log", "Unavailable", self._unavailable or "", ts=ts
+                    )
+                )
+            return [], faults
+        try:
+            lines = self._reader.lines()
+        except OSError as error:
+            faults.append(
+                CollectorFault(None, "kernel_log", type(error).__name__, str(error), ts=ts)
+            )
+            self.close()
+            return [], faults
+        events: list[TelemetryEvent] = []
+        for line in lines:
+            for found in self._scanner.feed(line):
+                if found.kind == "xid":
+                    events.append(self._event(found.detail, ts))
+        return events, faults
+
+    def _open(self) -> bool:
+        reasons = []
+        for opener in self._openers:
+            try:
+                self._reader = opener()
+            except OSError as error:
+                reasons.append(f"{getattr(opener, '__name__', opener)}: {error}")
+                continue
+            self.via = getattr(opener, "__name__", str(opener))
+            return True
+        self._unavailable = "; ".join(reasons) or "no kernel log source"
+        return False
+
+    def _event(self, found: dict[str, Any], ts: float) -> TelemetryEvent:
+        xid = int(found["xid"])
+        uuid = found.get("card_uuid")
+        index = None
+        pci = found.get("pci_bus_id")
+        if pci is not None and (card := self._card_by_pci(pci)) is not None:
+            index, uuid = card[0], uuid or card[1]
+        detail = {"xid": xid, **xid_detail(xid), "source": "kernel"}
+        for key in ("pci_bus_id", "pid", "process_name", "message"):
+            if key in found:
+                detail[key] = found[key]
+        return TelemetryEvent(ts, "xid", index, uuid, detail)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+def pci_bus_id(value: Any) -> str:
+    """NVML's bus id ("00000000:0A:00.0", str or bytes) in the kernel's spelling (0000:0a:00)."""
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    parts = text.lower().split(":")
+    if len(parts) != 3:
+        return text.lower()
+    domain, bus, device = parts
+    return f"{int(domain, 16):04x}:{bus}:{device.split('.')[0]}"
+
+
+class NvmlPciMap:
+    """PCI bus id -> (card index, UUID), asked of NVML only when a kernel Xid needs it."""
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+        self._cards: dict[str, tuple[int, str | None]] = {}
+
+    def __call__(self, pci: str) -> tuple[int, str | None] | None:
+        if pci not in self._cards:
+            self._refresh()
+        return self._cards.get(pci)
+
+    def _refresh(self) -> None:
+        nvml = self._nvml
+        cards: dict[str, tuple[int, str | None]] = {}
+        try:
+            for index in range(nvml.nvmlDeviceGetCount()):
+                try:
+                    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                    bus = pci_bus_id(nvml.nvmlDeviceGetPciInfo(handle).busId)
+                    cards[bus] = (index, nvml.nvmlDeviceGetUUID(handle))
+                except nvml.NVMLError:
+                    continue  # a lost card: its Xid keeps the bus id and no index
+        except nvml.NVMLError:
+            return
+        self._cards = cards

@@ -1,0 +1,67 @@
+"""The host page's latency history: each model's P99 against its SLO, placement changes
+marked, and the P99 either side of the latest change."""
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+
+from console.audit import Action, snapshot
+from console.audit.changes import open_change, record
+from inventory.timeseries import partitions
+from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _engine_hour(deployment, at, p99_s):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO inventory_engine_rollup_1h (deployment_id, bucket, samples, running_max,"
+            " running_sum, running_count, waiting_max, kv_usage_max, requests, latency_p95_max,"
+            " latency_p99_max) VALUES (%s, %s, 60, 10, 600, 60, 0, 0.5, 100, %s, %s)",
+            [deployment.pk, at, p99_s * 0.6, p99_s],
+        )
+
+
+def test_p99_before_and_after_the_switch_with_the_change_marked(client_as):
+    gpu = GpuFactory()
+    model = ServedModelFactory(name="llama3-70b", p99_latency_slo_ms=500)
+    before = DeploymentFactory(host=gpu.host, served_model=model, gpus=[gpu], status="stopped")
+    after = DeploymentFactory(host=gpu.host, served_model=model, gpus=[gpu])
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    switch = now - dt.timedelta(days=3)
+    partitions.ensure_partitions(now - dt.timedelta(days=8), now)
+    for hours in range(1, 24 * 7):
+        at = now - dt.timedelta(hours=hours)
+        _engine_hour(before if at < switch else after, at, 0.8 if at < switch else 0.32)
+    with open_change(at=switch):
+        record(actor=None, action=Action.DEPLOYMENT_CHANGE, obj=after, before=snapshot(before),
+               after=snapshot(after), host=gpu.host, comment="bound to its own cards")  # fmt: skip
+    data = client_as("manager").get(f"/hosts/{gpu.host.name}/charts/?window=7d").json()
+    (line,) = data["latency"]["lines"]
+    assert (line["model"], line["slo_ms"]) == ("llama3-70b", 500)
+    assert (line["before_ms"], line["after_ms"]) == (800.0, 320.0)
+    assert max(line["p95_ms"]) == pytest.approx(480.0)
+    assert [dt.datetime.fromisoformat(c["at"]) for c in data["latency"]["changes"]] == [switch]
+    assert data["time_zone"] == "UTC"
+
+
+def test_the_oom_history_of_a_host_shows_its_p99_across_the_change(client_as):
+    gpu = GpuFactory()
+    model = ServedModelFactory(name="llama3-70b", p99_latency_slo_ms=500)
+    before = DeploymentFactory(host=gpu.host, served_model=model, gpus=[gpu], status="stopped")
+    after = DeploymentFactory(host=gpu.host, served_model=model, gpus=[gpu])
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    switch = now - dt.timedelta(days=2)
+    partitions.ensure_partitions(now - dt.timedelta(days=5), now)
+    for hours in range(1, 24 * 4):
+        at = now - dt.timedelta(hours=hours)
+        _engine_hour(before if at < switch else after, at, 0.8 if at < switch else 0.32)
+    with open_change(at=switch):
+        record(actor=None, action=Action.DEPLOYMENT_CHANGE, obj=after, before=snapshot(before),
+               after=snapshot(after), host=gpu.host)  # fmt: skip
+    page = client_as("manager").get(f"/oom/?host={gpu.host.name}").content.decode()
+    section = page[page.index('data-testid="latency-before-after"') :]
+    assert "llama3-70b" in section
+    assert "800 ms" in section and "320 ms" in section

@@ -1,0 +1,52 @@
+"""A card that refuses new loads: the memory gate fails on it and the solver never picks it,
+until an approver clears it."""
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.utils import timezone
+
+from console.operations.services import do_clear_refusal, do_set_refusal
+from console.proposals.gate_checks import check_memory
+from console.proposals.gates import GateStatus
+from inventory.models import Deployment
+from tests.factories import GIB, ServedModelFactory
+from tests.proposals.support import create_proposal, seed_host
+
+pytestmark = pytest.mark.django_db
+
+
+def _solver_proposal(personas, host):
+    return create_proposal(
+        personas["oncall"],
+        host=host,
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=8 * GIB),
+        let_solver_choose=True,
+        isolation_mode=Deployment.Isolation.GPU_GROUP,
+    )
+
+
+def test_a_refused_card_fails_the_gate_and_the_solver_leaves_it_out(personas):
+    host = seed_host()
+    free = host.gpus.get(index=2)
+    refusal = do_set_refusal(free, reason_code="degradation")
+    named = create_proposal(
+        personas["oncall"],
+        host=host,
+        gpus=[free],
+        model=ServedModelFactory(name="tiny", weights_bytes=2 * GIB),
+        kv_reservation_bytes=GIB,
+    )
+    outcome, _ = check_memory(named, timezone.now())
+    assert outcome.status is GateStatus.FAIL
+    assert "refuses new loads" in outcome.summary
+    outcome, chosen = check_memory(_solver_proposal(personas, host), timezone.now())
+    assert free not in chosen  # the only free card for a GPU group: the solver finds none
+    assert outcome.status is GateStatus.FAIL
+
+    with pytest.raises(PermissionDenied):
+        do_clear_refusal(refusal, acting_user=personas["manager"])
+    do_clear_refusal(refusal, acting_user=personas["approver"])
+    outcome, _ = check_memory(named, timezone.now())
+    assert outcome.status is GateStatus.PASS, outcome.summary
+    _, chosen = check_memory(_solver_proposal(personas, host), timezone.now())
+    assert chosen == [free]

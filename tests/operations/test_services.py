@@ -1,0 +1,197 @@
+"""Host operations in the console: authority, four eyes, outcomes, the degradation path
+without a standing policy, the OOM trigger and the page (no worker processes)."""
+
+import json
+import time
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils import timezone
+
+from console.audit import Action
+from console.audit.models import AuditEntry
+from console.operations import degradation, messages, services, watch
+from console.operations.models import DegradationRun, HostAction, StandingPolicy
+from console.operations.tasks import record_action_outcome
+from console.proposals.models import Proposal
+from inventory.models import CardRefusal, Event
+from inventory.telemetry import signing
+from inventory.timeseries.ingest import ingest_batch
+from tests.batches import batch, card_row, process_row
+from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def card():
+    """One 80 GiB card: a priority-1 model (40 GiB) and a priority-3 one (36.5 GiB) at 96%."""
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    important = DeploymentFactory(
+        host=gpu.host, gpus=[gpu], runtime_name="chat",
+        served_model=ServedModelFactory(name="chat-model", priority=1),
+        kv_reservation_bytes=8 * GIB,
+    )  # fmt: skip
+    cheap = DeploymentFactory(
+        host=gpu.host, gpus=[gpu], runtime_name="batch",
+        served_model=ServedModelFactory(name="batch-model", priority=3),
+        kv_reservation_bytes=12 * GIB,
+    )  # fmt: skip
+    now = time.time()
+    used = int(76.8 * GIB)
+    ingest_batch(
+        batch(
+            gpu.host,
+            start=now - 10,
+            end=now,
+            cards=[card_row(gpu, used_max=used, used_last=used, total=80 * GIB)],
+            processes=[
+                process_row(gpu, 100, used_max=40 * GIB, used_last=40 * GIB, deployment=important),
+                process_row(gpu, 200, used_max=int(36.8 * GIB), used_last=int(36.8 * GIB),
+                            deployment=cheap),
+            ],
+        )
+    )  # fmt: skip
+    return gpu, important, cheap
+
+
+def test_an_action_waits_for_a_second_person(personas, card):
+    gpu, _, cheap = card
+    asked = services.do_request_action(
+        acting_user=personas["approver"], host=gpu.host, action="restart", deployment=cheap
+    )
+    assert asked.state == HostAction.State.AWAITING_APPROVAL
+    with pytest.raises(services.FourEyesError):
+        services.do_approve_action(asked, acting_user=personas["approver"])
+    with pytest.raises(PermissionDenied):
+        services.do_approve_action(asked, acting_user=personas["oncall"])
+    with pytest.raises(PermissionDenied):
+        services.do_request_action(
+            acting_user=personas["manager"], host=gpu.host, action="restart", deployment=cheap
+        )
+    assert AuditEntry.objects.filter(
+        action=Action.HOST_ACTION_REQUEST, object_id=str(asked.pk), actor_name="approver"
+    ).exists()
+
+
+@pytest.mark.parametrize(
+    ("action", "params"),
+    [
+        ("reboot", {}),
+        ("reload_with", {}),
+        ("reload_with", {"kv_bytes": -1}),
+        ("reload_with", {"kv_bytes": 1, "mem_fraction": 0.5}),
+        ("restart", {"kv_bytes": 1}),
+        ("mps_restart", {"card_index": 9}),  # no such card on the host
+    ],
+)
+def test_an_action_that_could_never_run_is_refused_before_it_is_sent(
+    personas, card, action, params
+):
+    gpu, _, cheap = card
+    with pytest.raises(ValidationError):
+        services.do_request_action(
+            acting_user=personas["oncall"], host=gpu.host, action=action,
+            deployment=None if action == "mps_restart" else cheap, params=params,
+        )  # fmt: skip
+    assert not HostAction.objects.exists()
+
+
+def _outcome(action, secret, **fields):
+    body = signing.encode(
+        {"request_id": str(action.request_id), "host": action.host.name, "state": "succeeded",
+         "output_tail": "ok", **fields}
+    ).decode()  # fmt: skip
+    return body, signing.sign(secret, body.encode())
+
+
+def test_an_outcome_counts_only_when_its_host_signed_it(personas, card):
+    gpu, _, cheap = card
+    asked = services.do_request_action(
+        acting_user=personas["oncall"], host=gpu.host, action="restart", deployment=cheap
+    )
+    record_action_outcome(*_outcome(asked, "someone else's"))
+    asked.refresh_from_db()
+    assert asked.state == HostAction.State.AWAITING_APPROVAL
+    record_action_outcome(*_outcome(asked, gpu.host.agent_secret))
+    record_action_outcome(*_outcome(asked, gpu.host.agent_secret, state="failed"))
+    asked.refresh_from_db()
+    assert (asked.state, asked.deliveries, asked.output_tail) == ("succeeded", 2, "ok")
+
+
+def test_a_request_body_names_the_action_never_a_command(personas, card):
+    gpu, _, cheap = card
+    policy = services.do_sign_policy(
+        acting_user=personas["approver"], host=gpu.host, kind=StandingPolicy.Kind.DEGRADATION
+    )
+    asked = services.do_request_action(
+        acting_user=None, host=gpu.host, action="reload_with", deployment=cheap,
+        params={"kv_bytes": 6 * GIB}, policy=policy,
+    )  # fmt: skip
+    body = json.loads(messages.request_body(asked))
+    assert set(body) == {"id", "host", "action", "deployment", "params", "expires_at"}
+    assert (body["action"], body["deployment"], body["params"]) == (
+        "reload_with",
+        "batch",
+        {"kv_bytes": 6 * GIB},
+    )
+
+
+def test_without_a_standing_policy_degradation_opens_a_proposal_and_waits(personas, card):
+    gpu, _, cheap = card
+    watch.watch(timezone.now())
+    run = DegradationRun.objects.get(gpu=gpu)
+    assert run.state == DegradationRun.State.AWAITING_APPROVAL
+    assert run.plan[0]["kind"] == "shrink_kv" and run.plan[0]["deployment_id"] == cheap.pk
+    shrink = run.actions.get()
+    assert (shrink.state, shrink.params) == ("awaiting_approval", {"kv_bytes": 6 * GIB})
+    proposal = run.proposal
+    assert (proposal.action, proposal.deployment, proposal.kv_reservation_bytes) == (
+        Proposal.Action.RESIZE,
+        cheap,
+        6 * GIB,
+    )
+    assert shrink.proposal == proposal
+    # The watch runs again: the card is already being degraded, nothing new starts.
+    watch.watch(timezone.now())
+    assert DegradationRun.objects.count() == 1
+
+
+def test_an_oom_degrades_a_card_that_looks_fine_now(personas, card):
+    gpu = card[0]
+    services.do_sign_policy(
+        acting_user=personas["approver"], host=gpu.host, kind=StandingPolicy.Kind.DEGRADATION,
+        params={"allow_evict": False, "kv_floor_fraction": 0.9},
+    )  # fmt: skip
+    event = Event.objects.create(
+        host=gpu.host, gpu=gpu, kind=Event.Kind.OOM, at=timezone.now(),
+        detail={"requested_bytes": 6 * GIB, "free_bytes": GIB, "pid": 200},
+        batch_id="00000000-0000-4000-8000-000000000009", position=0,
+    )  # fmt: skip
+    run = degradation.on_card_over_limit(gpu.pk, event_pk=event.pk)
+    assert run.trigger == DegradationRun.Trigger.OOM
+    assert run.used_before_bytes >= 85 * GIB  # what the failed allocation needed counts
+    assert [step["kind"] for step in run.plan] == ["shrink_kv", "refuse"]
+    assert CardRefusal.objects.filter(gpu=gpu, cleared_at__isnull=True).exists()
+    assert run.actions.get().state == HostAction.State.SENT  # the standing policy allows it
+    assert degradation.on_card_over_limit(gpu.pk, event_pk=event.pk) == run
+
+
+def test_the_operations_page_shows_and_answers_hostile_input_with_400(client_as, personas, card):
+    gpu, _, cheap = card
+    client = client_as("oncall")
+    page = client.get(f"/hosts/{gpu.host.name}/operations/")
+    assert page.status_code == 200
+    assert b"Host actions" in page.content and b"MPS servers" in page.content
+    for data in (
+        {"action": "restart; reboot", "deployment": cheap.pk},
+        {"action": "reload_with", "deployment": cheap.pk, "kv_bytes": "lots"},
+        {"action": "restart", "deployment": "x'--"},
+        {"action": "restart", "deployment": 10**9},
+    ):
+        answer = client.post(f"/hosts/{gpu.host.name}/operations/actions/", data)
+        assert answer.status_code == 400, data
+    assert not HostAction.objects.exists()
+    manager = client_as("manager").get(f"/hosts/{gpu.host.name}/operations/")
+    assert manager.status_code == 200
+    assert b'id="ask-action"' not in manager.content  # a manager sees, never triggers
