@@ -4,15 +4,57 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('console', '0005_cache_table'),
+        ("console", "0005_cache_table"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='auditentry',
-            name='action',
-            field=models.CharField(choices=[('proposal.create', 'proposal created'), ('proposal.edit', 'proposal edited'), ('proposal.load_test', 'load test attached'), ('proposal.submit', 'proposal submitted'), ('proposal.start_checks', 'gate checks started'), ('proposal.checks_passed', 'gate checks passed'), ('proposal.checks_failed', 'gate checks failed'), ('proposal.approve', 'proposal approved'), ('proposal.reject', 'proposal rejected'), ('proposal.request_changes', 'changes requested'), ('proposal.apply', 'proposal applied'), ('proposal.verify', 'proposal verified'), ('proposal.roll_back', 'proposal rolled back'), ('load_test.delete', 'load test deleted'), ('load_test.start', 'combined load test started'), ('load_test.cancel', 'combined load test cancelled'), ('load_test.finish', 'combined load test finished'), ('deployment.create', 'deployment created'), ('deployment.move', 'deployment moved'), ('deployment.resize', 'deployment resized'), ('deployment.stop', 'deployment stopped'), ('deployment.roll_back', 'deployment rolled back'), ('deployment.change', 'deployment changed'), ('deployment.delete', 'deployment deleted'), ('event.acknowledge', 'event acknowledged'), ('runbook.create', 'runbook note created'), ('runbook.update', 'runbook note updated'), ('gpu.discover', 'card discovered'), ('dead_letter.replay', 'dead letter replayed'), ('dead_letter.discard', 'dead letter discarded'), ('host.register', 'host registered'), ('host.rotate_secret', "host's agent secret rotated"), ('demo.seed', 'demo data loaded'), ('admin.add', 'added in the admin'), ('admin.change', 'changed in the admin'), ('admin.delete', 'deleted in the admin'), ('token.create', 'API token created'), ('token.delete', 'API token deleted')], db_index=True, max_length=64),
+            model_name="auditentry",
+            name="action",
+            field=models.CharField(
+                choices=[
+                    ("proposal.create", "proposal created"),
+                    ("proposal.edit", "proposal edited"),
+                    ("proposal.load_test", "load test attached"),
+                    ("proposal.submit", "proposal submitted"),
+                    ("proposal.start_checks", "gate checks started"),
+                    ("proposal.checks_passed", "gate checks passed"),
+                    ("proposal.checks_failed", "gate checks failed"),
+                    ("proposal.approve", "proposal approved"),
+                    ("proposal.reject", "proposal rejected"),
+                    ("proposal.request_changes", "changes requested"),
+                    ("proposal.apply", "proposal applied"),
+                    ("proposal.verify", "proposal verified"),
+                    ("proposal.roll_back", "proposal rolled back"),
+                    ("load_test.delete", "load test deleted"),
+                    ("load_test.start", "combined load test started"),
+                    ("load_test.cancel", "combined load test cancelled"),
+                    ("load_test.finish", "combined load test finished"),
+                    ("deployment.create", "deployment created"),
+                    ("deployment.move", "deployment moved"),
+                    ("deployment.resize", "deployment resized"),
+                    ("deployment.stop", "deployment stopped"),
+                    ("deployment.roll_back", "deployment rolled back"),
+                    ("deployment.change", "deployment changed"),
+                    ("deployment.delete", "deployment deleted"),
+                    ("event.acknowledge", "event acknowledged"),
+                    ("runbook.create", "runbook note created"),
+                    ("runbook.update", "runbook note updated"),
+                    ("gpu.discover", "card discovered"),
+                    ("dead_letter.replay", "dead letter replayed"),
+                    ("dead_letter.discard", "dead letter discarded"),
+                    ("host.register", "host registered"),
+                    ("host.rotate_secret", "host's agent secret rotated"),
+                    ("demo.seed", "demo data loaded"),
+                    ("admin.add", "added in the admin"),
+                    ("admin.change", "changed in the admin"),
+                    ("admin.delete", "deleted in the admin"),
+                    ("token.create", "API token created"),
+                    ("token.delete", "API token deleted"),
+                ],
+                db_index=True,
+                max_length=64,
+            ),
         ),
     ]

@@ -167,12 +167,28 @@ def matrix_objects(personas, host) -> dict:
     """Proposals by on-call for `host`, in each state the permission matrix needs."""
     author, approver = personas["oncall"], personas["approver"]
     on_host = {"host": host, "gpus": list(host.gpus.all()[:1])}
+    draft = create_proposal(author, **on_host)
     return {
-        "draft": create_proposal(author, **on_host),
+        "draft": draft,
         "ready": ready_proposal(author, **on_host),
         "approved": approved_proposal(author, approver, **on_host),
         "applied": applied_proposal(author, approver, **on_host),
+        "console_test": running_load_test(draft, author),
     }
+
+
+def running_load_test(proposal, user):
+    """A combined test the console runs, as the task leaves it half-way."""
+    from console.proposals.models import LoadTest
+
+    return LoadTest.objects.create(
+        proposal=proposal,
+        uploaded_by=user,
+        source_format=LoadTest.Format.MEASURED,
+        files=["combined test"],
+        status=LoadTest.Status.RUNNING,
+        progress={"phase": "hold", "elapsed_s": 12.0, "models": [], "cards": []},
+    )
 
 
 def form_data(proposal_or_host, model=None) -> dict:
