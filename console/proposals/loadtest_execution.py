@@ -13,7 +13,7 @@ from django.conf import settings
 
 from console.proposals import loadtest_inputs
 from console.proposals.gates.loadtest import MAX_FAILED_SHARE
-from console.proposals.loadtest_plan import TestPlan
+from console.proposals.loadtest_plan import LoadTestPlan
 from console.proposals.loadtest_results import (
     as_run,
     card_peaks,
@@ -68,7 +68,7 @@ def endpoint_failures(summaries: list[dict]) -> dict:
 
 
 def execute(
-    plan: TestPlan,
+    plan: LoadTestPlan,
     gpus: list[Gpu],
     bounds: dict[str, int],
     *,

@@ -14,11 +14,11 @@ from django.utils import timezone
 
 from console.proposals.loadtest_plan import (
     Api,
+    LoadTestPlan,
     Phases,
     PlanError,
     RequestMix,
     Target,
-    TestPlan,
     busy_hour_rates,
 )
 from console.proposals.loadtest_results import CardSample, card_peaks
@@ -82,15 +82,23 @@ def plan_for_deployments(
     mix: RequestMix | None = None,
     now: dt.datetime | None = None,
     extra: tuple[Target, ...] = (),
-) -> TestPlan:
+    rate_scale: float = 1.0,
+) -> LoadTestPlan:
+    """``rate_scale`` scales the busy-hour rates from telemetry, the ratio between them kept
+    (a smaller test of the same mix); rates given are taken as they are."""
     now = now or timezone.now()
     measured = real_rates([d.pk for d in deployments], now)
     targets = []
     for deployment in deployments:
         given = (rates or {}).get(deployment.pk)
-        rate, source = (given, "given") if given else (measured.get(deployment.pk), "telemetry")
+        if given:
+            rate, source = given, "given"
+        else:
+            found = measured.get(deployment.pk)
+            rate = None if found is None else found * rate_scale
+            source = "telemetry" if rate_scale == 1 else f"telemetry x {rate_scale:g}"
         targets.append(_target(deployment, rate, source, []))
-    return TestPlan(
+    return LoadTestPlan(
         host=host.name,
         targets=(*targets, *extra),
         mix=mix or RequestMix(),
@@ -99,7 +107,7 @@ def plan_for_deployments(
     )
 
 
-def plan_for_host(host: Host, **options) -> TestPlan:
+def plan_for_host(host: Host, **options) -> LoadTestPlan:
     """Every active deployment of the host."""
     return plan_for_deployments(host, _cotenants(host, [], None), **options)
 

@@ -95,7 +95,7 @@ class Phases:
 
 
 @dataclass(frozen=True)
-class TestPlan:
+class LoadTestPlan:
     host: str
     targets: tuple[Target, ...]
     mix: RequestMix = field(default_factory=RequestMix)
@@ -170,7 +170,7 @@ class TestPlan:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> TestPlan:
+    def from_json(cls, data: dict) -> LoadTestPlan:
         return cls(
             host=data["host"],
             targets=tuple(

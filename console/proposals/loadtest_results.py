@@ -16,7 +16,7 @@ import datetime as dt
 from collections import Counter
 from dataclasses import dataclass
 
-from console.proposals.loadtest_plan import Phase, TestPlan
+from console.proposals.loadtest_plan import LoadTestPlan, Phase
 from console.proposals.loadtest_runner import RequestRecord, RunOutcome
 from console.proposals.loadtests import LoadTestRun, ModelRun
 from inventory.analytics.stats import percentile
@@ -43,11 +43,11 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
     return {f"p{q}": round(percentile(values, q) * 1000, 2) for q in (50, 95, 99)}
 
 
-def _in_verdict(plan: TestPlan, record: RequestRecord) -> bool:
+def _in_verdict(plan: LoadTestPlan, record: RequestRecord) -> bool:
     return plan.phase_at(record.sent_s) is Phase.HOLD
 
 
-def model_summaries(plan: TestPlan, outcome: RunOutcome) -> list[dict]:
+def model_summaries(plan: LoadTestPlan, outcome: RunOutcome) -> list[dict]:
     model_of = {t.deployment: t.name for t in plan.targets}
     slo = {t.name: t.slo_ms for t in plan.targets}
     by_model: dict[str, list[RequestRecord]] = {name: [] for name in slo}
@@ -79,7 +79,7 @@ def model_summaries(plan: TestPlan, outcome: RunOutcome) -> list[dict]:
     return rows
 
 
-def latency_series(plan: TestPlan, outcome: RunOutcome) -> dict[str, list[dict]]:
+def latency_series(plan: LoadTestPlan, outcome: RunOutcome) -> dict[str, list[dict]]:
     """Per model and step of the whole test: completions, P50 and P99 end to end (ms)."""
     model_of = {t.deployment: t.name for t in plan.targets}
     buckets: dict[tuple[str, int], list[float]] = {}
@@ -108,7 +108,7 @@ def card_peaks(samples: list[CardSample]) -> dict[str, int]:
     return peaks
 
 
-def _load_at(plan: TestPlan, t: float) -> dict[str, float]:
+def _load_at(plan: LoadTestPlan, t: float) -> dict[str, float]:
     factor = plan.load_factor(t)
     rates: dict[str, float] = {}
     for target in plan.targets:
@@ -117,7 +117,7 @@ def _load_at(plan: TestPlan, t: float) -> dict[str, float]:
 
 
 def first_bound(
-    plan: TestPlan,
+    plan: LoadTestPlan,
     started_at: float,
     series: dict[str, list[dict]],
     samples: list[CardSample],
@@ -174,7 +174,9 @@ def first_bound(
     }
 
 
-def as_run(plan: TestPlan, outcome: RunOutcome, summaries: list[dict], peaks: dict) -> LoadTestRun:
+def as_run(
+    plan: LoadTestPlan, outcome: RunOutcome, summaries: list[dict], peaks: dict
+) -> LoadTestRun:
     """The measured test in the shape gate 4 reads for every result, imported or measured."""
     hold_start = outcome.started_at + plan.phases.ramp_s
     hold_end = hold_start + plan.phases.hold_s

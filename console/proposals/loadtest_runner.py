@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 import orjson
 
-from console.proposals.loadtest_plan import Api, Phase, Target, TestPlan
+from console.proposals.loadtest_plan import Api, LoadTestPlan, Phase, Target
 from inventory.analytics.stats import percentile
 
 # A model whose endpoint stops answering would otherwise pile up requests without end.
@@ -85,7 +85,7 @@ def _prompt(tokens: int) -> str:
 class _Bodies:
     """The request bodies, serialized once per target and length."""
 
-    def __init__(self, plan: TestPlan) -> None:
+    def __init__(self, plan: LoadTestPlan) -> None:
         mix = plan.mix
         self._bodies: dict[tuple[str, bool], bytes] = {}
         for target in plan.targets:
@@ -206,7 +206,7 @@ async def _one_request(
 class _Live:
     """What the progress snapshot shows: per model, requests sent, done, failed, recent P99."""
 
-    def __init__(self, plan: TestPlan) -> None:
+    def __init__(self, plan: LoadTestPlan) -> None:
         self.model_of = {t.deployment: t.name for t in plan.targets}
         names = list(dict.fromkeys(self.model_of.values()))
         self.sent = dict.fromkeys(names, 0)
@@ -245,7 +245,7 @@ class _Live:
         }
 
 
-async def _cold_start(client: httpx.AsyncClient, plan: TestPlan) -> dict:
+async def _cold_start(client: httpx.AsyncClient, plan: LoadTestPlan) -> dict:
     skipped = plan.cold_start_skipped
     if skipped is not None:
         return {"ran": False, **skipped}
@@ -269,7 +269,7 @@ async def _cold_start(client: httpx.AsyncClient, plan: TestPlan) -> dict:
 
 
 async def run_plan(
-    plan: TestPlan,
+    plan: LoadTestPlan,
     *,
     progress: Callable[[dict], None] = lambda snapshot: None,
     cancelled: Callable[[], bool] = lambda: False,

@@ -10,7 +10,7 @@ from django.utils import timezone
 from console.audit import Action, snapshot
 from console.audit.changes import atomic_change, record
 from console.proposals import queue
-from console.proposals.loadtest_plan import TestPlan
+from console.proposals.loadtest_plan import LoadTestPlan
 from console.proposals.models import LoadTest, Proposal
 from console.proposals.services import _revise
 from console.proposals.transitions import Event, IllegalTransition, next_state
@@ -34,7 +34,7 @@ def running_test(proposal: Proposal) -> LoadTest | None:
 
 
 @atomic_change
-def do_start_load_test(proposal: Proposal, *, acting_user, plan: TestPlan) -> LoadTest:
+def do_start_load_test(proposal: Proposal, *, acting_user, plan: LoadTestPlan) -> LoadTest:
     current = Proposal.objects.select_for_update().get(pk=proposal.pk)
     next_state(current.state, Event.EDIT)  # its result revises the proposal: refuse it early
     if running_test(current) is not None:

@@ -17,7 +17,7 @@ from django.conf import settings
 from console.proposals import loadtest_inputs, loadtest_services, queue
 from console.proposals.gate_checks import card_budgets
 from console.proposals.loadtest_execution import execute
-from console.proposals.loadtest_plan import TestPlan
+from console.proposals.loadtest_plan import LoadTestPlan
 from console.proposals.models import LoadTest, Proposal
 from inventory.models import Gpu
 
@@ -46,7 +46,7 @@ def run_load_test(load_test_id: int) -> str:
     if test is None:
         return "nothing to do"
     proposal = Proposal.objects.select_related("host", "served_model").get(pk=test.proposal_id)
-    plan = TestPlan.from_json(test.plan)
+    plan = LoadTestPlan.from_json(test.plan)
     gpus = proposal.target_gpus()
     bounds = bounds_for(proposal, gpus)
     started = time.time()

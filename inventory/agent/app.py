@@ -40,12 +40,29 @@ app.conf.update(
 )
 
 
+def _serve_simulated_endpoints(simulator) -> None:
+    """The simulated deployments' inference APIs, for the demo's combined load tests."""
+    port = env_int("SIMULATOR_ENDPOINTS_PORT", 8765, minimum=0)
+    if not port:
+        return
+    from inventory.telemetry.simulator.endpoints import EndpointServer, SimulatedBehaviour
+
+    try:
+        EndpointServer(SimulatedBehaviour(simulator.fleet.hosts), port=port).start_in_thread()
+    except OSError as error:  # the port is taken: the demo runs on, without endpoints
+        log.warning("simulated endpoints not served on port %s: %s", port, error)
+    else:
+        log.info("simulated inference endpoints on http://127.0.0.1:%s/<host>/<deployment>", port)
+
+
 def _source_factory():
     kind = env_str("AGENT_SOURCE", "nvml")
     if kind == "simulator":
         from inventory.agent.sources import FleetSimulator
 
-        return FleetSimulator(seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock).source_for
+        simulator = FleetSimulator(seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock)
+        _serve_simulated_endpoints(simulator)
+        return simulator.source_for
     if kind == "nvml":
         import pynvml
 

@@ -4,20 +4,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0011_host_agent_secret'),
+        ("inventory", "0011_host_agent_secret"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='deployment',
-            name='endpoint_api',
-            field=models.CharField(choices=[('openai-completions', 'OpenAI /v1/completions'), ('openai-chat', 'OpenAI /v1/chat/completions'), ('ollama', 'Ollama /api/generate')], default='openai-completions', max_length=20),
+            model_name="deployment",
+            name="endpoint_api",
+            field=models.CharField(
+                choices=[
+                    ("openai-completions", "OpenAI /v1/completions"),
+                    ("openai-chat", "OpenAI /v1/chat/completions"),
+                    ("ollama", "Ollama /api/generate"),
+                ],
+                default="openai-completions",
+                max_length=20,
+            ),
         ),
         migrations.AddField(
-            model_name='deployment',
-            name='endpoint_url',
-            field=models.URLField(blank=True, help_text='Where its inference API answers, without the API path (http://10.0.0.7:8000), for the combined load test.', max_length=300),
+            model_name="deployment",
+            name="endpoint_url",
+            field=models.URLField(
+                blank=True,
+                help_text="Where its inference API answers, without the API path (http://10.0.0.7:8000), for the combined load test.",
+                max_length=300,
+            ),
         ),
     ]

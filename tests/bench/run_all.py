@@ -38,11 +38,12 @@ BENCHES = {
     "pages": ["tests/bench/bench_pages.py"],
     "placement": ["tests/bench/bench_placement.py", "--limit", "10"],
     "faults": ["tests/bench/faults.py"],
+    "loadtest": ["tests/bench/bench_loadtest.py"],
 }
 # Half an hour of outages: only when asked for by name.
 ON_REQUEST = {"faults"}
 # The benchmarks that start servers of their own and need no bench database.
-OWN_SERVERS = {"faults"}
+OWN_SERVERS = {"faults", "loadtest"}
 
 
 def bench_database(url: str) -> str:
