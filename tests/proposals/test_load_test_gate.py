@@ -25,7 +25,7 @@ from console.proposals.loadtests import (
 )
 from inventory.models import Deployment
 from tests.factories import GIB, ServedModelFactory
-from tests.proposals.support import LOADTESTS, create_proposal, seed_host
+from tests.proposals.support import LOADTESTS, create_proposal, recent_combined_import, seed_host
 
 CARD = "a100-node:1"
 PEAKS = f"card,peak_gib\n{CARD},74.5\n"
@@ -281,3 +281,24 @@ def test_an_attached_single_model_result_fails_gate_4_of_the_seed_proposal(perso
     assert outcome.status is GateStatus.FAIL
     assert set(codes(outcome)) == {"no_telemetry", "ratio_unverifiable"}
     assert "attached by oncall" in outcome.numbers["run"]
+
+
+@pytest.mark.django_db
+def test_an_import_with_telemetry_of_its_window_passes_on_the_measured_peak(personas):
+    host = seed_host()
+    card = host.gpus.get(index=1)
+    proposal = create_proposal(
+        personas["oncall"],
+        host=host,
+        gpus=[card],
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=8 * GIB),
+        kv_reservation_bytes=4 * GIB,
+        isolation_mode=Deployment.Isolation.TIME_SLICING,
+        expected_request_rate=3.0,
+    )
+    run, files = recent_combined_import(card)
+    services.do_attach_load_test(proposal, acting_user=personas["oncall"], run=run, files=files)
+    outcome = check_load_test(proposal, [card], timezone.now())
+    assert outcome.status is GateStatus.PASS, outcome.reasons
+    assert outcome.numbers["cards"][0]["peak_source"] == "console telemetry"
+    assert outcome.evidence["latency"] == "imported: vllm-json"
