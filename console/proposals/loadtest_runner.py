@@ -167,14 +167,15 @@ async def _one_request(
                 if response.status_code >= 400:
                     record.error, record.detail = ERROR_HTTP, str(response.status_code)
                     return
+                # Read to the end of the body even after the stream's last event: a response
+                # left unread closes its connection, and every request would open a new one.
                 async for line in response.aiter_lines():
-                    if not line.strip():
+                    if ended or not line.strip():
                         continue
                     token = _token_in(api, line)
                     if token is None:
                         ended = True
-                        break
-                    if token:
+                    elif token:
                         token_times.append(clock())
     except TimeoutError:
         record.error = ERROR_TIMEOUT
@@ -277,14 +278,22 @@ async def run_plan(
     clock: Callable[[], float] = time.perf_counter,
     wall: Callable[[], float] = time.time,
 ) -> RunOutcome:
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=2000)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=MAX_IN_FLIGHT_PER_TARGET)
     timeout = httpx.Timeout(plan.request_timeout_s, connect=min(5.0, plan.request_timeout_s))
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport) as client:
-        cold = await _cold_start(client, plan)
-        return await _drive(client, plan, cold, progress, cancelled, clock, wall)
+    # A connection pool per deployment: httpcore scans its whole pool for every request, so
+    # one pool for all would cost each request the connections of every other model.
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {
+            target.deployment: await stack.enter_async_context(
+                httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport)
+            )
+            for target in plan.targets
+        }
+        cold = await _cold_start(clients[plan.targets[0].deployment], plan)
+        return await _drive(clients, plan, cold, progress, cancelled, clock, wall)
 
 
-async def _drive(client, plan, cold, progress, cancelled, clock, wall) -> RunOutcome:
+async def _drive(clients, plan, cold, progress, cancelled, clock, wall) -> RunOutcome:
     bodies = _Bodies(plan)
     live = _Live(plan)
     records: list[RequestRecord] = []
@@ -301,6 +310,7 @@ async def _drive(client, plan, cold, progress, cancelled, clock, wall) -> RunOut
         rng = random.Random(seed)
         at = 0.0
         tasks = in_flight[target.deployment]
+        client, timeout_s = clients[target.deployment], plan.request_timeout_s
         # Thinning: arrivals at the highest rate of the test, each kept with the share of it
         # the plan offers at that moment, make a Poisson process whose rate follows the plan.
         peak = max(1.0, plan.phases.past_bound_max_factor if plan.phases.past_bound else 1.0)
@@ -326,9 +336,7 @@ async def _drive(client, plan, cold, progress, cancelled, clock, wall) -> RunOut
                 live.done(record, elapsed())
                 continue
             task = asyncio.create_task(
-                _one_request(
-                    client, target, bodies(target, long), record, plan.request_timeout_s, clock
-                )
+                _one_request(client, target, bodies(target, long), record, timeout_s, clock)
             )
             tasks.add(task)
             task.add_done_callback(

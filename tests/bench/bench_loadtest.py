@@ -44,7 +44,7 @@ from inventory.telemetry.simulator.endpoints import (  # noqa: E402
 
 SHARES = {"chat-large": 0.4, "code-medium": 0.3, "embed-small": 0.2, "phi-3-mini": 0.1}
 APIS = [Api.COMPLETIONS, Api.CHAT, Api.COMPLETIONS, Api.OLLAMA]
-TOKENS = 8
+TOKENS = 4
 
 
 def _serve(latency_s: float, port_out, cores: set[int]) -> None:
@@ -56,7 +56,7 @@ def _serve(latency_s: float, port_out, cores: set[int]) -> None:
 
 def run(rps: float, hold_s: float, latency_ms: float) -> dict:
     cores = sorted(os.sched_getaffinity(0))
-    runner_core, server_cores = cores[0], set(cores[1:]) or set(cores)
+    runner_core, server_cores = cores[0], set(cores[1:]) if len(cores) > 2 else set()
     port_out = multiprocessing.Queue()
     server = multiprocessing.Process(
         target=_serve, args=(latency_ms / 1000, port_out, server_cores), daemon=True

@@ -107,7 +107,7 @@ def _has_engine_history(deployments):
     return all(any(m.requests for m in minutes.get(d.pk, [])) for d in deployments)
 
 
-def _run_and_check(stack, personas, proposal):
+def _run_and_check(stack, personas, proposal, client):
     tenants = list(proposal.host.deployments.filter(gpus__in=proposal.target_gpus()).distinct())
     wait_for(
         lambda: _has_engine_history(tenants),
@@ -129,6 +129,13 @@ def _run_and_check(stack, personas, proposal):
         what="the runner's first progress",
         logs=_logs(stack),
     )
+    page = client.get(proposal.get_absolute_url()).content.decode()
+    status = client.get(f"{test.get_absolute_url()}status.json").json()
+    if not status["finished"]:
+        assert status["status"] == "running"
+        assert {m["model"] for m in status["progress"]["models"]} == {t.name for t in plan.targets}
+        assert 'data-field="phase"' in page
+        assert "Running" in page
     finished = wait_for(
         lambda: (t := LoadTest.objects.get(pk=test.pk)).finished and t,
         timeout=180,
@@ -159,7 +166,7 @@ def test_shared_cards_fail_gate_4_on_p99_and_grouped_cards_pass(stack, personas,
     assert on_shared.isolation_mode == Deployment.Isolation.TIME_SLICING
 
     proposal = _resize_proposal(personas["oncall"], on_shared)
-    test, gate = _run_and_check(stack, personas, proposal)
+    test, gate = _run_and_check(stack, personas, proposal, client_as("oncall"))
     codes = {reason["code"] for reason in gate.numbers["reason_codes"]}
     assert gate.status == "fail"
     assert "p99_over_slo" in codes, gate.reasons
@@ -177,7 +184,7 @@ def test_shared_cards_fail_gate_4_on_p99_and_grouped_cards_pass(stack, personas,
     assert b'data-testid="console-load-test"' in detail.content
 
     proposal = _resize_proposal(personas["oncall"], on_group)
-    test, gate = _run_and_check(stack, personas, proposal)
+    test, gate = _run_and_check(stack, personas, proposal, client_as("oncall"))
     assert gate.status == "pass", gate.reasons
     assert gate.evidence["card_peaks"].startswith("the console's telemetry samples from")
     assert [row["model"] for row in test.result["models"]] == ["chat-large"]
