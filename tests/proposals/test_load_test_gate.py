@@ -302,3 +302,71 @@ def test_an_import_with_telemetry_of_its_window_passes_on_the_measured_peak(pers
     assert outcome.status is GateStatus.PASS, outcome.reasons
     assert outcome.numbers["cards"][0]["peak_source"] == "console telemetry"
     assert outcome.evidence["latency"] == "imported: vllm-json"
+
+
+def measured_run(rates: dict[str, float]) -> LoadTestRun:
+    models = tuple(
+        dataclasses.replace(m, source="console runner", request_rate=rates[m.model])
+        for m in combine(vllm_files(), PEAKS).models
+    )
+    return LoadTestRun("measured", models, {CARD: round(74.5 * GIB)})
+
+
+def test_a_console_run_on_other_cards_or_isolation_is_not_the_placement_proposed():
+    models = tuple(dataclasses.replace(m, isolation="time_slicing") for m in colocated())
+    request = LoadTestRequest(
+        models,
+        {CARD: 76 * GIB},
+        measured_run(RATES),
+        telemetry=MEASURED,
+        tested_placement={
+            "cards": ["a100-node:2"],
+            "isolation": {"phi-3-mini": "mps", "qwen2-7b-q4": "time_slicing"},
+        },
+        run_status="done",
+    )
+    outcome = evaluate_load_test(request)
+    assert codes(outcome) == ["placement_differs", "isolation_differs"]
+    assert outcome.numbers["reason_codes"][1]["params"] == {
+        "model": "phi-3-mini",
+        "tested": "mps",
+        "proposed": "time_slicing",
+    }
+    # The typed-in peaks of an import are checked; a console run has none to check.
+    assert outcome.numbers["cards"][0]["declared_bytes"] is None
+    assert outcome.evidence["latency"] == "the console's runner"
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled"])
+def test_a_console_run_that_did_not_finish_counts_for_nothing(status):
+    request = LoadTestRequest(
+        colocated(), {CARD: 76 * GIB}, measured_run(RATES), telemetry=MEASURED, run_status=status
+    )
+    outcome = evaluate_load_test(request)
+    assert outcome.status is GateStatus.FAIL
+    assert outcome.numbers["reason_codes"] == [
+        {"code": "run_not_finished", "params": {"status": status}}
+    ]
+
+
+def test_the_first_bound_in_time_order_wins_over_the_closest_ratio():
+    first = {
+        "kind": "latency",
+        "model": "qwen2-7b-q4",
+        "cards": [CARD],
+        "p99_ms": 900.0,
+        "slo_ms": 800,
+        "at": "2025-06-11T14:22:00+00:00",
+        "load_rps": {"qwen2-7b-q4": 6.0},
+    }
+    request = LoadTestRequest(
+        colocated(),
+        {CARD: 76 * GIB},
+        measured_run(RATES),
+        telemetry=MEASURED,
+        run_status="done",
+        measured_first_bound=first,
+    )
+    bound = evaluate_load_test(request).numbers["first_bound"]
+    assert bound["in_time_order"]
+    assert bound["detail"].startswith("latency: qwen2-7b-q4 P99 900 ms of 800 ms at 2025-06-11")

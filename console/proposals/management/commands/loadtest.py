@@ -38,9 +38,23 @@ class Command(BaseCommand):
             default=1.0,
             help="scale the busy-hour rates, the ratio kept (0.1: a tenth of the traffic)",
         )
+        parser.add_argument(
+            "--rate",
+            action="append",
+            default=[],
+            metavar="DEPLOYMENT_ID=RPS",
+            help="a deployment's busy-hour rate, where its engine history has none",
+        )
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def handle(self, *args, host, proposal, duration, ramp, past_bound, rate_scale, **options):
+        rates = {}
+        for given in options["rate"]:
+            key, _, value = given.partition("=")
+            try:
+                rates[int(key)] = float(value)
+            except ValueError:
+                raise CommandError(f"--rate {given!r}: expected DEPLOYMENT_ID=RPS") from None
         found = Host.objects.filter(name=host).first()
         if found is None:
             raise CommandError(f"no host {host!r}")
@@ -53,14 +67,16 @@ class Command(BaseCommand):
                 gpus = chosen.target_gpus()
                 bounds = bounds_for(chosen, gpus)
                 plan = loadtest_inputs.plan_for_proposal(
-                    chosen, phases=phases, rate_scale=rate_scale
+                    chosen, phases=phases, rate_scale=rate_scale, rates=rates
                 )
             else:
                 gpus = list(found.gpus.exclude(mig_mode=Gpu.MigMode.ENABLED).order_by("index"))
                 budgets = card_budgets(found, None)
                 headroom = settings.GATE_HEADROOM_BYTES
                 bounds = {str(g): budgets[g].usable_bytes - headroom for g in gpus}
-                plan = loadtest_inputs.plan_for_host(found, phases=phases, rate_scale=rate_scale)
+                plan = loadtest_inputs.plan_for_host(
+                    found, phases=phases, rate_scale=rate_scale, rates=rates
+                )
         except PlanError as error:
             raise CommandError(plan_error_text(error)) from None
         executed = execute(plan, gpus, bounds)
