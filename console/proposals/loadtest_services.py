@@ -4,13 +4,14 @@ its gates run again on what the console measured."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from console.audit import Action, snapshot
 from console.audit.changes import atomic_change, record
 from console.proposals import queue
-from console.proposals.loadtest_plan import LoadTestPlan
+from console.proposals.loadtest_plan import LoadTestPlan, PlanError
 from console.proposals.models import LoadTest, Proposal
 from console.proposals.services import _revise
 from console.proposals.transitions import Event, IllegalTransition, next_state
@@ -35,6 +36,9 @@ def running_test(proposal: Proposal) -> LoadTest | None:
 
 @atomic_change
 def do_start_load_test(proposal: Proposal, *, acting_user, plan: LoadTestPlan) -> LoadTest:
+    limit = settings.LOADTEST_TASK_TIME_LIMIT_S - settings.LOADTEST_FLUSH_WAIT_S - 60
+    if plan.duration_s > limit:
+        raise PlanError("too_long", duration_s=plan.duration_s, limit_s=round(limit))
     current = Proposal.objects.select_for_update().get(pk=proposal.pk)
     next_state(current.state, Event.EDIT)  # its result revises the proposal: refuse it early
     if running_test(current) is not None:

@@ -36,12 +36,23 @@ PLAN_MESSAGES = {
     "bad_rate": _("{deployment}: a rate of {rate} requests/s cannot be driven."),
     "bad_duration": _("A test of {duration_s} s is not possible."),
     "bad_mix": _("A long-request share of {long_share} is not a share."),
+    "too_long": _(
+        "A test of {duration_s} s does not fit the worker's limit of {limit_s} s "
+        "(LOADTEST_TASK_TIME_LIMIT_S), with the wait for its telemetry."
+    ),
 }
 
 
 class StartLoadTestForm(forms.Form):
     ramp_s = forms.FloatField(label=_("Ramp (s)"), initial=30, min_value=1, max_value=3600)
     hold_s = forms.FloatField(label=_("Hold (s)"), initial=120, min_value=5, max_value=3600)
+    rate_scale = forms.FloatField(
+        label=_("Share of the busy-hour traffic"),
+        initial=1.0,
+        min_value=0.001,
+        max_value=10,
+        help_text=_("1: the busy hour itself; 0.1: a tenth of it, the ratio kept."),
+    )
     past_bound = forms.BooleanField(
         label=_("Then ramp past the busy hour until a bound gives"), required=False
     )
@@ -69,7 +80,12 @@ def load_test_start(request, pk: int):
     _require_author(request.user, proposal, "run load tests of")
     form = StartLoadTestForm(request.POST)
     if not form.is_valid():
-        return JsonResponse({"errors": form.errors}, status=400)
+        return render(
+            request,
+            "proposals/loadtest_start_refused.html",
+            {"proposal": proposal, "form": form},
+            status=400,
+        )
     data = form.cleaned_data
     phases = Phases(
         ramp_s=data["ramp_s"],
@@ -83,6 +99,7 @@ def load_test_start(request, pk: int):
             endpoint_url=data["endpoint_url"],
             endpoint_api=data["endpoint_api"] or Api.COMPLETIONS,
             phases=phases,
+            rate_scale=data["rate_scale"],
         )
         loadtest_services.do_start_load_test(proposal, acting_user=request.user, plan=plan)
     except PlanError as error:

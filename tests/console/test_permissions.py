@@ -125,7 +125,7 @@ PROPOSAL_ROWS = [
         lambda o: f"/proposals/{o['draft'].pk}/load-tests/run/",
         "post",
         _author_only(302),
-        lambda o: {"ramp_s": 1, "hold_s": 5},
+        lambda o: {"ramp_s": 1, "hold_s": 5, "rate_scale": 1},
     ),
     Row(
         "proposal-load-test-result",

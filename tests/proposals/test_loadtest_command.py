@@ -65,3 +65,22 @@ def test_a_bad_endpoint_fails_the_run_with_its_errors_and_no_rate_is_refused(set
         )  # fmt: skip
     with pytest.raises(CommandError, match="has no busy-hour rate"):
         call_command("loadtest", "--host", gpu.host.name, "--duration", "1", stdout=StringIO())
+
+
+@pytest.mark.django_db
+def test_the_start_form_refuses_bad_figures_with_a_400_and_no_endpoint_with_its_reason(
+    client_as, personas
+):
+    from tests.proposals.support import create_proposal
+
+    gpu = GpuFactory()
+    DeploymentFactory(host=gpu.host, gpus=[gpu])
+    proposal = create_proposal(personas["oncall"], host=gpu.host, gpus=[gpu])
+    client = client_as("oncall")
+    url = f"/proposals/{proposal.pk}/load-tests/run/"
+    refused = client.post(url, {"ramp_s": "-1", "hold_s": "x", "rate_scale": "1"})
+    assert refused.status_code == 400
+    assert b"load-test-form-errors" in refused.content
+    answer = client.post(url, {"ramp_s": 1, "hold_s": 5, "rate_scale": 1}, follow=True)
+    assert "has no inference endpoint to drive" in answer.content.decode()
+    assert not proposal.load_tests.exists()
