@@ -251,15 +251,24 @@ async def _cold_start(client: httpx.AsyncClient, plan: LoadTestPlan) -> dict:
     if skipped is not None:
         return {"ran": False, **skipped}
     started = time.monotonic()
+    bodies = _Bodies(plan)
 
     async def restart(target: Target) -> tuple[str, float | None, str]:
+        """Restart, then send one request a second until the engine answers it."""
         try:
             answer = await client.post(target.restart_url, timeout=COLD_START_WAIT_S)
         except httpx.HTTPError as error:
             return target.deployment, None, f"{type(error).__name__}"
         if answer.status_code >= 400:
             return target.deployment, None, f"HTTP {answer.status_code}"
-        return target.deployment, time.monotonic() - started, ""
+        while time.monotonic() - started < COLD_START_WAIT_S:
+            probe = RequestRecord(target.deployment, 0.0, False)
+            body = bodies(target, False)
+            await _one_request(client, target, body, probe, plan.request_timeout_s, time.monotonic)
+            if not probe.error:
+                return target.deployment, time.monotonic() - started, ""
+            await asyncio.sleep(1.0)
+        return target.deployment, None, "not ready"
 
     results = await asyncio.gather(*(restart(t) for t in plan.targets))
     return {
