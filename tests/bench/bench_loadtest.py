@@ -92,6 +92,7 @@ def run(rps: float, hold_s: float, latency_ms: float) -> dict:
     cpu_after = resource.getrusage(resource.RUSAGE_SELF)
     server.terminate()
     cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+    requests = len(outcome.records)
     rows = model_summaries(plan, outcome)
     held = [r for r in outcome.records if plan.phase_at(r.sent_s).value == "hold"]
     done = [r.e2e_s for r in held if not r.error]
@@ -107,6 +108,9 @@ def run(rps: float, hold_s: float, latency_ms: float) -> dict:
         "p99_over_told": round(p99_ms / latency_ms - 1, 4),
         "failed": sum(1 for r in held if r.error),
         "runner_cpu_share": round(cpu / wall, 3),
+        # What one request costs the runner: on a core of its own, 1 / this is its ceiling.
+        "runner_cpu_ms_per_request": round(cpu / max(1, requests) * 1000, 3),
+        "load_average": round(os.getloadavg()[0], 2),
         "models": [
             {"model": r["model"], "rate_rps": r["rate_rps"], "p99_ms": r["e2e_ms"]["p99"]}
             for r in rows
@@ -119,12 +123,13 @@ def table(figures: dict) -> str:
     return "\n".join(
         [
             "| offered | achieved | told | measured P50 | measured P99 | P99 off | failed "
-            "| runner CPU (of 1 core) | target |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| runner CPU (of 1 core) | CPU per request | load average | target |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
             f"| {figures['offered_rps']:g} req/s | {figures['achieved_rps']:g} req/s "
             f"| {figures['latency_ms']:g} ms | {figures['p50_ms']:g} ms | {figures['p99_ms']:g} ms "
             f"| {figures['p99_over_told']:+.1%} | {figures['failed']} "
-            f"| {figures['runner_cpu_share']:.0%} | ≥ 200 req/s, P99 within 5%: "
+            f"| {figures['runner_cpu_share']:.0%} | {figures['runner_cpu_ms_per_request']:g} ms "
+            f"| {figures['load_average']:g} | ≥ 200 req/s, P99 within 5%: "
             f"{'yes' if figures['passed'] else 'NO'} |",
         ]
     )
