@@ -83,6 +83,11 @@ class Target:
     def request_url(self) -> str:
         return self.url.rstrip("/") + Api(self.api).path
 
+    @property
+    def path(self) -> str:
+        """The request's path on its endpoint's host."""
+        return "/" + self.request_url.split("://", 1)[-1].partition("/")[2]
+
 
 @dataclass(frozen=True)
 class Phases:

@@ -19,10 +19,12 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
-import httpx
+import h11
 import orjson
 
+from console.proposals.loadtest_http import ConnectFailed, Endpoint, ProtocolFailed
 from console.proposals.loadtest_plan import Api, LoadTestPlan, Phase, Target
 from inventory.analytics.stats import percentile
 
@@ -145,7 +147,7 @@ def _token_in(api: Api, line: str) -> bool | None:
 
 
 async def _one_request(
-    client: httpx.AsyncClient,
+    endpoint: Endpoint,
     target: Target,
     body: bytes,
     record: RequestRecord,
@@ -157,39 +159,30 @@ async def _one_request(
     token_times: list[float] = []
     ended = False
     try:
-        async with asyncio.timeout(timeout_s):
-            async with client.stream(
-                "POST",
-                target.request_url,
-                content=body,
-                headers={"content-type": "application/json"},
-            ) as response:
-                if response.status_code >= 400:
-                    record.error, record.detail = ERROR_HTTP, str(response.status_code)
-                    return
-                # Read to the end of the body even after the stream's last event: a response
-                # left unread closes its connection, and every request would open a new one.
-                async for line in response.aiter_lines():
-                    if ended or not line.strip():
-                        continue
-                    token = _token_in(api, line)
-                    if token is None:
-                        ended = True
-                    elif token:
-                        token_times.append(clock())
+        async with asyncio.timeout(timeout_s), endpoint.stream(target.path, body) as response:
+            if response.status_code >= 400:
+                record.error, record.detail = ERROR_HTTP, str(response.status_code)
+                return
+            # Read to the end of the body even after the stream's last event, so the
+            # connection serves the next request.
+            async for line in response.aiter_lines():
+                if ended or not line.strip():
+                    continue
+                token = _token_in(api, line)
+                if token is None:
+                    ended = True
+                elif token:
+                    token_times.append(clock())
     except TimeoutError:
         record.error = ERROR_TIMEOUT
         return
-    except httpx.ConnectError as error:
+    except ConnectFailed as error:
         record.error, record.detail = ERROR_REFUSED, str(error)[:120]
-        return
-    except httpx.TimeoutException:
-        record.error = ERROR_TIMEOUT
         return
     except (GarbageAnswer, orjson.JSONDecodeError, UnicodeDecodeError, AttributeError) as error:
         record.error, record.detail = ERROR_GARBAGE, str(error)[:120]
         return
-    except httpx.HTTPError as error:
+    except (ProtocolFailed, ConnectionError, h11.ProtocolError) as error:
         record.error, record.detail = ERROR_PROTOCOL, f"{type(error).__name__}: {error}"[:120]
         return
     end = clock()
@@ -246,7 +239,7 @@ class _Live:
         }
 
 
-async def _cold_start(client: httpx.AsyncClient, plan: LoadTestPlan) -> dict:
+async def _cold_start(endpoints: dict[str, Endpoint], plan: LoadTestPlan) -> dict:
     skipped = plan.cold_start_skipped
     if skipped is not None:
         return {"ran": False, **skipped}
@@ -255,16 +248,27 @@ async def _cold_start(client: httpx.AsyncClient, plan: LoadTestPlan) -> dict:
 
     async def restart(target: Target) -> tuple[str, float | None, str]:
         """Restart, then send one request a second until the engine answers it."""
+        restarter = Endpoint(target.restart_url)
         try:
-            answer = await client.post(target.restart_url, timeout=COLD_START_WAIT_S)
-        except httpx.HTTPError as error:
+            async with (
+                asyncio.timeout(COLD_START_WAIT_S),
+                restarter.stream(urlsplit(target.restart_url).path, b"{}") as answer,
+            ):
+                async for _ in answer.aiter_lines():
+                    pass
+        except (TimeoutError, ConnectFailed, ProtocolFailed, ConnectionError) as error:
             return target.deployment, None, f"{type(error).__name__}"
+        finally:
+            restarter.close()
         if answer.status_code >= 400:
             return target.deployment, None, f"HTTP {answer.status_code}"
+        endpoint = endpoints[target.deployment]
         while time.monotonic() - started < COLD_START_WAIT_S:
             probe = RequestRecord(target.deployment, 0.0, False)
             body = bodies(target, False)
-            await _one_request(client, target, body, probe, plan.request_timeout_s, time.monotonic)
+            await _one_request(
+                endpoint, target, body, probe, plan.request_timeout_s, time.monotonic
+            )
             if not probe.error:
                 return target.deployment, time.monotonic() - started, ""
             await asyncio.sleep(1.0)
@@ -283,26 +287,19 @@ async def run_plan(
     *,
     progress: Callable[[dict], None] = lambda snapshot: None,
     cancelled: Callable[[], bool] = lambda: False,
-    transport: httpx.AsyncBaseTransport | None = None,
     clock: Callable[[], float] = time.perf_counter,
     wall: Callable[[], float] = time.time,
 ) -> RunOutcome:
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=MAX_IN_FLIGHT_PER_TARGET)
-    timeout = httpx.Timeout(plan.request_timeout_s, connect=min(5.0, plan.request_timeout_s))
-    # A connection pool per deployment: httpcore scans its whole pool for every request, so
-    # one pool for all would cost each request the connections of every other model.
-    async with contextlib.AsyncExitStack() as stack:
-        clients = {
-            target.deployment: await stack.enter_async_context(
-                httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport)
-            )
-            for target in plan.targets
-        }
-        cold = await _cold_start(clients[plan.targets[0].deployment], plan)
-        return await _drive(clients, plan, cold, progress, cancelled, clock, wall)
+    endpoints = {target.deployment: Endpoint(target.request_url) for target in plan.targets}
+    try:
+        cold = await _cold_start(endpoints, plan)
+        return await _drive(endpoints, plan, cold, progress, cancelled, clock, wall)
+    finally:
+        for endpoint in endpoints.values():
+            endpoint.close()
 
 
-async def _drive(clients, plan, cold, progress, cancelled, clock, wall) -> RunOutcome:
+async def _drive(endpoints, plan, cold, progress, cancelled, clock, wall) -> RunOutcome:
     bodies = _Bodies(plan)
     live = _Live(plan)
     records: list[RequestRecord] = []
@@ -319,7 +316,7 @@ async def _drive(clients, plan, cold, progress, cancelled, clock, wall) -> RunOu
         rng = random.Random(seed)
         at = 0.0
         tasks = in_flight[target.deployment]
-        client, timeout_s = clients[target.deployment], plan.request_timeout_s
+        endpoint, timeout_s = endpoints[target.deployment], plan.request_timeout_s
         # Thinning: arrivals at the highest rate of the test, each kept with the share of it
         # the plan offers at that moment, make a Poisson process whose rate follows the plan.
         peak = max(1.0, plan.phases.past_bound_max_factor if plan.phases.past_bound else 1.0)
@@ -345,7 +342,7 @@ async def _drive(clients, plan, cold, progress, cancelled, clock, wall) -> RunOu
                 live.done(record, elapsed())
                 continue
             task = asyncio.create_task(
-                _one_request(client, target, bodies(target, long), record, timeout_s, clock)
+                _one_request(endpoint, target, bodies(target, long), record, timeout_s, clock)
             )
             tasks.add(task)
             task.add_done_callback(
