@@ -239,6 +239,13 @@ class _Live:
         }
 
 
+def _still_starting(probe: RequestRecord) -> bool:
+    """Refused, timed out or "unavailable": what an engine answers while it loads."""
+    if probe.error in (ERROR_REFUSED, ERROR_TIMEOUT):
+        return True
+    return probe.error == ERROR_HTTP and probe.detail in ("502", "503")
+
+
 async def _cold_start(endpoints: dict[str, Endpoint], plan: LoadTestPlan) -> dict:
     skipped = plan.cold_start_skipped
     if skipped is not None:
@@ -269,7 +276,8 @@ async def _cold_start(endpoints: dict[str, Endpoint], plan: LoadTestPlan) -> dic
             await _one_request(
                 endpoint, target, body, probe, plan.request_timeout_s, time.monotonic
             )
-            if not probe.error:
+            if not _still_starting(probe):
+                # Up; an engine that answers garbage is up too, and the load reports it.
                 return target.deployment, time.monotonic() - started, ""
             await asyncio.sleep(1.0)
         return target.deployment, None, "not ready"

@@ -56,6 +56,7 @@ def test_a_host_is_tested_and_printed_with_its_figures(settings, endpoints):
 @pytest.mark.django_db
 def test_a_bad_endpoint_fails_the_run_with_its_errors_and_no_rate_is_refused(settings, endpoints):
     settings.LOADTEST_FLUSH_WAIT_S = 0
+    settings.LOADTEST_REQUEST_TIMEOUT_S = 2
     gpu = GpuFactory()
     broken = _deployment(gpu, f"{endpoints}/broken")
     with pytest.raises(CommandError, match="the run failed: endpoint_errors"):
