@@ -21,9 +21,14 @@ must not lose them, and a publish must not be taken for delivered before the bro
 """
 
 import os
+import uuid
 from pathlib import Path
+from time import monotonic
 
+from kombu.exceptions import ChannelError
 from kombu.transport import TRANSPORT_ALIASES, filesystem
+from kombu.utils.encoding import str_to_bytes
+from kombu.utils.json import dumps
 
 from console.env import env_float, env_str
 
@@ -63,12 +68,25 @@ def broker_transport_options() -> dict:
 
 
 class FolderChannel(filesystem.Channel):
-    """kombu's filesystem channel, which expects its folders to exist, making them first."""
+    """kombu's filesystem channel, which expects its folders to exist, making them first, and
+    which writes a message in place: a consumer listing the folder mid-write takes a file half
+    written, fails to decode it and has already moved it out of the queue. Here a message is
+    written under a name no consumer takes, then renamed into place (atomic in one folder)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         for folder in {self.data_folder_in, self.data_folder_out, self.control_folder}:
             Path(folder).mkdir(parents=True, exist_ok=True)
+
+    def _put(self, queue, payload, **kwargs):
+        folder = Path(self.data_folder_out)
+        name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
+        writing = folder / f".{name}.part"  # not `<queue>.msg`: consumers pass it by
+        try:
+            writing.write_bytes(str_to_bytes(dumps(payload)))
+            os.replace(writing, folder / name)
+        except OSError as exc:
+            raise ChannelError(f"Cannot add file {name!r} to directory") from exc
 
 
 class FolderTransport(filesystem.Transport):

@@ -363,3 +363,10 @@ CELERY_BEAT_SCHEDULE["operations-plan-off-peak"] = {
     "schedule": 3600.0,
     "options": {"expires": 600},
 }
+# Combined load tests the console runs (console/proposals/loadtest_*.py).
+LOADTEST_REQUEST_TIMEOUT_S = env_float("LOADTEST_REQUEST_TIMEOUT_S", 30.0, minimum=0.1)
+# How long a finished test waits for the telemetry flush that covers its end.
+LOADTEST_FLUSH_WAIT_S = env_float("LOADTEST_FLUSH_WAIT_S", 60.0, minimum=0.0)
+LOADTEST_TASK_TIME_LIMIT_S = env_int("LOADTEST_TASK_TIME_LIMIT_S", 1800, minimum=60)
+# The simulated deployments' inference endpoints (the demo's load tests); 0: none.
+SIMULATOR_ENDPOINTS_PORT = env_int("SIMULATOR_ENDPOINTS_PORT", 8765, minimum=0)

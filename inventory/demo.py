@@ -6,6 +6,7 @@ shown and the telemetry collected describe the same cards, slices and deployment
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
@@ -206,6 +207,12 @@ def _kv_basis(spec: DeploymentSpec) -> str:
     return Deployment.KvBasis.MANUAL
 
 
+def simulated_endpoint(host: str, deployment: str) -> str:
+    """Where the simulator agent serves this deployment's API (telemetry/simulator/endpoints)."""
+    port = settings.SIMULATOR_ENDPOINTS_PORT
+    return f"http://127.0.0.1:{port}/{host}/{deployment}" if port else ""
+
+
 def create_deployment(host, gpus, slices, spec: DeploymentSpec, shared_cards: set[int]):
     if spec.mig_slice is not None:
         isolation = Deployment.Isolation.MIG
@@ -228,6 +235,8 @@ def create_deployment(host, gpus, slices, spec: DeploymentSpec, shared_cards: se
         admission_policy=(
             Deployment.Admission.QUEUE if spec.admission == "queue" else Deployment.Admission.NONE
         ),
+        endpoint_url=simulated_endpoint(host.name, spec.deployment_id),
+        endpoint_api=Deployment.EndpointApi.COMPLETIONS,
     )
     if spec.mig_slice is None:
         deployment.gpus.set(gpus[index] for index in spec.cards)

@@ -18,6 +18,9 @@ class Action(models.TextChoices):
     PROPOSAL_VERIFY = "proposal.verify", "proposal verified"
     PROPOSAL_ROLL_BACK = "proposal.roll_back", "proposal rolled back"
     LOAD_TEST_DELETE = "load_test.delete", "load test deleted"
+    LOAD_TEST_START = "load_test.start", "combined load test started"
+    LOAD_TEST_CANCEL = "load_test.cancel", "combined load test cancelled"
+    LOAD_TEST_FINISH = "load_test.finish", "combined load test finished"
     # Placement changes: the OOM history draws a marker for each (CHANGE_ACTION_PREFIXES).
     DEPLOYMENT_CREATE = "deployment.create", "deployment created"
     DEPLOYMENT_MOVE = "deployment.move", "deployment moved"

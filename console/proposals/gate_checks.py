@@ -16,6 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from console.placement import PlacementInputError, solve
+from console.proposals import loadtest_inputs
 from console.proposals.gates import Gate, GateOutcome, GateStatus
 from console.proposals.gates.engine_settings import (
     CardEngines,
@@ -29,7 +30,12 @@ from console.proposals.gates.isolation import (
     evaluate_isolation,
 )
 from console.proposals.gates.kv import Concurrency, KvRequest, evaluate_kv
-from console.proposals.gates.loadtest import Colocated, LoadTestRequest, evaluate_load_test
+from console.proposals.gates.loadtest import (
+    Colocated,
+    LoadTestRequest,
+    Telemetry,
+    evaluate_load_test,
+)
 from console.proposals.gates.memory import (
     CardBudget,
     MemoryRequest,
@@ -37,8 +43,9 @@ from console.proposals.gates.memory import (
     Tenant,
     evaluate_memory,
 )
+from console.proposals.loadtest_results import card_peaks
 from console.proposals.loadtests import LoadTestRun
-from console.proposals.models import Proposal
+from console.proposals.models import LoadTest, Proposal
 from inventory.analytics.context import cuda_context_estimate
 from inventory.analytics.kv import kv_reservation_per_card
 from inventory.analytics.stats import percentile
@@ -408,14 +415,55 @@ def check_isolation(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
     )
 
 
-def _real_rate(deployment_id: int | None, now: dt.datetime) -> float | None:
-    """Requests per second in production: requests over the minutes the engine reported."""
-    if deployment_id is None:
+def _import_window(run: LoadTestRun) -> tuple[dt.datetime, dt.datetime] | None:
+    """The imported result's window, its naive client times read as UTC."""
+    starts, ends = [], []
+    for model in run.models:
+        if model.started_at and model.ended_at:
+            starts.append(_aware(dt.datetime.fromisoformat(model.started_at)))
+            ends.append(_aware(dt.datetime.fromisoformat(model.ended_at)))
+    if not starts:
         return None
-    minutes = _engine_history(deployment_id, now)
-    if not minutes:
-        return None
-    return sum(m.requests for m in minutes) / (60 * len(minutes))
+    return min(starts), max(ends)
+
+
+def _aware(moment: dt.datetime) -> dt.datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+def _telemetry(gpus: list[Gpu], window, bounds: dict[str, int]) -> Telemetry:
+    if window is None:
+        return Telemetry(None)
+    start, end = window
+    samples = loadtest_inputs.card_samples(gpus, start, end)
+    return Telemetry(
+        (start.isoformat(timespec="seconds"), end.isoformat(timespec="seconds")),
+        card_peaks(samples),
+        loadtest_inputs.first_over_bound(samples, bounds),
+    )
+
+
+def _per_model(rows: list[Colocated]) -> list[Colocated]:
+    """Replicas of one model count as that model: rates add up, cards join."""
+    merged: dict[str, Colocated] = {}
+    for row in rows:
+        seen = merged.get(row.name)
+        if seen is None:
+            merged[row.name] = row
+            continue
+        rate = (
+            None
+            if seen.real_rate is None or row.real_rate is None
+            else seen.real_rate + row.real_rate
+        )
+        merged[row.name] = Colocated(
+            row.name,
+            seen.slo_ms,
+            tuple(dict.fromkeys(seen.cards + row.cards)),
+            rate,
+            seen.isolation,
+        )
+    return list(merged.values())
 
 
 def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) -> GateOutcome:
@@ -425,19 +473,25 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
         budget = slice_budget(proposal.mig_slice, _leaving(proposal))
         bounds = {budget.card: budget.usable_bytes - headroom}
         target_cards = (budget.card,)
+        measured_gpus = [proposal.mig_slice.gpu]
     else:
         budgets = card_budgets(proposal.host, _leaving(proposal))
         bounds = {str(gpu): budgets[gpu].usable_bytes - headroom for gpu in targets}
         target_cards = tuple(target_labels.values())
+        measured_gpus = targets
+    tenants = _target_tenants(proposal, targets)
+    ids = [d.pk for d in tenants] + ([proposal.deployment_id] if proposal.deployment_id else [])
+    rates = loadtest_inputs.real_rates(ids, now)
     models = [
         Colocated(
             name=d.served_model.name,
             slo_ms=d.served_model.p99_latency_slo_ms,
             cards=tuple(target_labels[gpu.pk] for gpu in d.gpus.all() if gpu.pk in target_labels)
             or target_cards,
-            real_rate=_real_rate(d.pk, now),
+            real_rate=rates.get(d.pk),
+            isolation=d.isolation_mode,
         )
-        for d in _target_tenants(proposal, targets)
+        for d in tenants
     ]
     models.insert(
         0,
@@ -445,21 +499,40 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
             name=proposal.served_model.name,
             slo_ms=proposal.served_model.p99_latency_slo_ms,
             cards=target_cards,
-            real_rate=_real_rate(proposal.deployment_id, now) or proposal.expected_request_rate,
+            real_rate=rates.get(proposal.deployment_id) or proposal.expected_request_rate,
+            isolation=proposal.isolation_mode,
         ),
     )
-    latest = proposal.load_tests.select_related("uploaded_by").first()
+    models = _per_model(models)
+    latest = (
+        proposal.load_tests.filter(status__in=LoadTest.FINISHED)
+        .select_related("uploaded_by")
+        .first()
+    )
+    run = LoadTestRun.from_json(latest.run) if latest and latest.run else None
+    measured = latest is not None and latest.source_format == LoadTest.Format.MEASURED
+    if measured and latest.window_start and latest.window_end:
+        window = (latest.window_start, latest.window_end)
+    else:
+        window = _import_window(run) if run and not measured else None
+    result = latest.result if measured else {}
     return evaluate_load_test(
         LoadTestRequest(
             models=tuple(models),
             card_bounds=bounds,
-            run=LoadTestRun.from_json(latest.run) if latest else None,
+            run=run if run or not measured else LoadTestRun("measured", ()),
             run_label=(
-                f"attached by {latest.uploaded_by.get_username()} at "
-                f"{latest.uploaded_at:%Y-%m-%d %H:%M} ({', '.join(latest.files)})"
+                f"{'run' if measured else 'attached'} by {latest.uploaded_by.get_username()} "
+                f"at {latest.uploaded_at:%Y-%m-%d %H:%M} ({', '.join(latest.files)})"
                 if latest
                 else ""
             ),
+            telemetry=_telemetry(measured_gpus, window, bounds),
+            tested_placement=result.get("placement") if measured else None,
+            run_status=latest.status if measured else "",
+            measured_first_bound=result.get("first_bound"),
+            sent={row["model"]: row["sent"] for row in result.get("models", [])},
+            errors={row["model"]: row["errors"] for row in result.get("models", [])},
         )
     )
 

@@ -331,6 +331,16 @@ class LoadTest(models.Model):
     class Format(models.TextChoices):
         VLLM_JSON = "vllm-json", _("vLLM bench serve --save-result JSON")
         CSV = "csv", _("CSV (model, card, P99 latency, card peak)")
+        MEASURED = "measured", _("Run by the console")
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        DONE = "done", _("Done")
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
+
+    FINISHED = (Status.DONE, Status.FAILED, Status.CANCELLED)
 
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="load_tests")
     uploaded_by = models.ForeignKey(
@@ -339,14 +349,33 @@ class LoadTest(models.Model):
     uploaded_at = models.DateTimeField(auto_now_add=True)
     source_format = models.CharField(max_length=10, choices=Format)
     files = models.JSONField(default=list, help_text=_("Names of the imported files."))
-    # loadtests.LoadTestRun as JSON: per-model results and per-card peaks.
-    run = models.JSONField()
+    # loadtests.LoadTestRun as JSON: per-model results and per-card peaks (for a test the
+    # console ran, the peaks of its own telemetry); empty until a console test finishes.
+    run = models.JSONField(default=dict)
+    # A test the console runs (source_format "measured"): its plan, progress and result.
+    status = models.CharField(max_length=10, choices=Status, default=Status.DONE)
+    plan = models.JSONField(null=True, blank=True)
+    progress = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    window_start = models.DateTimeField(null=True, blank=True)
+    window_end = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    failure_code = models.CharField(max_length=40, blank=True)
+    failure_params = models.JSONField(default=dict, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["proposal", "-uploaded_at", "-id"]
 
     def __str__(self) -> str:
         return f"load test {self.pk} of proposal {self.proposal_id}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("proposal-load-test-result", args=[self.proposal_id, self.pk])
+
+    @property
+    def finished(self) -> bool:
+        return self.status in self.FINISHED
 
 
 class Notification(models.Model):

@@ -14,6 +14,7 @@ log = logging.getLogger(__name__)
 
 RUN_GATES = "proposals.run_gates"
 DELIVER_NOTIFICATION = "proposals.deliver_notification"
+RUN_LOAD_TEST = "proposals.run_load_test"
 
 
 def queue_gate_checks(proposal_id: int, revision: int) -> None:
@@ -28,3 +29,10 @@ def queue_notification(notification_id: int) -> None:
         current_app.signature(DELIVER_NOTIFICATION, args=(notification_id,)).delay()
     except Exception:  # the row stays pending; resume_stalled queues it again
         log.exception("could not queue notification %s", notification_id)
+
+
+def queue_load_test(load_test_id: int) -> None:
+    try:
+        current_app.signature(RUN_LOAD_TEST, args=(load_test_id,)).delay()
+    except Exception:  # the test stays queued; starting it again queues it again
+        log.exception("could not queue load test %s", load_test_id)

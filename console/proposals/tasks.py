@@ -94,3 +94,6 @@ def resume_stalled() -> dict:
     for notification_id in pending:
         queue.queue_notification(notification_id)
     return {"checks": stalled.count(), "notifications": len(pending)}
+
+
+from console.proposals import loadtest_tasks  # noqa: E402, F401  (registers its task)

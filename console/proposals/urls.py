@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console.proposals import api, views
+from console.proposals import api, loadtest_views, views
 
 urlpatterns = [
     path("", views.proposal_list, name="proposal-list"),
@@ -19,6 +19,26 @@ urlpatterns = [
     path("<int:pk>/apply/", views.proposal_apply, name="proposal-apply"),
     path("<int:pk>/verify/", views.proposal_verify, name="proposal-verify"),
     path("<int:pk>/roll-back/", views.proposal_roll_back, name="proposal-roll-back"),
+    path(
+        "<int:pk>/load-tests/run/",
+        loadtest_views.load_test_start,
+        name="proposal-load-test-start",
+    ),
+    path(
+        "<int:pk>/load-tests/<int:test_pk>/",
+        loadtest_views.load_test_result,
+        name="proposal-load-test-result",
+    ),
+    path(
+        "<int:pk>/load-tests/<int:test_pk>/status.json",
+        loadtest_views.load_test_status,
+        name="proposal-load-test-status",
+    ),
+    path(
+        "<int:pk>/load-tests/<int:test_pk>/cancel/",
+        loadtest_views.load_test_cancel,
+        name="proposal-load-test-cancel",
+    ),
 ]
 
 # Mounted under /api/proposals/ (DRF answers 401/403 itself, no login redirect).

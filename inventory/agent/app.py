@@ -58,6 +58,21 @@ def _simulated_fleet(name: str):
     raise ValueError(f"SIMULATOR_FLEET={name!r}: expected demo or operations")
 
 
+def _serve_simulated_endpoints(simulator) -> None:
+    """The simulated deployments' inference APIs, for the demo's combined load tests."""
+    port = env_int("SIMULATOR_ENDPOINTS_PORT", 8765, minimum=0)
+    if not port:
+        return
+    from inventory.telemetry.simulator.endpoints import EndpointServer, SimulatedBehaviour
+
+    try:
+        EndpointServer(SimulatedBehaviour(simulator.fleet.hosts), port=port).start_in_thread()
+    except OSError as error:  # the port is taken: the demo runs on, without endpoints
+        log.warning("simulated endpoints not served on port %s: %s", port, error)
+    else:
+        log.info("simulated inference endpoints on http://127.0.0.1:%s/<host>/<deployment>", port)
+
+
 def _source_factory():
     kind = env_str("AGENT_SOURCE", "nvml")
     if kind == "simulator":
@@ -66,9 +81,11 @@ def _source_factory():
 
         incidents = DEMO_INCIDENTS if env_bool("DEMO_INCIDENTS", False) else ()
         specs = _simulated_fleet(env_str("SIMULATOR_FLEET", "demo"))
-        return FleetSimulator(
+        simulator = FleetSimulator(
             seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock, incidents=incidents, specs=specs
-        ).source_for
+        )
+        _serve_simulated_endpoints(simulator)
+        return simulator.source_for
     if kind == "nvml":
         # AGENT_NVML_MODULE: another module with pynvml's API (an end-to-end test's fake NVML)
         pynvml = importlib.import_module(env_str("AGENT_NVML_MODULE", "pynvml"))

@@ -392,6 +392,11 @@ class Deployment(EngineSettings):
         REFUSE = "refuse", _("Refuse new requests")
         NONE = "none", _("None")
 
+    class EndpointApi(models.TextChoices):
+        COMPLETIONS = "openai-completions", "OpenAI /v1/completions"
+        CHAT = "openai-chat", "OpenAI /v1/chat/completions"
+        OLLAMA = "ollama", "Ollama /api/generate"
+
     class Status(models.TextChoices):
         PLANNED = "planned", _("Planned")
         ACTIVE = "active", _("Active")
@@ -459,6 +464,15 @@ class Deployment(EngineSettings):
     kv_reservation_basis = models.CharField(max_length=8, choices=KvBasis, default=KvBasis.NONE)
     admission_policy = models.CharField(max_length=24, choices=Admission, default=Admission.NONE)
     status = models.CharField(max_length=10, choices=Status, default=Status.ACTIVE)
+    endpoint_url = models.URLField(
+        max_length=300,
+        blank=True,
+        help_text="Where its inference API answers, without the API path "
+        "(http://10.0.0.7:8000), for the combined load test.",
+    )
+    endpoint_api = models.CharField(
+        max_length=20, choices=EndpointApi, default=EndpointApi.COMPLETIONS
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

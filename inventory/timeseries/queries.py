@@ -447,3 +447,37 @@ def latency_p99_series(
         """,  # the table name comes from a fixed mapping, never from the request
         [EPOCH, EPOCH, step_s, step_s, deployment_ids, start, end],
     )
+
+
+def card_used_samples(gpu_ids: list[int], start: dt.datetime, end: dt.datetime) -> list[dict]:
+    """Every raw sample of these cards in [start, end], oldest first: gpu_id, epoch seconds
+    and the interval's highest used memory (a load test's peaks, in time order)."""
+    if not gpu_ids:
+        return []
+    return _rows(
+        """
+        SELECT gpu_id, extract(epoch FROM ts)::float8 AS at, used_max
+        FROM inventory_card_sample
+        WHERE gpu_id = ANY(%s) AND ts >= %s AND ts <= %s AND used_max IS NOT NULL
+        ORDER BY ts, gpu_id
+        """,
+        [gpu_ids, start, end],
+    )
+
+
+def newest_card_sample_at(gpu_ids: list[int]) -> dict[int, dt.datetime]:
+    """Per card, the time of its newest raw sample (has the flush covering a moment come?)."""
+    if not gpu_ids:
+        return {}
+    rows = _rows(
+        """
+        SELECT g.id AS gpu_id, s.ts
+        FROM unnest(%s::bigint[]) AS g(id)
+        CROSS JOIN LATERAL (
+            SELECT ts FROM inventory_card_sample c WHERE c.gpu_id = g.id
+            ORDER BY c.ts DESC LIMIT 1
+        ) s
+        """,
+        [gpu_ids],
+    )
+    return {row["gpu_id"]: row["ts"] for row in rows}

@@ -182,6 +182,23 @@ def placement_section(figures: dict) -> str:
     return "\n".join(lines)
 
 
+def loadtest_section(figures: dict) -> str:
+    from tests.bench.bench_loadtest import table
+
+    return "\n".join(
+        [
+            "## Combined load-test runner (issue 14)",
+            "",
+            f"`python tests/bench/bench_loadtest.py --rps {figures['offered_rps']:g} "
+            f"--hold {figures['hold_s']:g} --latency-ms {figures['latency_ms']:g}`: four "
+            "models at once from one core, open loop, streaming, against the simulator's "
+            "endpoint server in another process told to answer in exactly that latency.",
+            "",
+            table(figures),
+        ]
+    )
+
+
 def faults_section(figures: dict) -> str:
     from tests.bench.faults import table
 
@@ -356,7 +373,7 @@ SECTIONS = {"ingest": ingest_section, "collector": collector_section,
             "pages": pages_section, "placement": placement_section,
             "faults": faults_section, "disk": disk_section,
             "partition": partition_section, "alerts": alerts_section,
-            "operations": operations_section}  # fmt: skip
+            "operations": operations_section, "loadtest": loadtest_section}  # fmt: skip
 
 
 def benchmarks_markdown(figures: dict) -> str:

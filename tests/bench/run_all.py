@@ -41,12 +41,13 @@ BENCHES = {
     "disk": ["tests/bench/bench_disk.py"],
     "partition": ["tests/bench/bench_partition.py"],
     "alerts": ["tests/bench/bench_alerts.py"],
+    "loadtest": ["tests/bench/bench_loadtest.py"],
 }
 BENCHES["operations"] = ["tests/bench/bench_operations.py"]
 # Half an hour of outages: only when asked for by name.
 ON_REQUEST = {"faults", "partition"}
 # The benchmarks that start servers of their own and need no bench database.
-OWN_SERVERS = {"faults", "partition"}
+OWN_SERVERS = {"faults", "partition", "loadtest"}
 
 
 def bench_database(url: str) -> str:

@@ -3,12 +3,16 @@
 import pytest
 
 from console.proposals import services
-from console.proposals.loadtests import combine
 from console.proposals.models import Proposal
 from console.proposals.transitions import State
 from inventory.models import Deployment
 from tests.factories import GIB, ServedModelFactory, UserFactory
-from tests.proposals.support import LOADTESTS, create_proposal, seed_host, tasks_in_process
+from tests.proposals.support import (
+    create_proposal,
+    recent_combined_import,
+    seed_host,
+    tasks_in_process,
+)
 
 pytestmark = [
     pytest.mark.browser,
@@ -43,13 +47,8 @@ def ready(eager_celery):
         engine_memory_fraction=0.17,
         staggered_start=True,
     )
-    files = [(path.name, path.read_bytes()) for path in sorted(LOADTESTS.glob("openai-*.json"))]
-    services.do_attach_load_test(
-        proposal,
-        acting_user=author,
-        run=combine(files, "a100-node:1,74.5"),
-        files=[name for name, _ in files],
-    )
+    run, files = recent_combined_import(host.gpus.get(index=1))
+    services.do_attach_load_test(proposal, acting_user=author, run=run, files=files)
     services.do_submit(proposal, acting_user=author)  # the gates run on commit, in-process
     proposal.refresh_from_db()
     assert proposal.state == State.READY

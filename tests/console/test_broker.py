@@ -1,6 +1,7 @@
 """The broker's transport options: the folder broker's folders, appearing on first use only;
 Redis's visibility timeout, held above the task time limit; RabbitMQ's publisher confirms."""
 
+import json
 import os
 import signal
 import socket
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from queue import Empty
 
 import pytest
@@ -38,6 +40,33 @@ def test_the_folder_broker_makes_its_folders_on_first_use_only(monkeypatch, tmp_
         ]
         assert queue.get(timeout=5).payload == {"hello": "folder"}
         queue.close()
+
+
+def test_the_folder_broker_never_hands_out_a_message_still_being_written(monkeypatch, tmp_path):
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    monkeypatch.setenv("CELERY_FILESYSTEM_BROKER_DIR", str(tmp_path / "broker"))
+    folder = tmp_path / "broker" / "queue"
+    seen_while_writing = []
+
+    def rename_into_place(source, target):  # the moment the whole message exists
+        written = Path(source).read_bytes()
+        seen_while_writing.append((sorted(p.name for p in folder.glob("*.msg")), written))
+        os.rename(source, target)
+
+    monkeypatch.setattr("console.broker.os.replace", rename_into_place)
+    with Connection("filesystem://", transport_options=broker_transport_options()) as conn:
+        queue = conn.SimpleQueue("half-written")
+        queue.put({"whole": True})
+        ((visible, written),) = seen_while_writing
+        assert visible == [], "no consumer could take the message before it was whole"
+        assert json.loads(written)["properties"]["delivery_info"]["routing_key"] == "half-written"
+        message = queue.get(timeout=1)
+        assert message.payload == {"whole": True}
+        message.ack()
+        with pytest.raises(Empty):
+            queue.get(timeout=0.2)
+        queue.close()
+    assert not [path for path in folder.iterdir() if path.name.endswith(".msg")]
 
 
 def test_a_server_broker_has_no_folders(monkeypatch):

@@ -117,7 +117,7 @@ def test_existing_rows_get_their_reason_from_the_stored_snapshot(oom_host):
     event.cause_explanation = triage_snapshot(TRUE_PEAK_SNAPSHOT, 101).explanation
     event.save()
     migration = importlib.import_module(
-        "inventory.migrations.0018_oom_cause_reason_and_verbose_names"
+        "inventory.migrations.0019_oom_cause_reason_and_verbose_names"
     )
     migration.structure_stored_explanations(django_apps, None)
     event.refresh_from_db()

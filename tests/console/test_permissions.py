@@ -123,6 +123,31 @@ PROPOSAL_ROWS = [
         lambda o: proposal_support.load_test_upload(),
     ),
     Row(
+        "proposal-load-test-start",
+        lambda o: f"/proposals/{o['draft'].pk}/load-tests/run/",
+        "post",
+        _author_only(302),
+        lambda o: {"ramp_s": 1, "hold_s": 5, "rate_scale": 1},
+    ),
+    Row(
+        "proposal-load-test-result",
+        lambda o: f"/proposals/{o['draft'].pk}/load-tests/{o['console_test'].pk}/",
+        "get",
+        _readers(outsider=404),
+    ),
+    Row(
+        "proposal-load-test-status",
+        lambda o: f"/proposals/{o['draft'].pk}/load-tests/{o['console_test'].pk}/status.json",
+        "get",
+        _readers(outsider=404),
+    ),
+    Row(
+        "proposal-load-test-cancel",
+        lambda o: f"/proposals/{o['draft'].pk}/load-tests/{o['console_test'].pk}/cancel/",
+        "post",
+        _author_only(302),
+    ),
+    Row(
         "proposal-apply",
         lambda o: f"/proposals/{o['approved'].pk}/apply/",
         "post",

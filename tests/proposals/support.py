@@ -58,7 +58,7 @@ def seed_host() -> Host:
         gpus[card["id"]] = Gpu.objects.create(
             host=host,
             index=index,
-            uuid=f"GPU-a100-seed-{index}",
+            uuid=f"GPU-a1005eed-0000-4000-8000-{index:012d}",
             product_name="NVIDIA A100-SXM4-80GB",
             memory_total_bytes=card["memory_mib"] * MIB,
         )
@@ -174,12 +174,28 @@ def matrix_objects(personas, host) -> dict:
     """Proposals by on-call for `host`, in each state the permission matrix needs."""
     author, approver = personas["oncall"], personas["approver"]
     on_host = {"host": host, "gpus": list(host.gpus.all()[:1])}
+    draft = create_proposal(author, **on_host)
     return {
-        "draft": create_proposal(author, **on_host),
+        "draft": draft,
         "ready": ready_proposal(author, **on_host),
         "approved": approved_proposal(author, approver, **on_host),
         "applied": applied_proposal(author, approver, **on_host),
+        "console_test": running_load_test(draft, author),
     }
+
+
+def running_load_test(proposal, user):
+    """A combined test the console runs, as the task leaves it half-way."""
+    from console.proposals.models import LoadTest
+
+    return LoadTest.objects.create(
+        proposal=proposal,
+        uploaded_by=user,
+        source_format=LoadTest.Format.MEASURED,
+        files=["combined test"],
+        status=LoadTest.Status.RUNNING,
+        progress={"phase": "hold", "elapsed_s": 12.0, "models": [], "cards": []},
+    )
 
 
 def form_data(proposal_or_host, model=None) -> dict:
@@ -227,3 +243,51 @@ def load_test_upload() -> dict:
 
     csv = LOADTESTS / "combined-a100-node-1.csv"
     return {"files": [SimpleUploadedFile(csv.name, csv.read_bytes(), content_type="text/csv")]}
+
+
+IMPORT_RATES = {"qwen2-14b-q4": 4.0, "qwen2-7b-q4": 6.0, "bge-large-fp16": 12.0}
+
+
+def recent_combined_import(card, peak_gib: float = 74.5):
+    """The four vLLM results of the fixture as if run in the last ten minutes, beside the
+    console's telemetry of that window: `card` peaking at `peak_gib`, and the engine history
+    of its co-tenants at the fixture's production ratio (4 : 6 : 12 requests/s)."""
+    import datetime as dt
+
+    from console.proposals.loadtests import combine
+    from inventory.timeseries import rollups
+    from inventory.timeseries.ingest import ingest_batches
+    from tests.batches import batch, card_row, engine_row
+
+    end = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(seconds=30)
+    files = []
+    for path in sorted(LOADTESTS.glob("openai-*.json")):
+        data = json.loads(path.read_text())
+        data["date"] = end.strftime("%Y%m%d-%H%M%S")
+        files.append((path.name, json.dumps(data).encode()))
+    run = combine(files, f"{card},{peak_gib}")
+    start = end - dt.timedelta(seconds=max(m.duration_s for m in run.models))
+    tenants = card.deployments.select_related("served_model")
+    batches = []
+    minute = start.timestamp()
+    while minute < end.timestamp():
+        engines = []
+        for deployment in tenants:
+            row = engine_row(deployment, running=4, p99_s=0.5)
+            row["latency"]["e2e"]["count"] = IMPORT_RATES[deployment.served_model.name] * 60
+            engines.append(row)
+        used = round(peak_gib * GIB)
+        batches.append(
+            batch(
+                card.host,
+                start=minute,
+                end=minute + 60,
+                cards=[card_row(card, used_max=used, used_last=used)],
+                engines=engines,
+            )
+        )
+        minute += 60
+    rejected = [r for r in ingest_batches(batches) if not hasattr(r, "batch_id")]
+    assert not rejected, rejected
+    rollups.refresh_all()
+    return run, [name for name, _ in files]

@@ -10,13 +10,17 @@ from console.celery import app
 from console.models import AuditEntry
 from console.proposals import services
 from console.proposals.gates import Gate
-from console.proposals.loadtests import combine
 from console.proposals.models import Proposal
 from console.proposals.transitions import State
 from inventory.models import Deployment
 from tests.factories import GIB, ServedModelFactory
 from tests.processes import Processes, database_url_for_processes, wait_for
-from tests.proposals.support import LOADTESTS, console_app_current, create_proposal, seed_host
+from tests.proposals.support import (
+    console_app_current,
+    create_proposal,
+    recent_combined_import,
+    seed_host,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -54,11 +58,6 @@ def _drop_producer_pools():
     app.amqp._producer_pool = None
 
 
-def _combined_test():
-    files = [(path.name, path.read_bytes()) for path in sorted(LOADTESTS.glob("openai-*.json"))]
-    return combine(files, "a100-node:1,74.5"), [name for name, _ in files]
-
-
 def test_a_proposal_through_the_worker_to_the_inventory(worker, personas):
     for user in (personas["oncall"], personas["approver"]):
         user.email = f"{user.username}@example.com"
@@ -80,7 +79,7 @@ def test_a_proposal_through_the_worker_to_the_inventory(worker, personas):
         engine_memory_fraction=0.17,
         staggered_start=True,
     )
-    run, files = _combined_test()
+    run, files = recent_combined_import(card)
     services.do_attach_load_test(proposal, acting_user=personas["oncall"], run=run, files=files)
     services.do_submit(proposal, acting_user=personas["oncall"])
 

@@ -1,35 +1,75 @@
 """Gate 4, the combined load test (pure).
 
-Passes only when one test drove **every** model on the target cards at once, at the real
-traffic ratio, and **both** were green: each model's P99 end-to-end latency within its SLO, and
-each target card's memory peak within its bound (usable memory minus the headroom). A
-single-model result counts for nothing and is rejected with that reason.
+Passes only a result that drove **every** model on the target cards at once, at the real
+traffic ratio, on the placement being proposed, with **both** green: each model's P99
+end-to-end latency within its SLO, and each target card's memory peak within its bound (usable
+memory minus headroom). The card peaks always come from the console's own telemetry over the
+test's window, never from whoever uploaded the result: a result whose window has no telemetry
+fails, and figures typed in beside an import that disagree with the measured ones fail too.
 
-Checks, each reported in numbers:
+Checks, each failed one a reason code with its parameters (``numbers["reason_codes"]``; the
+sentences in ``reasons`` are rendered from them):
 
 - coverage: every co-located model is in the result (names match exactly, or by the part
-  after the last "/", ignoring case);
-- at once: results that carry their time windows (vLLM JSON) must all overlap;
-- traffic ratio: where the real rates are known (engine history, or the proposal's expected
-  rate for a new model), each model's share of the test's requests is within
-  ``RATIO_TOLERANCE`` (relative) of its real share;
+  after the last "/", ignoring case); a single-model result counts for nothing;
+- at once: results that carry their time windows must all overlap;
+- traffic ratio: each model's share of the test's requests within ``RATIO_TOLERANCE``
+  (relative) of its real share; a ratio that cannot be checked (a rate unknown) fails;
+- placement: a result the console measured must have run on the proposed cards with the
+  proposed isolation;
+- errors: no more than ``MAX_FAILED_SHARE`` of a model's requests failed;
 - latency and memory, as above.
 
-It also says which card reached its capacity or latency bound first: the card with the highest
-ratio of measured to bound, memory peak / bound or P99 / SLO of a model on it. That card is
-where the next incident will happen.
+It also says which bound was reached first: in time order where the console measured it (the
+runner's series and the telemetry samples), else the card closest to its bound.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus
 from console.proposals.loadtests import LoadTestRun, ModelRun
 from inventory.analytics.units import format_gib
 
 RATIO_TOLERANCE = 0.25
+MAX_FAILED_SHARE = 0.01
+# Peaks typed in beside an import may differ from the telemetry by sampling; not by more.
+DECLARED_PEAK_TOLERANCE = 0.05
+
+MESSAGES = {
+    "no_result": "No combined load test: drive {models} at once.",
+    "run_not_finished": "The combined test did not finish ({status}): it counts for nothing.",
+    "single_model": "Single-model result: only {tested} was tested, and a single-model test "
+    "counts for nothing; drive all {count} co-located models ({models}) at once.",
+    "missing_models": "Not in the combined test: {models}.",
+    "not_at_once": "The results were not run at once: their time windows do not overlap ({spans}).",
+    "ratio_off": "{model} got {test_share:.0%} of the test's requests but {real_share:.0%} of "
+    "the real traffic (more than {tolerance:.0%} off): not the real ratio.",
+    "ratio_unverifiable": "The traffic ratio cannot be checked: no real or tested rate for "
+    "{models}.",
+    "placement_differs": "The test ran on {tested}, the proposal places the model on "
+    "{proposed}: not the placement proposed.",
+    "isolation_differs": "{model} ran with {tested} isolation in the test, {proposed} is proposed.",
+    "requests_failed": "{model}: {failed} of {sent} requests failed ({errors}).",
+    "no_p99": "{source} has no P99 end-to-end latency for {model} (run the benchmark with "
+    "--percentile-metrics including e2el).",
+    "no_slo": "{model} has no P99 latency SLO to test against.",
+    "p99_over_slo": "{model}: P99 {p99_ms:.0f} ms is over its {slo_ms} ms SLO.",
+    "no_window": "{source} says nothing of when it ran, so its card peaks cannot be checked "
+    "against telemetry.",
+    "no_telemetry": "No telemetry of {card} from {start} to {end}: the test's memory cannot "
+    "be checked.",
+    "declared_peak_mismatch": "{card}: the peak given with the result, {declared}, is not the "
+    "{measured} the console measured over the test's window.",
+    "card_over_bound": "{card}: memory peaked at {peak}, over its bound of {bound} (usable "
+    "minus headroom).",
+}
+
+
+def render(code: str, params: dict) -> str:
+    return MESSAGES[code].format(**params)
 
 
 @dataclass(frozen=True)
@@ -38,6 +78,16 @@ class Colocated:
     slo_ms: int | None
     cards: tuple[str, ...]  # the target cards it runs on
     real_rate: float | None  # requests/s in production (or expected, for the new model)
+    isolation: str = ""  # as proposed (the proposed model) or as deployed (co-tenants)
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """The console's samples of the target cards over the result's window."""
+
+    window: tuple[str, str] | None  # ISO start and end; None when the result has none
+    card_peaks: dict[str, int] = field(default_factory=dict)  # cards with samples only
+    first_over_bound: dict | None = None  # the first sample above its bound, in time order
 
 
 @dataclass(frozen=True)
@@ -45,7 +95,15 @@ class LoadTestRequest:
     models: tuple[Colocated, ...]  # everyone on the target cards, the proposed model included
     card_bounds: dict[str, int]  # target card -> usable bytes minus headroom
     run: LoadTestRun | None
-    run_label: str = ""  # who attached it, when
+    run_label: str = ""  # who attached or ran it, when
+    telemetry: Telemetry | None = None
+    # Console runs only: what the test ran on ({"cards": [...], "isolation": {model: mode}}),
+    # how it ended, and the first bound it found in time order.
+    tested_placement: dict | None = None
+    run_status: str = ""
+    measured_first_bound: dict | None = None
+    sent: dict[str, int] = field(default_factory=dict)  # console runs: requests per model
+    errors: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def _key(name: str) -> str:
@@ -63,145 +121,285 @@ def _match(models: tuple[Colocated, ...], run: LoadTestRun) -> dict[str, ModelRu
     return matched
 
 
-def _overlap_reason(results: dict[str, ModelRun]) -> str:
+def _overlap(results: dict[str, ModelRun]) -> dict | None:
     windows = {
         name: (dt.datetime.fromisoformat(r.started_at), dt.datetime.fromisoformat(r.ended_at))
         for name, r in results.items()
         if r.started_at and r.ended_at
     }
     if len(windows) < 2:
-        return ""
+        return None
     latest_start = max(start for start, _ in windows.values())
     earliest_end = min(end for _, end in windows.values())
     if latest_start < earliest_end:
-        return ""
+        return None
     spans = "; ".join(
         f"{name} {start:%H:%M:%S}-{end:%H:%M:%S}" for name, (start, end) in sorted(windows.items())
     )
-    return f"The results were not run at once: their time windows do not overlap ({spans})."
+    return {"spans": spans}
 
 
-def _ratio_check(
-    models: tuple[Colocated, ...], results: dict[str, ModelRun]
-) -> tuple[list[str], list[dict], list[str]]:
-    known = [m for m in models if m.real_rate and m.name in results and results[m.name].rate]
-    unverified = [m.name for m in models if m not in known]
-    if len(known) < 2:
-        return [], [], [m.name for m in models]
-    real_total = sum(m.real_rate for m in known)
-    test_total = sum(results[m.name].rate for m in known)
-    rows, reasons = [], []
-    for model in known:
+class _Reasons:
+    def __init__(self) -> None:
+        self.codes: list[dict] = []
+
+    def add(self, code: str, **params) -> None:
+        self.codes.append({"code": code, "params": params})
+
+    @property
+    def sentences(self) -> tuple[str, ...]:
+        return tuple(render(r["code"], r["params"]) for r in self.codes)
+
+
+def _ratio(models, results, reasons: _Reasons) -> list[dict]:
+    unknown = [m.name for m in models if not m.real_rate or not results[m.name].rate]
+    if unknown:
+        reasons.add("ratio_unverifiable", models=", ".join(unknown))
+        return []
+    real_total = sum(m.real_rate for m in models)
+    test_total = sum(results[m.name].rate for m in models)
+    rows = []
+    for model in models:
         real = model.real_rate / real_total
         tested = results[model.name].rate / test_total
         rows.append({"model": model.name, "real_share": real, "test_share": tested})
         if abs(tested / real - 1) > RATIO_TOLERANCE:
-            reasons.append(
-                f"{model.name} got {tested:.0%} of the test's requests but {real:.0%} of the "
-                f"real traffic (more than {RATIO_TOLERANCE:.0%} off): not the real ratio."
+            reasons.add(
+                "ratio_off",
+                model=model.name,
+                test_share=tested,
+                real_share=real,
+                tolerance=RATIO_TOLERANCE,
             )
-    return reasons, rows, unverified
+    return rows
+
+
+def _placement(request: LoadTestRequest, reasons: _Reasons) -> None:
+    tested = request.tested_placement
+    if tested is None:
+        return
+    proposed = sorted(request.card_bounds)
+    tested_cards = sorted(tested.get("cards", []))
+    if tested_cards != proposed:
+        reasons.add(
+            "placement_differs", tested=", ".join(tested_cards), proposed=", ".join(proposed)
+        )
+    for model in request.models:
+        mode = tested.get("isolation", {}).get(model.name)
+        if model.isolation and mode and mode != model.isolation:
+            reasons.add(
+                "isolation_differs", model=model.name, tested=mode, proposed=model.isolation
+            )
+
+
+def _memory(request: LoadTestRequest, reasons: _Reasons, bound_by_card: dict) -> list[dict]:
+    run = request.run
+    telemetry = request.telemetry or Telemetry(None)
+    rows = []
+    if telemetry.window is None:
+        reasons.add("no_window", source=", ".join(sorted({m.source for m in run.models})))
+    for card, bound in request.card_bounds.items():
+        declared = None if run.source_format == "measured" else run.card_peaks.get(card)
+        measured = telemetry.card_peaks.get(card)
+        row = {
+            "card": card,
+            "bound_bytes": bound,
+            "peak_bytes": measured,
+            "declared_bytes": declared,
+            "peak_source": "console telemetry" if measured is not None else "",
+        }
+        rows.append(row)
+        if telemetry.window is not None and measured is None:
+            start, end = telemetry.window
+            reasons.add("no_telemetry", card=card, start=start, end=end)
+        if declared is not None and measured is not None:
+            off = abs(declared - measured) / max(1, measured)
+            if off > DECLARED_PEAK_TOLERANCE:
+                reasons.add(
+                    "declared_peak_mismatch",
+                    card=card,
+                    declared=format_gib(declared),
+                    measured=format_gib(measured),
+                    declared_bytes=declared,
+                    measured_bytes=measured,
+                )
+        if measured is None:
+            continue
+        ratio = measured / bound if bound > 0 else float("inf")
+        row["memory_ratio"] = ratio
+        if ratio > 1:
+            reasons.add(
+                "card_over_bound",
+                card=card,
+                peak=format_gib(measured),
+                bound=format_gib(bound),
+                peak_bytes=measured,
+                bound_bytes=bound,
+            )
+        detail = f"memory: peak {format_gib(measured)} of {format_gib(bound)}"
+        bound_by_card.setdefault(card, []).append((ratio, detail))
+    return rows
+
+
+def _first_bound(request: LoadTestRequest, bound_by_card: dict) -> dict | None:
+    """In time order where the console measured the test; else the closest to its bound."""
+    timed = [
+        bound
+        for bound in (
+            request.measured_first_bound,
+            (request.telemetry.first_over_bound if request.telemetry else None),
+        )
+        if bound
+    ]
+    if timed:
+        first = min(timed, key=lambda b: b["at"])
+        where = first.get("card") or ", ".join(first.get("cards", []))
+        if first["kind"] == "memory":
+            detail = (
+                f"memory: {format_gib(first['peak_bytes'])} over {format_gib(first['bound_bytes'])}"
+            )
+        else:
+            detail = (
+                f"latency: {first['model']} P99 {first['p99_ms']:.0f} ms of {first['slo_ms']} ms"
+            )
+        load = first.get("load_rps")
+        when = f" at {first['at']}" + (
+            f" ({', '.join(f'{m} {r:g}/s' for m, r in load.items())})" if load else ""
+        )
+        return {
+            **first,
+            "card": where,
+            "detail": detail + when,
+            "in_time_order": True,
+            "sentence": f"{where} reached its bound first: {detail}{when}.",
+        }
+    if not bound_by_card:
+        return None
+    card, (ratio, detail) = max(
+        ((card, max(entries)) for card, entries in bound_by_card.items()),
+        key=lambda item: item[1][0],
+    )
+    verb = "reached its bound first" if ratio >= 1 else "came closest to its bound"
+    return {
+        "card": card,
+        "ratio": ratio,
+        "detail": detail,
+        "in_time_order": False,
+        "sentence": f"{card} {verb}: {detail} ({ratio:.0%}).",
+    }
+
+
+def _sources(request: LoadTestRequest) -> dict:
+    run = request.run
+    measured = run.source_format == "measured"
+    telemetry = request.telemetry
+    window = telemetry.window if telemetry else None
+    return {
+        "latency": "the console's runner" if measured else f"imported: {run.source_format}",
+        "rates": "the console's runner (hold phase)" if measured else "the imported files",
+        "card_peaks": (
+            f"the console's telemetry samples from {window[0]} to {window[1]}"
+            if window
+            else "none: the result has no time window"
+        ),
+        "declared_card_peaks": "" if measured else "typed in beside the import; checked only",
+        "real_rates": "engine history of each deployment, or the proposal's expected rate",
+    }
 
 
 def evaluate_load_test(request: LoadTestRequest) -> GateOutcome:
     names = [m.name for m in request.models]
     numbers: dict = {"colocated": names, "run": request.run_label}
+    reasons = _Reasons()
+
+    def outcome() -> GateOutcome:
+        numbers["reason_codes"] = reasons.codes
+        sentences = reasons.sentences
+        first = numbers.get("first_bound")
+        tail = f" {first['sentence']}" if first else ""
+        if sentences:
+            return GateOutcome(
+                Gate.LOAD_TEST,
+                GateStatus.FAIL,
+                sentences[0] + tail,
+                sentences,
+                numbers,
+                _sources(request) if request.run else {},
+            )
+        summary = f"All {len(names)} co-located models green at once, latency and memory.{tail}"
+        return GateOutcome(Gate.LOAD_TEST, GateStatus.PASS, summary, (), numbers, _sources(request))
+
     if request.run is None:
-        reason = f"No combined load test attached: drive {', '.join(names)} at once."
-        return GateOutcome(Gate.LOAD_TEST, GateStatus.FAIL, reason, (reason,), numbers)
+        reasons.add("no_result", models=", ".join(names))
+        return outcome()
+    if request.run_status and request.run_status != "done":
+        reasons.add("run_not_finished", status=request.run_status)
+        return outcome()
 
     results = _match(request.models, request.run)
     tested = [result.model for result in request.run.models]
     numbers["tested"] = tested
     if len(request.models) > 1 and len(request.run.models) == 1:
-        reason = (
-            f"Single-model result: only {tested[0]} was tested, and a single-model test counts "
-            f"for nothing; drive all {len(names)} co-located models ({', '.join(names)}) at once."
-        )
-        return GateOutcome(Gate.LOAD_TEST, GateStatus.FAIL, reason, (reason,), numbers)
+        reasons.add("single_model", tested=tested[0], count=len(names), models=", ".join(names))
+        return outcome()
 
-    reasons: list[str] = []
     missing = [name for name in names if name not in results]
     if missing:
-        reasons.append(f"Not in the combined test: {', '.join(missing)}.")
-    overlap = _overlap_reason(results)
+        reasons.add("missing_models", models=", ".join(missing))
+    overlap = _overlap(results)
     if overlap:
-        reasons.append(overlap)
-    ratio_reasons, ratio_rows, unverified = _ratio_check(request.models, results)
-    reasons += ratio_reasons
-    numbers["ratio"] = ratio_rows
-    numbers["ratio_unverified"] = unverified
+        reasons.add("not_at_once", **overlap)
+    present = tuple(m for m in request.models if m.name in results)
+    numbers["ratio"] = _ratio(present, results, reasons) if len(present) > 1 else []
+    _placement(request, reasons)
 
     model_rows = []
     bound_by_card: dict[str, list[tuple[float, str]]] = {}
     for model in request.models:
         result = results.get(model.name)
         row = {"model": model.name, "slo_ms": model.slo_ms, "cards": list(model.cards)}
-        if result is not None:
-            row |= {
-                "p99_latency_ms": result.p99_latency_ms,
-                "p99_ttft_ms": result.p99_ttft_ms,
-                "rate": result.rate,
-                "completed": result.completed,
-                "failed": result.failed,
-                "source": result.source,
-            }
         model_rows.append(row)
         if result is None:
             continue
-        if result.p99_latency_ms is None:
-            reasons.append(
-                f"{result.source} has no P99 end-to-end latency for {model.name} (run the "
-                "benchmark with --percentile-metrics including e2el)."
+        row |= {
+            "p99_latency_ms": result.p99_latency_ms,
+            "p99_ttft_ms": result.p99_ttft_ms,
+            "rate": result.rate,
+            "completed": result.completed,
+            "failed": result.failed,
+            "source": result.source,
+        }
+        sent = request.sent.get(model.name) or (result.completed or 0) + (result.failed or 0)
+        if result.failed and sent and result.failed / sent > MAX_FAILED_SHARE:
+            errors = request.errors.get(model.name) or {"failed": result.failed}
+            reasons.add(
+                "requests_failed",
+                model=model.name,
+                failed=result.failed,
+                sent=sent,
+                errors=", ".join(f"{code} {n}" for code, n in sorted(errors.items())),
+                by_code=errors,
             )
+        if result.p99_latency_ms is None:
+            reasons.add("no_p99", source=result.source, model=model.name)
         elif model.slo_ms is None:
-            reasons.append(f"{model.name} has no P99 latency SLO to test against.")
+            reasons.add("no_slo", model=model.name)
         else:
             ratio = result.p99_latency_ms / model.slo_ms
             row["latency_ratio"] = ratio
             if ratio > 1:
-                reasons.append(
-                    f"{model.name}: P99 {result.p99_latency_ms:.0f} ms is over its "
-                    f"{model.slo_ms} ms SLO."
-                )
+                reasons.add(
+                    "p99_over_slo", model=model.name, p99_ms=result.p99_latency_ms,
+                    slo_ms=model.slo_ms,
+                )  # fmt: skip
             detail = (
                 f"latency: {model.name} P99 {result.p99_latency_ms:.0f} ms of {model.slo_ms} ms SLO"
             )
             for card in model.cards:
                 bound_by_card.setdefault(card, []).append((ratio, detail))
     numbers["models"] = model_rows
-
-    card_rows = []
-    for card, bound in request.card_bounds.items():
-        peak = request.run.card_peaks.get(card)
-        row = {"card": card, "bound_bytes": bound, "peak_bytes": peak}
-        card_rows.append(row)
-        if peak is None:
-            reasons.append(f"No memory peak recorded for {card}.")
-            continue
-        ratio = peak / bound if bound > 0 else float("inf")
-        row["memory_ratio"] = ratio
-        if ratio > 1:
-            reasons.append(
-                f"{card}: memory peaked at {format_gib(peak)}, over its bound of "
-                f"{format_gib(bound)} (usable minus headroom)."
-            )
-        detail = f"memory: peak {format_gib(peak)} of {format_gib(bound)}"
-        bound_by_card.setdefault(card, []).append((ratio, detail))
-    numbers["cards"] = card_rows
-
-    first = ""
-    if bound_by_card:
-        card, (ratio, detail) = max(
-            ((card, max(entries)) for card, entries in bound_by_card.items()),
-            key=lambda item: item[1][0],
-        )
-        verb = "reached its bound first" if ratio >= 1 else "came closest to its bound"
-        first = f"{card} {verb}: {detail} ({ratio:.0%})."
-        numbers["first_bound"] = {"card": card, "ratio": ratio, "detail": detail}
-
-    if reasons:
-        summary = reasons[0] + (f" {first}" if first else "")
-        return GateOutcome(Gate.LOAD_TEST, GateStatus.FAIL, summary, tuple(reasons), numbers)
-    summary = f"All {len(names)} co-located models green at once, latency and memory. {first}"
-    return GateOutcome(Gate.LOAD_TEST, GateStatus.PASS, summary, (), numbers)
+    numbers["cards"] = _memory(request, reasons, bound_by_card)
+    first = _first_bound(request, bound_by_card)
+    if first:
+        numbers["first_bound"] = first
+    return outcome()

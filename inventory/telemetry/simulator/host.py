@@ -196,6 +196,9 @@ class SimulatedReplica:
     generation_tokens_total: float = 0.0
     started_at: float = 0.0
     imbalance: ValueNoise | None = None
+    # Requests a load test has in flight on its endpoint (simulator/endpoints.py), on top of
+    # the scenario's traffic.
+    extra_concurrency: float = 0.0
 
     @property
     def pids(self) -> list[int]:
@@ -412,6 +415,12 @@ class SimulatedHost:
             + spec.kv_reservation_bytes // spec.tensor_parallel
         )
 
+    def restart_replica(self, deployment_id: str) -> None:
+        """Stop a replica and load it again at the next step, as an operator's restart does
+        (a load test's simultaneous cold start)."""
+        replica = self.replica(deployment_id)
+        self._take_down(replica, self.t, "restart", restart_s=0.0)
+
     def lose_card(self, card_index: int) -> None:
         """Xid 79: the card fell off the bus; every process using it dies with it."""
         self.state.cards[card_index].lost = True
@@ -593,6 +602,7 @@ class SimulatedHost:
             # load balancers bring a restarted backend in slowly
             ramp = min(1.0, (t - replica.started_at) / _SLOW_START_S) if replica.restarts else 1.0
             replica.concurrency = model_load[model] * spec.traffic_share * imbalance * ramp
+            replica.concurrency += max(0.0, replica.extra_concurrency)
             p95_here = spec.workload.traffic.p95_concurrency * spec.traffic_share
             replica.activity = min(1.5, replica.concurrency / p95_here)
 

@@ -5,7 +5,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("proposals", "0004_proposal_engine_settings_gate"),
+        ("proposals", "0005_console_load_tests"),
     ]
 
     operations = [

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("proposals", "0005_proposal_verbose_name"),
+        ("proposals", "0006_proposal_verbose_name"),
     ]
 
     operations = [

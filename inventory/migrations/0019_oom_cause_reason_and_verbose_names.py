@@ -29,7 +29,7 @@ def structure_stored_explanations(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("inventory", "0017_card_refusal"),
+        ("inventory", "0018_deployment_endpoint"),
     ]
 
     operations = [
