@@ -464,19 +464,13 @@ def mps_verdict(processes: list[dict], client_pid: int) -> tuple[bool, str]:
 
 
 def check_mps(pynvml, context, args, host: str) -> dict[str, Any]:
+    from inventory.agent.gpu_check_signals import private_mps_daemon
     from inventory.telemetry.collector import NvmlCollector
 
-    control = shutil.which("nvidia-cuda-mps-control")
-    if control is None:
-        print("\n4. mps: skipped, nvidia-cuda-mps-control is not installed")
+    started = private_mps_daemon("4. mps", "gpu-check-mps-")
+    if started is None:
         return {"ok": None, "reason": "nvidia-cuda-mps-control not installed"}
-    workdir = Path(tempfile.mkdtemp(prefix="gpu-check-mps-"))
-    env = {"CUDA_MPS_PIPE_DIRECTORY": str(workdir / "pipe"),
-           "CUDA_MPS_LOG_DIRECTORY": str(workdir / "log")}  # fmt: skip
-    for folder in env.values():
-        Path(folder).mkdir()
-    daemon_env = {**os.environ, **env}
-    subprocess.run([control, "-d"], env=daemon_env, check=True, timeout=30)
+    control, env, daemon_env = started
     holder, poll, error = None, None, None
     try:
         holder = Holder(context, args.device, args.sizes[0], env=env)
@@ -493,7 +487,7 @@ def check_mps(pynvml, context, args, host: str) -> dict[str, Any]:
             subprocess.run([control], input="quit\n", text=True, env=daemon_env, timeout=30)
     logs = {
         path.name: path.read_text(errors="replace")[-2000:]
-        for path in sorted((workdir / "log").glob("*.log"))
+        for path in sorted(Path(env["CUDA_MPS_LOG_DIRECTORY"]).glob("*.log"))
     }
     print(f"\n4. mps: client of {args.sizes[0]} MiB under an MPS control daemon")
     if poll is None:

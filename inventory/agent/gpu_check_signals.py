@@ -185,21 +185,32 @@ def check_oom(pynvml, context, args, host: str) -> dict[str, Any]:
     return {"ok": ok, "reason": reason, "events": events, "log": log.read_text()[-4000:]}
 
 
-def check_mps_kill(pynvml, context, args, host: str) -> dict[str, Any]:
-    from inventory.agent.mps import MpsControl, MpsMonitor
-    from inventory.agent.signals import SignalOptions
-
+def private_mps_daemon(check: str, prefix: str) -> tuple[str, dict, dict] | None:
+    """An MPS control daemon of the check's own, in pipe and log folders of its own: the
+    control binary, those folders' variables, and the environment it runs in; None (and said)
+    where the binary is not installed."""
     control = shutil.which("nvidia-cuda-mps-control")
     if control is None:
-        print("\n6. mps kill: skipped, nvidia-cuda-mps-control is not installed")
-        return {"ok": None, "reason": "nvidia-cuda-mps-control not installed"}
-    workdir = Path(tempfile.mkdtemp(prefix="gpu-check-mps-kill-"))
+        print(f"\n{check}: skipped, nvidia-cuda-mps-control is not installed")
+        return None
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
     env = {"CUDA_MPS_PIPE_DIRECTORY": str(workdir / "pipe"),
            "CUDA_MPS_LOG_DIRECTORY": str(workdir / "log")}  # fmt: skip
     for folder in env.values():
         Path(folder).mkdir()
     daemon_env = {**os.environ, **env}
     subprocess.run([control, "-d"], env=daemon_env, check=True, timeout=30)
+    return control, env, daemon_env
+
+
+def check_mps_kill(pynvml, context, args, host: str) -> dict[str, Any]:
+    from inventory.agent.mps import MpsControl, MpsMonitor
+    from inventory.agent.signals import SignalOptions
+
+    started = private_mps_daemon("6. mps kill", "gpu-check-mps-kill-")
+    if started is None:
+        return {"ok": None, "reason": "nvidia-cuda-mps-control not installed"}
+    control, env, daemon_env = started
     holders = []
     monitor = MpsMonitor(MpsControl(control, env["CUDA_MPS_PIPE_DIRECTORY"]))
     try:
