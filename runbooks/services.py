@@ -154,9 +154,11 @@ def do_sync_library(*, acting_user=None, notes: list[LibraryNote] | None = None)
     """Bring the shipped default notes to an installation: install new ones, update the ones
     nobody edited here (a revision and an audit row each), and for edited ones keep a newer
     shipped text in ``library_update`` for a person to merge, never overwriting their edit.
-    Safe to run again: a shipped text already offered is not offered twice."""
+    Safe to run again: a shipped text already offered is not offered twice. The Chinese twins
+    ship with the English notes and are kept in step the same way."""
     result = LibrarySync()
-    for entry in load_library() if notes is None else notes:
+    shipped = load_library() + load_library(language="zh-hans")
+    for entry in shipped if notes is None else notes:
         note = RunbookNote.objects.select_for_update().filter(slug=entry.slug).first()
         if note is None:
             note = do_create_note(

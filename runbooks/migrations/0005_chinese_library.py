@@ -18,6 +18,7 @@ def install(apps, schema_editor):
             scope="global",
             tags=sorted(entry.tags),
             from_library=True,
+            library_text=entry.body,
         )
         RunbookRevision.objects.create(
             note=note,
