@@ -13,9 +13,9 @@ from console.proposals.tasks import run_gates
 from console.proposals.transitions import State
 from tests.factories import GIB, ServedModelFactory, UserFactory
 from tests.proposals.support import (
-    LOADTESTS,
     create_proposal,
     outcomes,
+    recent_combined_import,
     seed_host,
     tasks_in_process,
 )
@@ -42,7 +42,8 @@ def test_an_author_files_through_the_guided_form_and_the_approver_sees_it_arrive
     console_page, people
 ):
     host = seed_host()
-    ServedModelFactory(name="phi-3-mini", weights_bytes=6 * GIB)
+    # 5 GiB of weights: with its CUDA context the model fits card 1 beside its co-tenants.
+    ServedModelFactory(name="phi-3-mini", weights_bytes=5 * GIB)
     approver = console_page("approver-guided")
     approver.login("approver", PASSWORD)
     approver.open("/proposals/inbox/")
@@ -66,6 +67,8 @@ def test_an_author_files_through_the_guided_form_and_the_approver_sees_it_arrive
     form.select_option("#id_admission_policy", "queue")
     form.fill("#id_expected_request_rate", "3")
     form.fill("#id_rationale", "A small chat model beside the seed's five, on card 1.")
+    form.fill("#id_engine_memory_fraction", "0.17")  # gate 5: the engines' shares fit
+    form.check("#id_staggered_start")
     form.wait_for_selector("[data-testid=whatif-gate-memory]")
     form.wait_for_function("document.querySelector('#id_kv_reservation_gib').value !== ''")
     whatif = form.locator("[data-testid=whatif]")
@@ -81,7 +84,12 @@ def test_an_author_files_through_the_guided_form_and_the_approver_sees_it_arrive
     form.wait_for_load_state("networkidle")
     proposal = Proposal.objects.get()
     assert proposal.kv_reservation_bytes == 6 * GIB  # 10 x 4096 x 128 KiB x 1.2
-    files = sorted(str(path) for path in LOADTESTS.glob("openai-*.json"))
+    # Gate 4 checks an import's card peaks against telemetry of its window: results of the
+    # last minutes, with that window's telemetry ingested.
+    _, results = recent_combined_import(host.gpus.get(index=1), bodies=True)
+    files = [
+        {"name": name, "mimeType": "application/json", "buffer": body} for name, body in results
+    ]
     form.set_input_files("#load-test-form input[type=file]", files)
     form.fill("#load-test-form textarea", "a100-node:1,74.5")
     form.click("#load-test-form button[type=submit]")
@@ -142,7 +150,8 @@ def test_the_detail_page_shows_each_gate_as_it_finishes(console_page, people):
 
 def test_the_guided_form_works_without_javascript(chromium_browser, live_server, people):
     host = seed_host()
-    ServedModelFactory(name="phi-3-mini", weights_bytes=6 * GIB)
+    # 5 GiB of weights: with its CUDA context the model fits card 1 beside its co-tenants.
+    ServedModelFactory(name="phi-3-mini", weights_bytes=5 * GIB)
     context = chromium_browser.new_context(java_script_enabled=False)
     page = context.new_page()
     try:

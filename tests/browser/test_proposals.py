@@ -3,6 +3,7 @@
 import pytest
 
 from console.proposals import services
+from console.proposals.gates import Gate
 from console.proposals.models import Proposal
 from console.proposals.transitions import State
 from inventory.models import Deployment
@@ -93,4 +94,4 @@ def test_an_approver_goes_from_the_inbox_to_an_approval(console_page, ready):
     assert page.errors == []
     decision = Proposal.objects.get(pk=ready.pk).decisions.get()
     assert decision.comment == "Card 1 stays under its bound in the combined test."
-    assert len(decision.evidence) == 4
+    assert [row["gate"] for row in decision.evidence] == [gate.value for gate in Gate]

@@ -36,8 +36,12 @@ def console_app_current():
 
 @contextmanager
 def tasks_in_process():
-    """Celery tasks run where they are queued, retries included (their waits skipped)."""
+    """Celery tasks run where they are queued, retries included (their waits skipped).
+
+    A task queued by name runs eagerly only once its module is imported, which in a worker
+    happens at start: the same here, so that no test depends on another having imported it."""
     with console_app_current():
+        app.loader.import_default_modules()
         app.conf.task_always_eager = True
         try:
             yield app
@@ -248,10 +252,11 @@ def load_test_upload() -> dict:
 IMPORT_RATES = {"qwen2-14b-q4": 4.0, "qwen2-7b-q4": 6.0, "bge-large-fp16": 12.0}
 
 
-def recent_combined_import(card, peak_gib: float = 74.5):
+def recent_combined_import(card, peak_gib: float = 74.5, *, bodies: bool = False):
     """The four vLLM results of the fixture as if run in the last ten minutes, beside the
     console's telemetry of that window: `card` peaking at `peak_gib`, and the engine history
-    of its co-tenants at the fixture's production ratio (4 : 6 : 12 requests/s)."""
+    of its co-tenants at the fixture's production ratio (4 : 6 : 12 requests/s). The files come
+    back by name, or with `bodies` as (name, content) to upload them."""
     import datetime as dt
 
     from console.proposals.loadtests import combine
@@ -290,4 +295,4 @@ def recent_combined_import(card, peak_gib: float = 74.5):
     rejected = [r for r in ingest_batches(batches) if not hasattr(r, "batch_id")]
     assert not rejected, rejected
     rollups.refresh_all()
-    return run, [name for name, _ in files]
+    return run, files if bodies else [name for name, _ in files]
