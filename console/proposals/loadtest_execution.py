@@ -4,6 +4,7 @@ covers its end, and compose the result. Shared by the Celery task and ``manage.p
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime as dt
 import time
 from collections.abc import Callable
@@ -67,6 +68,17 @@ def endpoint_failures(summaries: list[dict]) -> dict:
     return failing
 
 
+def _run_to_end(coroutine):
+    """asyncio.run, also from a thread whose event loop already runs (a caller embedding the
+    command, or Playwright's in tests): the runner then gets a thread and a loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def execute(
     plan: LoadTestPlan,
     gpus: list[Gpu],
@@ -76,7 +88,7 @@ def execute(
     cancelled: Callable[[], bool] = lambda: False,
     flush_wait_s: float | None = None,
 ) -> Executed:
-    outcome = asyncio.run(run_plan(plan, progress=progress, cancelled=cancelled))
+    outcome = _run_to_end(run_plan(plan, progress=progress, cancelled=cancelled))
     start, end = _moment(outcome.started_at), _moment(outcome.ended_at)
     flushed = wait_for_flush(
         gpus, end, settings.LOADTEST_FLUSH_WAIT_S if flush_wait_s is None else flush_wait_s
