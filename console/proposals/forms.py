@@ -94,6 +94,7 @@ class ProposalForm(forms.ModelForm):
         # What the services accept, the KV reservation typed in GiB rather than bytes.
         fields = [*(name for name in EDITABLE if name != "kv_reservation_bytes"), "gpus"]
         field_classes = {"host": HostField}
+
         widgets = {
             "rationale": forms.Textarea(attrs={"rows": 4}),
             "isolation_mode": forms.RadioSelect,
@@ -113,6 +114,12 @@ class ProposalForm(forms.ModelForm):
             "isolation_mode": _("Isolation mode"),
             "rollout_steps": _("Rollout steps"),
             "rationale": _("Rationale"),
+            "engine_memory_fraction": _("Engine memory fraction"),
+            "engine_kv_cache_bytes": _("Engine KV cache bytes"),
+            "engine_overhead_bytes": _("Engine GPU overhead bytes"),
+            "engine_context_tokens": _("Engine context tokens"),
+            "engine_version": _("Engine version"),
+            "staggered_start": _("Starts after its card's other engines"),
         }
 
     field_order = [

@@ -104,6 +104,7 @@ GATE_TITLES = {
     "kv": gettext_lazy("KV reservation"),
     "isolation": gettext_lazy("Isolation"),
     "load_test": gettext_lazy("Combined load test"),
+    "engine_settings": gettext_lazy("Engine memory settings"),
 }
 
 

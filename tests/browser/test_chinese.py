@@ -50,6 +50,7 @@ KEPT = {
     "GPU", "MIG", "MPS", "KV", "P95", "P99", "SLO", "OOM", "OOMs", "GiB", "MiB", "UUID", "CSV",
     "Xid", "NVML", "SM", "SMs", "ID", "token", "vLLM", "SGLang", "TGI", "Ollama", "JSON",
     "UTC", "ISO", "ms", "Webhook", "Markdown", "English", "NVIDIA", "SXM4", "HBM3", "PCIe",
+    "API",
 }  # fmt: skip
 # Where the page chrome is: what the console itself says, not the data it shows.
 CHROME = (
