@@ -193,13 +193,26 @@ class DoneRequests:
     """The ids of the requests this agent took, with their outcomes: a request runs once."""
 
     def __init__(self, path: Path | None) -> None:
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(
-            str(path) if path else ":memory:", isolation_level=None, check_same_thread=False
-        )
-        self._db.execute("CREATE TABLE IF NOT EXISTS done (id TEXT PRIMARY KEY, outcome TEXT)")
+        # Opened on the first request: an agent that is never asked anything (`--once`, a
+        # host without actions) leaves its state folder alone.
+        self._path = path
+        self._opened: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._opened is None:
+            if self._path is not None:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._opened = sqlite3.connect(
+                str(self._path) if self._path else ":memory:",
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            self._opened.execute(
+                "CREATE TABLE IF NOT EXISTS done (id TEXT PRIMARY KEY, outcome TEXT)"
+            )
+        return self._opened
 
     def claim(self, request_id: str) -> dict | None:
         """None if this request is new (and now claimed); else what it came to."""
