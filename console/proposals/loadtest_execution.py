@@ -68,7 +68,7 @@ def endpoint_failures(summaries: list[dict]) -> dict:
     return failing
 
 
-def _run_to_end(coroutine):
+def run_to_end(coroutine):
     """asyncio.run, also from a thread whose event loop already runs (a caller embedding the
     command, or Playwright's in tests): the runner then gets a thread and a loop of its own."""
     try:
@@ -88,7 +88,7 @@ def execute(
     cancelled: Callable[[], bool] = lambda: False,
     flush_wait_s: float | None = None,
 ) -> Executed:
-    outcome = _run_to_end(run_plan(plan, progress=progress, cancelled=cancelled))
+    outcome = run_to_end(run_plan(plan, progress=progress, cancelled=cancelled))
     start, end = _moment(outcome.started_at), _moment(outcome.ended_at)
     flushed = wait_for_flush(
         gpus, end, settings.LOADTEST_FLUSH_WAIT_S if flush_wait_s is None else flush_wait_s

@@ -4,11 +4,9 @@ No database: the runner and its figures are plain modules. The endpoint server i
 inference server of the demo (same paths, same streaming shapes, same error answers).
 """
 
-import asyncio
-
 import pytest
 
-from console.proposals.loadtest_execution import endpoint_failures
+from console.proposals.loadtest_execution import endpoint_failures, run_to_end
 from console.proposals.loadtest_plan import (
     Api,
     LoadTestPlan,
@@ -65,7 +63,7 @@ def run(behaviour, make_targets, *, phases=None, timeout_s=5.0, **options):
         finally:
             await server.stop()
 
-    return asyncio.run(go())
+    return run_to_end(go())
 
 
 def by_model(plan, outcome):

@@ -3,6 +3,7 @@
 import asyncio
 import json
 
+from console.proposals.loadtest_execution import run_to_end
 from inventory.analytics.stats import percentile
 from inventory.telemetry.simulator.endpoints import EndpointServer, SimulatedBehaviour
 from inventory.telemetry.simulator.host import SimulatedHost
@@ -76,6 +77,6 @@ def test_a_restart_takes_the_replica_down_and_it_answers_503_until_it_is_back():
         await server.stop()
         return statuses
 
-    assert asyncio.run(ask()) == [200, 503, 404]
+    assert run_to_end(ask()) == [200, 503, 404]
     host.advance_to(BUSY + 1)
     assert host.replica("chat-large").up
