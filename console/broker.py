@@ -17,7 +17,10 @@ must not lose them, and a publish must not be taken for delivered before the bro
   publish waits for the broker's confirm (`confirm_publish`), so an agent keeps a batch in
   its outbox until the broker has it.
 - The folder broker is for one machine and for tests: unacked messages live in the
-  consumer's memory, and a consumer killed with -9 loses its prefetched ones.
+  consumer's memory, and a consumer killed with -9 loses its prefetched ones. A worker that
+  may hold one message at a time (prefetch 1, acks_late) looks for the next one only at the
+  next poll, so the poll is short: at kombu's 1 s a worker takes about one task a second and
+  falls behind beat.
 """
 
 import os
@@ -38,6 +41,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 def broker_url() -> str:
     return env_str("CELERY_BROKER_URL") or "filesystem://"
 
+
+FOLDER_POLL_S = 0.1
 
 _REDIS_SCHEMES = {"redis", "rediss", "redis+socket", "sentinel"}
 _AMQP_SCHEMES = {"amqp", "amqps", "pyamqp"}
@@ -64,6 +69,7 @@ def broker_transport_options() -> dict:
         "data_folder_out": os.fspath(folder / "queue"),
         "control_folder": os.fspath(folder / "control"),
         "store_processed": False,
+        "polling_interval": FOLDER_POLL_S,
     }
 
 

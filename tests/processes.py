@@ -77,6 +77,9 @@ class Processes:
         )  # fmt: skip
 
     def agent(self, name: str, queue: str, env: dict[str, str]) -> None:
+        # A state folder of its own: the checkout's var/agent would hand this agent the plans
+        # and the outbox of an earlier test's agent.
+        env = {"AGENT_STATE_DIR": str(self.log_dir / f"{name}-state"), **env}
         self.start(
             name,
             ["-m", "celery", "-A", "inventory.agent.app", "worker", "-n", f"{name}@%h",

@@ -85,6 +85,10 @@ from inventory.telemetry.engines import (
 )
 from inventory.telemetry.readings import CollectorFault, PollResult, TelemetryEvent
 
+# An engine unscraped for this long (down, or out of the plan) starts again from a baseline:
+# its next scrape's histogram is not put into one interval.
+BASELINE_FORGOTTEN_AFTER_S = 600.0
+
 _CARD_FACTS = ("uuid", "name", "total_bytes", "mig_current", "mig_pending", "compute_mode")
 
 
@@ -180,7 +184,8 @@ class IntervalSampler:
         self._max_events = max_events
         self._max_fault_kinds = max_fault_kinds
         # histograms as of the previous flush, to report each interval's own latencies
-        self._previous_buckets: dict[tuple[str, str], tuple] = {}
+        # (deployment, histogram) -> (its last scrape's buckets, when that flush was)
+        self._previous_buckets: dict[tuple[str, str], tuple[tuple, float]] = {}
         self._interval_start: float | None = None
         self._reset()
 
@@ -365,14 +370,19 @@ class IntervalSampler:
                 }
                 for row in self._processes.values()
             ],
-            "engines": [self._engine_row(d, row) for d, row in self._engines.items()],
+            "engines": [self._engine_row(d, row, now) for d, row in self._engines.items()],
             "events": self._events,
             "events_dropped": self._events_dropped,
             "faults": list(self._faults.values()),
             "faults_dropped": self._faults_dropped,
         }
-        seen = {(d, key) for d, row in self._engines.items() for key in row.latency_buckets}
-        self._previous_buckets = {k: v for k, v in self._previous_buckets.items() if k in seen}
+        # A flush may hold no scrape (scrapes further apart than flushes): the baselines of
+        # engines that stay live are kept; those of engines gone for a while are forgotten.
+        self._previous_buckets = {
+            k: v
+            for k, v in self._previous_buckets.items()
+            if now - v[1] <= BASELINE_FORGOTTEN_AFTER_S
+        }
         self._interval_start = now
         self._reset()
         return batch
@@ -397,12 +407,16 @@ class IntervalSampler:
             "util_memory_last": row.util_memory.last,
         }
 
-    def _engine_row(self, deployment_id: str, row: _EngineRow) -> dict[str, Any]:
+    def _engine_row(self, deployment_id: str, row: _EngineRow, now: float) -> dict[str, Any]:
         latency = {}
         for key, buckets in row.latency_buckets.items():
-            previous = self._previous_buckets.get((deployment_id, key))
+            previous, _ = self._previous_buckets.get((deployment_id, key), (None, None))
+            self._previous_buckets[(deployment_id, key)] = (buckets, now)
+            if previous is None:
+                # The first scrape since the agent started holds everything the engine
+                # served since it started, maybe days: a baseline, not this interval.
+                continue
             interval = histogram_delta(buckets, previous)
-            self._previous_buckets[(deployment_id, key)] = buckets
             latency[key] = {
                 "count": interval[-1][1] if interval else 0.0,
                 "p50_s": latency_quantile(0.50, interval),

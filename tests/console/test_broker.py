@@ -16,7 +16,12 @@ import pytest
 from amqp.exceptions import NotFound
 from kombu import Connection
 
-from console.broker import FolderTransport, broker_transport_options, broker_url
+from console.broker import (
+    FOLDER_POLL_S,
+    FolderTransport,
+    broker_transport_options,
+    broker_url,
+)
 from console.checks import visibility_timeout_outlasts_tasks
 from tests.inventory.test_outages import REDIS, PrivateRedis
 
@@ -32,6 +37,8 @@ def test_the_folder_broker_makes_its_folders_on_first_use_only(monkeypatch, tmp_
     # A plain kombu connection, as the ingest worker and /readyz open, gets the same transport.
     with Connection(broker_url(), transport_options=options) as connection:
         assert isinstance(connection.transport, FolderTransport)
+        # A prefetch-1 worker looks for its next task only at the next poll.
+        assert connection.transport.polling_interval == FOLDER_POLL_S < 1.0
         queue = connection.SimpleQueue("probe")
         queue.put({"hello": "folder"})
         assert sorted(path.name for path in (tmp_path / "broker").iterdir()) == [

@@ -152,7 +152,7 @@ def _run_and_check(stack, personas, proposal, client):
         what="the combined test to finish",
         logs=_logs(stack),
     )
-    assert finished.status == LoadTest.Status.DONE, (finished.failure_code, finished.result)
+    assert finished.status == LoadTest.Status.DONE, (finished.failure_code, finished.result.get("models"))
     assert finished.result["telemetry_flushed"]
     assert all(card["peak_bytes"] for card in finished.result["cards"])
     services.do_submit(Proposal.objects.get(pk=proposal.pk), acting_user=personas["oncall"])
@@ -187,7 +187,9 @@ def test_shared_cards_fail_gate_4_on_p99_and_grouped_cards_pass(stack, personas,
     codes = {reason["code"] for reason in gate.numbers["reason_codes"]}
     assert gate.status == "fail"
     assert "p99_over_slo" in codes, gate.reasons
-    assert not codes & {"ratio_off", "ratio_unverifiable", "no_telemetry", "requests_failed"}
+    assert not codes & {"ratio_off", "ratio_unverifiable", "no_telemetry", "requests_failed"}, (
+        gate.reasons
+    )
     assert {row["model"] for row in test.result["models"]} == {
         "chat-large",
         "code-medium",

@@ -19,7 +19,7 @@ from inventory.telemetry.fake_nvml import FakeHostState, FakeNvml, FakeProcess
 from inventory.telemetry.outbox import Outbox
 from inventory.telemetry.process_mapping import map_processes
 from inventory.telemetry.readings import CollectorFault, TelemetryEvent
-from inventory.telemetry.sampler import IntervalSampler
+from inventory.telemetry.sampler import BASELINE_FORGOTTEN_AFTER_S, IntervalSampler
 from inventory.telemetry.simulator.catalogue import MIB
 
 from .conftest import h100_card, h200_mig_card
@@ -138,7 +138,10 @@ def test_engine_rows_keep_peaks_and_report_the_interval_latency_not_the_lifetime
 
     old = ((0.3, 900.0), (1.0, 1000.0), (math.inf, 1000.0))  # lifetime: fast requests
     sampler.add_engine(reading(0.2, 10, old))
-    sampler.flush(1.0)
+    # The agent's first scrape holds the engine's whole life: no interval latency from it.
+    assert "e2e" not in sampler.flush(1.0)["engines"][0]["latency"]
+    # A flush without a scrape (scrapes are further apart) keeps the baseline
+    assert sampler.flush(1.5)["engines"] == []
     new = ((0.3, 900.0), (1.0, 1100.0), (math.inf, 1100.0))  # this interval: all slow
     sampler.add_engine(reading(0.9, 40, new))
     sampler.add_engine(reading(0.4, 12, new))
@@ -148,6 +151,11 @@ def test_engine_rows_keep_peaks_and_report_the_interval_latency_not_the_lifetime
     latency = row["latency"]["e2e"]
     assert latency["count"] == 100.0
     assert latency["p50_s"] > 0.3  # the interval's requests all took 0.3-1 s
+    # An engine gone for longer than BASELINE_FORGOTTEN_AFTER_S starts from a baseline again.
+    later = 2.0 + BASELINE_FORGOTTEN_AFTER_S + 1
+    sampler.flush(later)
+    sampler.add_engine(reading(0.4, 12, ((0.3, 950.0), (1.0, 1500.0), (math.inf, 1500.0))))
+    assert "e2e" not in sampler.flush(later + 1)["engines"][0]["latency"]
 
 
 def test_engine_rows_carry_the_pool_the_engine_reported():
