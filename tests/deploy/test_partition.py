@@ -75,11 +75,20 @@ def network(machines, settings, tmp_path):
             start_new_session=True,
         )  # fmt: skip
     settings.AGENT_FLUSH_INTERVAL_S = FLUSH_S
-    sender = Celery("plans", broker=local_url)
+    sender = Celery("plans")
     hosts = {name: _create_host(_spec(name)) for name in HOSTS}
-    for name, host in hosts.items():
-        # What beat sends, to each machine's own queue (beat sends all simulated hosts to one).
-        sender.send_task("agent.apply_plan", args=[collection_plan(host)], queue=f"host.{name}")
+    # Through a connection of its own: Celery prefers CELERY_BROKER_URL (CI sets one) to a
+    # broker it is given.
+    with Connection(local_url) as connection:
+        for name, host in hosts.items():
+            # What beat sends, to each machine's own queue (beat sends all simulated hosts to
+            # one).
+            sender.send_task(
+                "agent.apply_plan",
+                args=[collection_plan(host)],
+                queue=f"host.{name}",
+                connection=connection,
+            )
 
     def logs() -> str:
         names = ["ingest", *(f"agent-{name}" for name in HOSTS)]

@@ -152,7 +152,10 @@ def _run_and_check(stack, personas, proposal, client):
         what="the combined test to finish",
         logs=_logs(stack),
     )
-    assert finished.status == LoadTest.Status.DONE, (finished.failure_code, finished.result.get("models"))
+    assert finished.status == LoadTest.Status.DONE, (
+        finished.failure_code,
+        finished.result.get("models"),
+    )
     assert finished.result["telemetry_flushed"]
     assert all(card["peak_bytes"] for card in finished.result["cards"])
     services.do_submit(Proposal.objects.get(pk=proposal.pk), acting_user=personas["oncall"])
