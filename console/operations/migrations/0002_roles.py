@@ -40,7 +40,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ("operations", "0001_host_operations"),
         ("inventory", "0017_card_refusal"),
-        ("console", "0007_host_operation_actions"),
+        ("console", "0006_audit_actions_and_preferences"),
     ]
 
     operations = [migrations.RunPython(grant, migrations.RunPython.noop)]
