@@ -14,6 +14,14 @@ from console.reasons import Reason, render
 REASON_MODULES = (
     "inventory.analytics.oom_triage",
     "console.placement.reasons",
+    "console.proposals.gates.memory",
+    "console.proposals.gates.kv",
+    "console.proposals.gates.isolation",
+    "console.proposals.gates.loadtest",
+    "console.proposals.gates.engine_settings",
+    "inventory.analytics.kv_advisor",
+    "inventory.analytics.copeak",
+    "inventory.analytics.interference",
 )
 for _module in REASON_MODULES:
     import_module(_module)

@@ -43,9 +43,11 @@ from console.proposals.gates.memory import (
     Tenant,
     evaluate_memory,
 )
+from console.proposals.gates.memory import refused as refused_outcome
 from console.proposals.loadtest_results import card_peaks
 from console.proposals.loadtests import LoadTestRun
 from console.proposals.models import LoadTest, Proposal
+from console.reasons import Reason
 from inventory.analytics.context import cuda_context_estimate
 from inventory.analytics.kv import kv_reservation_per_card
 from inventory.analytics.stats import percentile
@@ -242,14 +244,15 @@ def _solver_request(proposal: Proposal, budgets: dict[Gpu, CardBudget], share: S
     }
 
 
-def _solver_choice(proposal, budgets, share) -> tuple[list[Gpu], str, str]:
+def _solver_choice(proposal, budgets, share) -> tuple[list[Gpu], str, Reason | str]:
     """(cards chosen, how, why not placed)."""
     try:
         answer = solve(_solver_request(proposal, budgets, share))
     except PlacementInputError as error:
-        return [], "", f"The solver refused the request: {error}."
+        return [], "", Reason("gate.memory.solver_refused", {"error": str(error)})
     if answer["unplaced"]:
-        return [], "", f"The solver found no place: {answer['unplaced'][0]['reason']}."
+        why = answer["unplaced"][0]["reason_detail"]
+        return [], "", Reason("gate.memory.solver_no_place", {"reason": Reason.from_json(why)})
     by_id = {str(gpu): gpu for gpu in budgets}
     chosen = [by_id[card] for card in answer["assignments"][0]["gpus"]]
     how = f"{answer['method']} ({answer['formulation']}), {answer['solve_ms']} ms"
@@ -268,12 +271,6 @@ def _refused_cards(proposal: Proposal, gpus) -> set[int]:
     if proposal.action not in (Proposal.Action.ADD, Proposal.Action.MOVE):
         return set()
     return refused_gpu_ids(gpu.pk for gpu in gpus)
-
-
-def _refusal_outcome(gpus: list[Gpu]) -> GateOutcome:
-    names = ", ".join(str(gpu) for gpu in gpus)
-    reason = f"{names} refuses new loads until on-call clears it (it ran out of memory)."
-    return GateOutcome(Gate.MEMORY, GateStatus.FAIL, reason, (reason,), {"refused": names})
 
 
 def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, list[Gpu]]:
@@ -305,7 +302,7 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
     targets = proposal.target_gpus()
     refused = _refused_cards(proposal, targets)
     if refused:
-        return _refusal_outcome([gpu for gpu in targets if gpu.pk in refused]), []
+        return refused_outcome([str(gpu) for gpu in targets if gpu.pk in refused]), []
     share = share_of(proposal, len(targets))
     budgets = card_budgets(proposal.host, leaving)
     request = MemoryRequest(
@@ -333,14 +330,16 @@ def concurrency_of(proposal: Proposal, now: dt.datetime) -> Concurrency | None:
         if peaks and counted:
             return Concurrency(
                 p95=percentile(peaks, 95),
-                source=f"engine history of {proposal.deployment}: {len(peaks)} one-minute "
-                "peaks of running requests over the last 7 days",
+                source=Reason(
+                    "gate.kv.source_history",
+                    {"deployment": str(proposal.deployment), "peaks": len(peaks)},
+                ),
                 mean=sum(m.running_sum for m in minutes) / counted,
                 peak=max(peaks),
                 samples=len(peaks),
             )
     if proposal.expected_p95_concurrency is not None:
-        return Concurrency(proposal.expected_p95_concurrency, "stated in the proposal")
+        return Concurrency(proposal.expected_p95_concurrency, Reason("gate.kv.source_stated"))
     return None
 
 
@@ -613,11 +612,7 @@ def check_engine_settings(proposal: Proposal, targets: list[Gpu], now: dt.dateti
 
 
 def _not_applicable(gate: Gate) -> GateOutcome:
-    return GateOutcome(
-        gate,
-        GateStatus.NOT_APPLICABLE,
-        "A removal frees memory and SMs and adds no tenant: nothing to check.",
-    )
+    return GateOutcome(gate, GateStatus.NOT_APPLICABLE, Reason("gate.not_applicable"))
 
 
 def _failed_to_run(gate: Gate, error: Exception) -> GateOutcome:
@@ -625,7 +620,8 @@ def _failed_to_run(gate: Gate, error: Exception) -> GateOutcome:
     return GateOutcome(
         gate,
         GateStatus.ERROR,
-        f"The gate could not be evaluated: {type(error).__name__}: {error}",
+        Reason("gate.error", {"error": f"{type(error).__name__}: {error}"}),
+        # The exception's own words, which no catalogue holds.
         (f"{type(error).__name__}: {error}",),
     )
 

@@ -10,10 +10,12 @@ from django.views.decorators.http import require_POST
 
 from console.access import get_changeable_or_403, get_visible_or_404
 from console.proposals import loadtest_inputs, loadtest_services
-from console.proposals.gates.loadtest import MESSAGES
+from console.proposals.gates import then
 from console.proposals.loadtest_plan import Api, Phases, PlanError
 from console.proposals.models import LoadTest, Proposal
 from console.proposals.transitions import IllegalTransition
+from console.reason_text import render_here
+from console.reasons import Reason
 from inventory.models import Deployment
 
 _DETAIL = Proposal.objects.select_related("served_model", "host", "deployment__served_model")
@@ -150,15 +152,18 @@ def load_test_result(request, pk: int, test_pk: int):
     reasons = []
     if test.failure_code == "endpoint_errors":
         for model, failure in test.failure_params.get("models", {}).items():
-            reasons.append(
-                MESSAGES["requests_failed"].format(
-                    model=model,
-                    failed=failure["failed"],
-                    sent=failure["sent"],
-                    errors=", ".join(f"{c} {n}" for c, n in sorted(failure["errors"].items())),
-                )
-                + (f" {failure['detail']}" if failure.get("detail") else "")
+            failed = Reason(
+                "gate.load_test.requests_failed",
+                {
+                    "model": model,
+                    "failed": failure["failed"],
+                    "sent": failure["sent"],
+                    "errors": ", ".join(f"{c} {n}" for c, n in sorted(failure["errors"].items())),
+                },
             )
+            # The endpoint's own words, which no catalogue holds.
+            detail = (failure["detail"],) if failure.get("detail") else ()
+            reasons.append(render_here(then(failed, *detail)))
     elif test.failure_code:
         reasons.append(f"{test.failure_code}: {test.failure_params}")
     return render(

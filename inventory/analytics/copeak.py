@@ -20,9 +20,24 @@ Definitions:
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from console.reasons import Reason, gettext_noop, register
 from inventory.analytics.series import Sample, align_on_common_timestamps
 from inventory.analytics.stats import count_exceedances, percentile
-from inventory.analytics.units import format_gib
+
+MESSAGES = register(
+    {
+        "copeak.explanation": gettext_noop(
+            "sum of P95s {sum_of_p95:gib}, joint P95 {joint_p95:gib}, joint peak "
+            "{joint_peak:gib} vs {usable:gib} usable; {copeaking}/{moments} moments co-peak, "
+            "{over} over capacity: {verdict}"
+        ),
+        "copeak.fits": gettext_noop("fits"),
+        "copeak.does_not_fit": gettext_noop("does not fit"),
+        "copeak.collides": gettext_noop(
+            "does not fit although the sum of P95s does: peaks collide"
+        ),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -40,7 +55,7 @@ class CoPeakReport:
     joint_peak_bytes: float
     copeak_fraction: float
     oom_risk_fraction: float
-    explanation: str
+    explanation: Reason  # read with console.reasons.render
 
     @property
     def usable_bytes(self) -> int:
@@ -88,13 +103,21 @@ def analyse_copeak(
     over = count_exceedances(joint, usable)
     joint_peak = max(joint)
 
-    verdict = "fits" if joint_peak <= usable else "does not fit"
+    verdict = "copeak.fits" if joint_peak <= usable else "copeak.does_not_fit"
     if sum_of_p95 <= usable < joint_peak:
-        verdict = "does not fit although the sum of P95s does: peaks collide"
-    explanation = (
-        f"sum of P95s {format_gib(sum_of_p95)}, joint P95 {format_gib(percentile(joint, 95))}, "
-        f"joint peak {format_gib(joint_peak)} vs {format_gib(usable)} usable; "
-        f"{copeaking_moments}/{len(joint)} moments co-peak, {over} over capacity: {verdict}"
+        verdict = "copeak.collides"
+    explanation = Reason(
+        "copeak.explanation",
+        {
+            "sum_of_p95": sum_of_p95,
+            "joint_p95": percentile(joint, 95),
+            "joint_peak": joint_peak,
+            "usable": usable,
+            "copeaking": copeaking_moments,
+            "moments": len(joint),
+            "over": over,
+            "verdict": Reason(verdict),
+        },
     )
     return CoPeakReport(
         card_id=card_id,

@@ -22,9 +22,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from console.reasons import Reason, gettext_noop, register
 from inventory.analytics.series import AsOf, Sample
 from inventory.analytics.stats import percentile
-from inventory.analytics.units import format_ms
+
+MESSAGES = register(
+    {
+        "interference.insufficient": gettext_noop(
+            "{busy} busy / {idle} idle samples, need {min_samples} in each group to compare "
+            "the {label}"
+        ),
+        "interference.compared": gettext_noop(
+            "{label} {busy_tail:ms} with co-tenants busy vs {idle_tail:ms} idle (x{ratio:.2f}, "
+            "{busy} busy / {idle} idle samples): {outcome}"
+        ),
+        "interference.tail_rises": gettext_noop("tail rises with co-tenant load"),
+        "interference.below_flag": gettext_noop("below the x{threshold:g} flag"),
+    }
+)
 
 
 class InterferenceVerdict(StrEnum):
@@ -45,7 +60,7 @@ class InterferenceReport:
     idle_tail_s: float | None
     ratio: float | None
     verdict: InterferenceVerdict
-    explanation: str
+    explanation: Reason  # read with console.reasons.render
 
     @property
     def flagged(self) -> bool:
@@ -82,10 +97,12 @@ def tail_vs_cotenant_load(
     if busy_tail is not None and idle_tail is not None:
         ratio = busy_tail / idle_tail if idle_tail > 0 else float("inf")
     label = f"P{tail_pct:g}"
-    counts = f"{len(busy)} busy / {len(idle)} idle samples"
+    counts = {"busy": len(busy), "idle": len(idle)}
     if len(busy) < min_samples or len(idle) < min_samples or ratio is None:
         verdict = InterferenceVerdict.INSUFFICIENT_DATA
-        explanation = f"{counts}, need {min_samples} in each group to compare the {label}"
+        explanation = Reason(
+            "interference.insufficient", {**counts, "min_samples": min_samples, "label": label}
+        )
     else:
         assert busy_tail is not None and idle_tail is not None
         verdict = (
@@ -94,13 +111,20 @@ def tail_vs_cotenant_load(
             else InterferenceVerdict.NO_EFFECT
         )
         outcome = (
-            "tail rises with co-tenant load"
+            Reason("interference.tail_rises")
             if verdict is InterferenceVerdict.TAIL_RISES
-            else f"below the x{ratio_threshold:g} flag"
+            else Reason("interference.below_flag", {"threshold": ratio_threshold})
         )
-        explanation = (
-            f"{label} {format_ms(busy_tail)} with co-tenants busy vs {format_ms(idle_tail)} "
-            f"idle (x{ratio:.2f}, {counts}): {outcome}"
+        explanation = Reason(
+            "interference.compared",
+            {
+                "label": label,
+                "busy_tail": busy_tail,
+                "idle_tail": idle_tail,
+                "ratio": ratio,
+                **counts,
+                "outcome": outcome,
+            },
         )
     return InterferenceReport(
         deployment=deployment,

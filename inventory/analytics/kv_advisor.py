@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from console.reasons import Reason, gettext_noop, register
 from inventory.analytics.kv import (
     DEFAULT_BUFFER,
     MEAN_TOLERANCE,
@@ -39,9 +40,37 @@ from inventory.analytics.kv import (
     whole_requests,
 )
 from inventory.analytics.stats import count_excursions, mean, percentile
-from inventory.analytics.units import format_gib
 
 SEVEN_DAYS_S = 7 * 24 * 3600.0
+
+MESSAGES = register(
+    {
+        "kv_advice.sizing": gettext_noop(
+            "{basis} concurrency {sized:.1f} -> {requests} requests x {tokens:,.0f} tokens x "
+            "{bytes_per_token:,.0f} B/token x {factor:.2f} = {recommended:gib} recommended; "
+            "current {current:gib}"
+        ),
+        "kv_advice.mean_level": gettext_noop(
+            "current {current:gib} is a mean-level reservation (mean need {mean_need:gib}, P95 "
+            "need {p95_need:gib}): it counts as none"
+        ),
+        "kv_advice.exceeded": gettext_noop(
+            "demand exceeded the {current:gib} reservation {excursions} times in the last "
+            "{days:g} days (peak {peak:gib})"
+        ),
+        "kv_advice.no_policy": gettext_noop(
+            "no admission/degradation policy for demand above the reservation (queue, shed, "
+            "shrink a low-priority KV, evict or refuse)"
+        ),
+        "kv_advice.buffer_outside": gettext_noop(
+            "buffer {buffer:.0%} is outside the {low:.0%}-{high:.0%} policy"
+        ),
+        "kv_advice.per_card": gettext_noop(
+            "on each of its {cards} cards (TP {tp}, PP {pp}): {recommended:gib} recommended, "
+            "{current:gib} now"
+        ),
+    }
+)
 
 
 class SizingBasis(StrEnum):
@@ -94,7 +123,7 @@ class KvAdvice:
     window_peak_demand_bytes: float
     excursions_in_window: int
     flags: frozenset[KvFlag]
-    explanations: tuple[str, ...]
+    explanations: tuple[Reason, ...]  # read with console.reasons.render
     # The same reservations as each card of the deployment holds them (kv_reservation_per_card).
     current_per_card_bytes: int = 0
     recommended_per_card_bytes: int = 0
@@ -168,35 +197,52 @@ def advise_kv_reservation(
 
     current = current_reservation_bytes
     explanations = [
-        f"{sizing.upper()} concurrency {sized_concurrency:.1f} -> "
-        f"{whole_requests(sized_concurrency)} requests x {per_request:,.0f} tokens x "
-        f"{bytes_per_token:,.0f} B/token x {1 + buffer:.2f} = {format_gib(recommended)} "
-        f"recommended; current {format_gib(current)}"
+        Reason(
+            "kv_advice.sizing",
+            {
+                "basis": sizing.upper(),
+                "sized": sized_concurrency,
+                "requests": whole_requests(sized_concurrency),
+                "tokens": per_request,
+                "bytes_per_token": bytes_per_token,
+                "factor": 1 + buffer,
+                "recommended": recommended,
+                "current": current,
+            },
+        )
     ]
     flags = set()
     if current <= mean_need * (1 + mean_tolerance) or current < p95_need:
         flags.add(KvFlag.RESERVED_AT_MEAN)
         explanations.append(
-            f"current {format_gib(current)} is a mean-level reservation (mean need "
-            f"{format_gib(mean_need)}, P95 need {format_gib(p95_need)}): it counts as none"
+            Reason(
+                "kv_advice.mean_level",
+                {"current": current, "mean_need": mean_need, "p95_need": p95_need},
+            )
         )
     if excursions:
         flags.add(KvFlag.RESERVATION_EXCEEDED)
         explanations.append(
-            f"demand exceeded the {format_gib(current)} reservation {excursions} times in the "
-            f"last {window_s / 86400:g} days (peak {format_gib(window_peak)})"
+            Reason(
+                "kv_advice.exceeded",
+                {
+                    "current": current,
+                    "excursions": excursions,
+                    "days": window_s / 86400,
+                    "peak": window_peak,
+                },
+            )
         )
     if admission_policy is None:
         flags.add(KvFlag.NO_ADMISSION_POLICY)
-        explanations.append(
-            "no admission/degradation policy for demand above the reservation "
-            "(queue, shed, shrink a low-priority KV, evict or refuse)"
-        )
+        explanations.append(Reason("kv_advice.no_policy"))
     if not POLICY_BUFFER_MIN <= buffer <= POLICY_BUFFER_MAX:
         flags.add(KvFlag.BUFFER_OUTSIDE_POLICY)
         explanations.append(
-            f"buffer {buffer:.0%} is outside the {POLICY_BUFFER_MIN:.0%}-"
-            f"{POLICY_BUFFER_MAX:.0%} policy"
+            Reason(
+                "kv_advice.buffer_outside",
+                {"buffer": buffer, "low": POLICY_BUFFER_MIN, "high": POLICY_BUFFER_MAX},
+            )
         )
 
     current_card = kv_reservation_per_card(current, shape, tensor_parallel, pipeline_parallel)
@@ -205,9 +251,16 @@ def advise_kv_reservation(
     )
     if tensor_parallel * pipeline_parallel > 1:
         explanations.append(
-            f"on each of its {tensor_parallel * pipeline_parallel} cards (TP {tensor_parallel}, "
-            f"PP {pipeline_parallel}): {format_gib(recommended_card.bytes)} recommended, "
-            f"{format_gib(current_card.bytes)} now"
+            Reason(
+                "kv_advice.per_card",
+                {
+                    "cards": tensor_parallel * pipeline_parallel,
+                    "tp": tensor_parallel,
+                    "pp": pipeline_parallel,
+                    "recommended": recommended_card.bytes,
+                    "current": current_card.bytes,
+                },
+            )
         )
     return KvAdvice(
         deployment=deployment,

@@ -1,5 +1,6 @@
 import pytest
 
+from console.reasons import render
 from inventory.analytics.copeak import analyse_copeak
 from inventory.analytics.units import GiB
 
@@ -32,7 +33,8 @@ def test_sum_of_p95s_fits_but_the_joint_peak_does_not():
     # Only the spike is above each one's P90 (10 GiB); both at once in 1 of 20 minutes.
     assert report.copeak_fraction == pytest.approx(1 / 20)
     assert report.oom_risk_fraction == pytest.approx(1 / 20)
-    assert "peaks collide" in report.explanation
+    assert report.explanation.params["verdict"].code == "copeak.collides"
+    assert "peaks collide" in render(report.explanation)
 
 
 def test_the_same_demand_at_different_moments_fits():

@@ -1,5 +1,6 @@
 import pytest
 
+from console.reasons import render
 from inventory.analytics.interference import (
     InterferenceVerdict,
     cotenants_by_deployment,
@@ -34,7 +35,8 @@ def test_tail_that_rises_with_cotenant_load_is_flagged():
     assert report.ratio == pytest.approx(p99(busy) / p99(idle))
     assert report.verdict is InterferenceVerdict.TAIL_RISES
     assert report.flagged
-    assert "P99 755 ms with co-tenants busy vs 351 ms idle" in report.explanation
+    assert report.explanation.params["outcome"].code == "interference.tail_rises"
+    assert "P99 755 ms with co-tenants busy vs 351 ms idle" in render(report.explanation)
 
 
 def test_tail_that_ignores_cotenant_load_is_not_flagged():

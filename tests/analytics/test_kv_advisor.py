@@ -1,5 +1,6 @@
 import pytest
 
+from console.reasons import render
 from inventory.analytics.kv_advisor import (
     AdmissionPolicy,
     KvDemandSample,
@@ -37,8 +38,9 @@ def test_recommendation_is_p95_whole_requests_times_request_size_plus_buffer():
     assert advice.recommended_bytes == int(21 * 1.25 * 1.2 * GiB)
     assert advice.mean_need_bytes == int(11.5 * REQUEST)
     assert advice.p95_need_bytes == pytest.approx(20.05 * REQUEST, abs=1)
-    assert "21 requests" in advice.explanations[0]
-    assert "31.5 GiB recommended" in advice.explanations[0]
+    assert advice.explanations[0].code == "kv_advice.sizing"
+    assert advice.explanations[0].params["requests"] == 21
+    assert "31.5 GiB recommended" in render(advice.explanations[0])
 
 
 def test_peak_sizing_and_the_buffer_are_options():
@@ -49,7 +51,7 @@ def test_peak_sizing_and_the_buffer_are_options():
 def test_reservation_at_the_mean_is_flagged():
     advice = advise(current_reservation_bytes=int(11.5 * REQUEST))
     assert KvFlag.RESERVED_AT_MEAN in advice.flags
-    assert any("counts as none" in line for line in advice.explanations)
+    assert "kv_advice.mean_level" in [line.code for line in advice.explanations]
 
 
 def test_reservation_just_below_the_p95_need_is_flagged_too():
@@ -70,7 +72,7 @@ def test_exceeded_counts_distinct_excursions_not_samples():
     assert advice.excursions_in_window == 3
     assert KvFlag.RESERVATION_EXCEEDED in advice.flags
     assert advice.window_peak_demand_bytes == pytest.approx(9 * REQUEST)
-    assert any("3 times in the last 7 days" in line for line in advice.explanations)
+    assert any("3 times in the last 7 days" in render(line) for line in advice.explanations)
 
 
 def test_excursions_older_than_the_window_are_not_counted():

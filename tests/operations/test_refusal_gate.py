@@ -38,7 +38,7 @@ def test_a_refused_card_fails_the_gate_and_the_solver_leaves_it_out(personas):
     )
     outcome, _ = check_memory(named, timezone.now())
     assert outcome.status is GateStatus.FAIL
-    assert "refuses new loads" in outcome.summary
+    assert outcome.summary.code == "gate.memory.refused"
     outcome, chosen = check_memory(_solver_proposal(personas, host), timezone.now())
     assert free not in chosen  # the only free card for a GPU group: the solver finds none
     assert outcome.status is GateStatus.FAIL

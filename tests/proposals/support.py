@@ -13,6 +13,7 @@ from console.proposals import services
 from console.proposals.gate_checks import Checked
 from console.proposals.gates import Gate, GateOutcome, GateStatus
 from console.proposals.transitions import State
+from console.reasons import render
 from inventory.models import Deployment, Gpu, Host, ServedModel
 from inventory.placement_state import WORKSPACE_ALLOWANCE
 from tests.factories import GIB, MIB, GpuFactory, ServedModelFactory
@@ -296,3 +297,12 @@ def recent_combined_import(card, peak_gib: float = 74.5, *, bodies: bool = False
     assert not rejected, rejected
     rollups.refresh_all()
     return run, files if bodies else [name for name, _ in files]
+
+
+def english(reason) -> str:
+    """A gate's reason as the audit trail keeps it (the catalogue's English)."""
+    return render(reason)
+
+
+def codes_of(reasons) -> list[str]:
+    return [reason.code for reason in reasons]

@@ -11,9 +11,10 @@ from console.proposals.gates.engine_settings import (
     engine_claim,
     evaluate_engine_settings,
 )
+from console.reasons import Reason
 from inventory.models import Deployment
 from tests.factories import GIB, ServedModelFactory
-from tests.proposals.support import create_proposal, seed_host
+from tests.proposals.support import codes_of, create_proposal, english, seed_host
 
 CARD = 80 * GIB
 HEADROOM = 4 * GIB  # 5% of the card: the limit is 95%
@@ -38,18 +39,20 @@ def test_fractions_that_leave_the_headroom_pass():
     (row,) = outcome.numbers["cards"]
     assert row["sum_fraction"] == pytest.approx(0.8)
     assert row["limit_fraction"] == pytest.approx(0.95)
-    assert outcome.evidence["summary"]["code"] == "fits"
+    assert outcome.summary.code == "gate.engine_settings.fits"
 
 
 def test_two_vllm_engines_at_the_default_take_180_percent_of_a_card():
     # vLLM's --gpu-memory-utilization defaults to 0.9 of the card, per instance.
     outcome = evaluate(claim("chat"), claim("code", staggered=True))
     assert outcome.status is GateStatus.FAIL
-    (reason,) = outcome.evidence["reasons"]
-    assert reason["code"] == "fractions_exceed"
-    assert reason["params"]["total"] == pytest.approx(1.8)
-    assert "chat 90% (vllm_default)" in reason["params"]["claims"]
-    assert outcome.reasons[0].startswith("h:0: the engines' memory settings add up to 180%")
+    (reason,) = outcome.reasons
+    assert reason.code == "gate.engine_settings.fractions_exceed"
+    assert reason.params["total"] == pytest.approx(1.8)
+    assert reason.params["claims"][0] == Reason(
+        "gate.engine_settings.claim", {"name": "chat", "fraction": 0.9, "source": "vllm_default"}
+    )
+    assert english(reason).startswith("h:0: the engines' memory settings add up to 180%")
     assert outcome.runbook_slug == "engine-memory-settings"
 
 
@@ -63,9 +66,9 @@ def test_a_vllm_pool_in_bytes_claims_weights_pool_and_overhead():
 
 def test_sglang_without_its_fraction_is_unknown_and_fails():
     outcome = evaluate(claim("chat", "sglang"), claim("code", memory_fraction=0.3, staggered=True))
-    codes = [reason["code"] for reason in outcome.evidence["reasons"]]
-    assert codes == ["fraction_unknown"]
-    assert "--mem-fraction-static" in outcome.reasons[0]
+    assert codes_of(outcome.reasons) == ["gate.engine_settings.fraction_unknown"]
+    assert outcome.reasons[0].params["setting"].code == "gate.engine_settings.setting.sglang"
+    assert "--mem-fraction-static" in english(outcome.reasons[0])
 
 
 def test_ollama_holds_its_weights_its_contexts_kv_and_its_overhead():
@@ -83,11 +86,10 @@ def test_ollama_holds_its_weights_its_contexts_kv_and_its_overhead():
 def test_engines_that_start_together_are_flagged_unless_staggered():
     together = evaluate(claim("chat", memory_fraction=0.4), claim("code", memory_fraction=0.4))
     assert together.status is GateStatus.FAIL
-    (reason,) = together.evidence["reasons"]
-    assert reason == {
-        "code": "simultaneous_start",
-        "params": {"card": "h:0", "names": "chat, code"},
-    }
+    (reason,) = together.reasons
+    assert reason == Reason(
+        "gate.engine_settings.simultaneous_start", {"card": "h:0", "names": ["chat", "code"]}
+    )
     staggered = evaluate(
         claim("chat", memory_fraction=0.4), claim("code", memory_fraction=0.4, staggered=True)
     )
@@ -114,8 +116,10 @@ def test_on_the_seed_host_a_default_vllm_beside_its_tenants_fails_by_card(person
     fractions = {c["name"]: c["fraction"] for c in row["claims"]}
     assert fractions["phi-3-mini"] == pytest.approx(0.9)
     assert sum(fractions.values()) == pytest.approx(0.32 + 0.25 + 0.19 + 0.9)
-    codes = {reason["code"] for reason in outcome.evidence["reasons"]}
-    assert codes == {"fractions_exceed", "simultaneous_start"}
+    assert set(codes_of(outcome.reasons)) == {
+        "gate.engine_settings.fractions_exceed",
+        "gate.engine_settings.simultaneous_start",
+    }
 
 
 @pytest.mark.django_db

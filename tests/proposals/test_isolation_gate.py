@@ -11,18 +11,20 @@ from console.proposals.gates.isolation import (
     IsolationRequest,
     evaluate_isolation,
 )
+from console.reasons import Reason
 from inventory.analytics.interference import InterferenceReport, InterferenceVerdict
 from inventory.models import Deployment
 from tests.factories import DeploymentFactory, GpuFactory
-from tests.proposals.support import create_proposal
+from tests.proposals.support import create_proposal, english
 
 
 def test_mps_without_acknowledgement_fails_and_links_the_note():
     outcome = evaluate_isolation(IsolationRequest("m", "mps", ("chat",), ()))
     assert outcome.status is GateStatus.FAIL
     assert outcome.runbook_slug == "mps-not-hard-isolation"
-    assert "takes down every client" in outcome.summary
-    assert outcome.reasons[-1].startswith("Use GPU groups or MIG, or acknowledge")
+    assert outcome.summary.params["trigger"].code == "gate.isolation.mps"
+    assert "takes down every client" in english(outcome.summary)
+    assert outcome.reasons[-1].code == "gate.isolation.use_groups"
 
 
 def test_mps_with_acknowledgement_passes_and_names_who_and_the_fault_domain():
@@ -30,14 +32,17 @@ def test_mps_with_acknowledgement_passes_and_names_who_and_the_fault_domain():
         IsolationRequest("m", "mps", ("chat",), (), "oncall", "2025-06-11T14:05+00:00")
     )
     assert outcome.status is GateStatus.PASS
-    assert outcome.summary.startswith("oncall acknowledged “MPS is not hard isolation” at")
-    assert "chat share the fault domain" in outcome.summary
+    assert outcome.summary.code == "gate.isolation.acknowledged_sharing"
+    assert outcome.summary.params["who"] == "oncall"
+    assert english(outcome.summary).startswith("oncall acknowledged “MPS is not hard isolation” at")
+    assert "chat share the fault domain" in english(outcome.summary)
 
 
 def test_a_gpu_group_that_shares_its_cards_is_not_one():
     outcome = evaluate_isolation(IsolationRequest("m", "gpu_group", ("chat", "embed"), ()))
     assert outcome.status is GateStatus.FAIL
-    assert "chat, embed run on them" in outcome.summary
+    assert outcome.summary.params == {"models": ["chat", "embed"]}
+    assert "chat, embed run on them" in english(outcome.summary)
 
 
 @pytest.mark.parametrize(
@@ -51,7 +56,10 @@ def test_measured_interference_needs_the_acknowledgement_too():
     finding = InterferenceFinding("chat #3", "P99 1.2 s with co-tenants busy vs 0.6 s idle")
     outcome = evaluate_isolation(IsolationRequest("m", "time_slicing", ("chat",), (finding,)))
     assert outcome.status is GateStatus.FAIL
-    assert "Interference measured on the target cards: chat #3: P99 1.2 s" in outcome.reasons[1]
+    assert outcome.reasons[1].code == "gate.isolation.interference.sentence"
+    assert "Interference measured on the target cards: chat #3: P99 1.2 s" in english(
+        outcome.reasons[1]
+    )
 
 
 @pytest.mark.django_db
@@ -122,12 +130,12 @@ def test_sharing_one_mig_compute_instance_needs_the_acknowledgement():
     outcome = evaluate_isolation(request)
     assert outcome.status is GateStatus.FAIL
     assert outcome.runbook_slug == "mps-not-hard-isolation"
-    assert "chat already run on this MIG compute instance" in outcome.summary
+    assert outcome.summary == Reason("gate.isolation.mig_shared", {"models": ["chat"]})
     acknowledged = evaluate_isolation(
         IsolationRequest("m", "mig", (), (), "oncall", "2026-12-01T10:00+00:00", ("chat",))
     )
     assert acknowledged.status is GateStatus.PASS
-    assert "chat share the MIG compute instance" in acknowledged.summary
+    assert "chat share the MIG compute instance" in english(acknowledged.summary)
 
 
 def test_sibling_compute_instances_are_named_as_sharing_the_gpu_instances_memory():
@@ -135,5 +143,8 @@ def test_sibling_compute_instances_are_named_as_sharing_the_gpu_instances_memory
         IsolationRequest("m", "mig", (), (), gpu_instance_siblings=("embed",))
     )
     assert outcome.status is GateStatus.PASS
-    assert "embed on sibling compute instances share the GPU instance's memory" in outcome.summary
+    assert outcome.summary.params["then"].params == {"models": ["embed"]}
+    assert "embed on sibling compute instances share the GPU instance's memory" in english(
+        outcome.summary
+    )
     assert outcome.numbers["gpu_instance_siblings"] == ["embed"]

@@ -11,7 +11,7 @@ from console.proposals.gates import GateStatus
 from console.proposals.gates.kv import Concurrency, KvRequest, evaluate_kv
 from inventory.timeseries import partitions
 from tests.factories import GIB, DeploymentFactory, GpuFactory
-from tests.proposals.support import create_proposal
+from tests.proposals.support import codes_of, create_proposal, english
 
 KIB = 1024
 PER_TOKEN = 128 * KIB  # Llama-3-8B in bf16
@@ -37,22 +37,28 @@ def test_a_p95_reservation_with_a_policy_passes():
     # ceil(9.3) = 10 requests x 4096 tokens x 128 KiB x 1.2 = 6 GiB exactly.
     assert outcome.numbers["required_bytes"] == 6 * GIB
     assert outcome.numbers["sized_requests"] == 10
-    assert "ceil(P95 9.3) = 10 requests" in outcome.summary
+    assert outcome.summary.code == "gate.kv.covered"
+    assert "ceil(P95 9.3) = 10 requests" in english(outcome.summary)
 
 
 def test_a_mean_based_reservation_fails_whatever_its_size():
     outcome = evaluate_kv(request(basis="mean", reservation_bytes=12 * GIB))
     assert outcome.status is GateStatus.FAIL
-    assert outcome.reasons == (
+    assert codes_of(outcome.reasons) == ["gate.kv.sized_at_mean"]
+    assert english(outcome.reasons[0]) == (
         "The reservation is sized at the mean concurrency: a reservation at the mean counts as "
-        "no reservation.",
+        "no reservation."
     )
 
 
 def test_a_reservation_below_the_p95_need_fails_with_the_formula():
     outcome = evaluate_kv(request(reservation_bytes=6 * GIB - 1))
     assert outcome.status is GateStatus.FAIL
-    assert outcome.reasons[0].startswith("The reservation of 6.0 GiB is below the need: ceil(P95")
+    assert outcome.reasons[0].code == "gate.kv.below_need"
+    assert outcome.reasons[0].params["reservation"] == 6 * GIB - 1
+    assert english(outcome.reasons[0]).startswith(
+        "The reservation of 6.0 GiB is below the need: ceil(P95"
+    )
 
 
 def test_a_reservation_at_the_mean_level_is_called_one_even_when_labelled_p95():
@@ -60,13 +66,13 @@ def test_a_reservation_at_the_mean_level_is_called_one_even_when_labelled_p95():
     # Mean need: 4 x 4096 x 128 KiB = 2 GiB; 2.1 GiB is within 10% of it.
     outcome = evaluate_kv(request(reservation_bytes=int(2.1 * GIB), concurrency=mean_level))
     assert outcome.status is GateStatus.FAIL
-    assert any("mean-level reservation" in reason for reason in outcome.reasons)
+    assert "gate.kv.mean_level" in codes_of(outcome.reasons)
 
 
 def test_a_missing_admission_policy_fails():
     outcome = evaluate_kv(request(admission_policy="none"))
     assert outcome.status is GateStatus.FAIL
-    assert outcome.reasons[0].startswith("No admission/degradation policy")
+    assert outcome.reasons[0].code == "gate.kv.no_policy"
 
 
 def test_a_peak_based_reservation_is_sized_on_the_peak():
@@ -80,7 +86,7 @@ def test_a_peak_based_reservation_is_sized_on_the_peak():
 def test_unknown_concurrency_asks_for_the_expected_p95():
     outcome = evaluate_kv(request(concurrency=None))
     assert outcome.status is GateStatus.FAIL
-    assert "state the expected P95 concurrency" in outcome.reasons[0]
+    assert outcome.reasons[0].code == "gate.kv.concurrency_unknown"
 
 
 @pytest.mark.django_db
@@ -88,7 +94,7 @@ def test_a_mean_based_reservation_fails_gate_2_of_a_proposal(personas):
     proposal = create_proposal(personas["oncall"], kv_reservation_basis="mean")
     outcome = check_kv(proposal, timezone.now())
     assert outcome.status is GateStatus.FAIL
-    assert "counts as no reservation" in outcome.summary
+    assert outcome.summary.code == "gate.kv.sized_at_mean"
 
 
 def _write_engine_minutes(deployment, now, running):
@@ -125,7 +131,8 @@ def test_history_of_the_deployment_decides_the_p95(personas):
     assert outcome.numbers["peak_concurrency"] == 100
     assert outcome.numbers["mean_concurrency"] == pytest.approx(25.25)
     assert outcome.numbers["samples"] == 100
-    assert "engine history" in outcome.evidence["concurrency_source"]
+    assert outcome.evidence["concurrency_source"]["code"] == "gate.kv.source_history"
+    assert outcome.evidence["concurrency_source"]["params"]["peaks"] == 100
     # 96 x 4096 x 128 KiB x 1.2 = 57.6 GiB: 40 GiB is short.
     assert outcome.status is GateStatus.FAIL
     assert outcome.numbers["required_bytes"] == pytest.approx(57.6 * GIB, rel=1e-9)

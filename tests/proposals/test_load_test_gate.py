@@ -23,9 +23,16 @@ from console.proposals.loadtests import (
     parse_csv,
     parse_vllm_result,
 )
+from console.reasons import Reason
 from inventory.models import Deployment
 from tests.factories import GIB, ServedModelFactory
-from tests.proposals.support import LOADTESTS, create_proposal, recent_combined_import, seed_host
+from tests.proposals.support import (
+    LOADTESTS,
+    create_proposal,
+    english,
+    recent_combined_import,
+    seed_host,
+)
 
 CARD = "a100-node:1"
 PEAKS = f"card,peak_gib\n{CARD},74.5\n"
@@ -54,7 +61,7 @@ def gate(run: LoadTestRun | None, telemetry=MEASURED, **kwargs) -> object:
 
 
 def codes(outcome) -> list[str]:
-    return [reason["code"] for reason in outcome.numbers["reason_codes"]]
+    return [reason.code.removeprefix("gate.load_test.") for reason in outcome.reasons]
 
 
 def test_the_vllm_result_is_read_by_its_real_field_names():
@@ -131,7 +138,7 @@ def test_the_combined_test_passes_and_says_which_card_came_closest():
     assert first["card"] == CARD
     assert first["ratio"] == pytest.approx(74.5 / 76)
     assert "a100-node:1 came closest to its bound: memory: peak 74.5 GiB of 76.0 GiB (98%)" in (
-        outcome.summary
+        english(outcome.summary)
     )
 
 
@@ -148,7 +155,7 @@ def test_a_result_without_telemetry_for_its_window_fails_with_that_reason():
     outcome = gate(combine(vllm_files(), PEAKS), telemetry=Telemetry(WINDOW, {}))
     assert outcome.status is GateStatus.FAIL
     assert codes(outcome) == ["no_telemetry"]
-    assert outcome.numbers["reason_codes"][0]["params"]["card"] == CARD
+    assert outcome.reasons[0].params["card"] == CARD
 
 
 def test_self_declared_peaks_above_the_measured_ones_fail_and_the_measured_count():
@@ -156,7 +163,7 @@ def test_self_declared_peaks_above_the_measured_ones_fail_and_the_measured_count
     outcome = gate(combine(vllm_files(), f"{CARD},74.5"), telemetry=measured)
     assert outcome.status is GateStatus.FAIL
     assert codes(outcome) == ["declared_peak_mismatch"]
-    params = outcome.numbers["reason_codes"][0]["params"]
+    params = outcome.reasons[0].params
     assert (params["declared_bytes"], params["measured_bytes"]) == (round(74.5 * GIB), 60 * GIB)
     assert outcome.numbers["cards"][0]["peak_bytes"] == 60 * GIB
     assert outcome.evidence["card_peaks"].startswith("the console's telemetry samples from")
@@ -191,7 +198,7 @@ def test_a_ratio_that_cannot_be_checked_fails():
 def test_a_single_model_result_is_rejected_with_that_reason():
     outcome = gate(combine(vllm_files("phi-3-mini"), PEAKS))
     assert outcome.status is GateStatus.FAIL
-    assert outcome.summary.startswith(
+    assert english(outcome.summary).startswith(
         "Single-model result: only phi-3-mini was tested, and a single-model test counts for "
         "nothing; drive all 4 co-located models"
     )
@@ -200,16 +207,19 @@ def test_a_single_model_result_is_rejected_with_that_reason():
 def test_a_latency_over_its_slo_fails_and_that_card_reaches_its_bound_first():
     outcome = gate(combine(vllm_files(), PEAKS), models=colocated(slo=700))
     assert outcome.status is GateStatus.FAIL
-    assert "phi-3-mini: P99 723 ms is over its 700 ms SLO." in outcome.reasons
-    assert outcome.numbers["first_bound"]["detail"].startswith("latency: phi-3-mini P99 723 ms")
-    assert "a100-node:1 reached its bound first" in outcome.summary
+    assert "phi-3-mini: P99 723 ms is over its 700 ms SLO." in map(english, outcome.reasons)
+    assert english(outcome.numbers["first_bound"]["detail"]).startswith(
+        "latency: phi-3-mini P99 723 ms"
+    )
+    assert "a100-node:1 reached its bound first" in english(outcome.summary)
 
 
 def test_memory_over_the_bound_fails():
     outcome = gate(combine(vllm_files(), f"{CARD},77"), Telemetry(WINDOW, {CARD: 77 * GIB}))
     assert outcome.status is GateStatus.FAIL
     assert any(
-        "memory peaked at 77.0 GiB, over its bound of 76.0 GiB" in r for r in outcome.reasons
+        "memory peaked at 77.0 GiB, over its bound of 76.0 GiB" in r
+        for r in map(english, outcome.reasons)
     )
 
 
@@ -223,20 +233,25 @@ def test_runs_that_did_not_overlap_were_not_a_combined_test():
     ]
     outcome = gate(dataclasses.replace(run, models=tuple(late)))
     assert outcome.status is GateStatus.FAIL
-    assert "not run at once" in outcome.summary
+    assert "not run at once" in english(outcome.summary)
 
 
 def test_a_test_off_the_real_traffic_ratio_fails():
     outcome = gate(combine(vllm_files(), PEAKS), models=colocated(rates=RATES | {"phi-3-mini": 9}))
     assert outcome.status is GateStatus.FAIL
-    assert any("phi-3-mini got 12% of the test's requests but 29%" in r for r in outcome.reasons)
+    assert any(
+        "phi-3-mini got 12% of the test's requests but 29%" in r
+        for r in map(english, outcome.reasons)
+    )
 
 
 def test_missing_models_and_card_peaks_fail():
     outcome = gate(combine(vllm_files("qwen2-7b", "phi-3-mini")))
     assert outcome.status is GateStatus.FAIL
-    assert "Not in the combined test: qwen2-14b-q4, bge-large-fp16." in outcome.reasons
-    assert gate(None).summary.startswith("No combined load test: drive")
+    assert "Not in the combined test: qwen2-14b-q4, bge-large-fp16." in map(
+        english, outcome.reasons
+    )
+    assert english(gate(None).summary).startswith("No combined load test: drive")
     assert codes(gate(None)) == ["no_result"]
 
 
@@ -261,7 +276,7 @@ def test_an_attached_single_model_result_fails_gate_4_of_the_seed_proposal(perso
     )
     outcome = check_load_test(proposal, [card], timezone.now())
     assert outcome.status is GateStatus.FAIL
-    assert outcome.summary.startswith("Single-model result: only phi-3-mini was tested")
+    assert english(outcome.summary).startswith("Single-model result: only phi-3-mini was tested")
     assert codes(outcome) == ["single_model"]
     assert outcome.numbers["colocated"] == [
         "phi-3-mini",
@@ -327,7 +342,7 @@ def test_a_console_run_on_other_cards_or_isolation_is_not_the_placement_proposed
     )
     outcome = evaluate_load_test(request)
     assert codes(outcome) == ["placement_differs", "isolation_differs"]
-    assert outcome.numbers["reason_codes"][1]["params"] == {
+    assert outcome.reasons[1].params == {
         "model": "phi-3-mini",
         "tested": "mps",
         "proposed": "time_slicing",
@@ -344,9 +359,7 @@ def test_a_console_run_that_did_not_finish_counts_for_nothing(status):
     )
     outcome = evaluate_load_test(request)
     assert outcome.status is GateStatus.FAIL
-    assert outcome.numbers["reason_codes"] == [
-        {"code": "run_not_finished", "params": {"status": status}}
-    ]
+    assert outcome.reasons == (Reason("gate.load_test.run_not_finished", {"status": status}),)
 
 
 def test_the_first_bound_in_time_order_wins_over_the_closest_ratio():
@@ -369,4 +382,6 @@ def test_the_first_bound_in_time_order_wins_over_the_closest_ratio():
     )
     bound = evaluate_load_test(request).numbers["first_bound"]
     assert bound["in_time_order"]
-    assert bound["detail"].startswith("latency: qwen2-7b-q4 P99 900 ms of 800 ms at 2025-06-11")
+    assert english(bound["detail"]).startswith(
+        "latency: qwen2-7b-q4 P99 900 ms of 800 ms at 2025-06-11"
+    )

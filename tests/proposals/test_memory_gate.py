@@ -25,7 +25,7 @@ from tests.factories import (
     MigSliceFactory,
     ServedModelFactory,
 )
-from tests.proposals.support import create_proposal, seed_host
+from tests.proposals.support import create_proposal, english, seed_host
 
 HEADROOM = 4 * GIB
 CONTEXT = 518 * 1024**2
@@ -63,8 +63,9 @@ def test_one_byte_over_fails_with_the_breakdown():
         MemoryRequest("new", Share(20 * GIB, 6 * GIB, 2 * GIB), HEADROOM, (target,), (target,))
     )
     assert outcome.status is GateStatus.FAIL
-    assert "h:0 is short by" in outcome.reasons[0]
-    assert "co-tenants 48.0 GiB" in outcome.reasons[0]
+    assert outcome.reasons[0].code == "gate.memory.short"
+    assert outcome.reasons[0].params["card"] == "h:0"
+    assert "co-tenants 48.0 GiB" in english(outcome.reasons[0])
 
 
 def test_red_fragmentation_fails_a_card_whose_totals_fit():
@@ -75,7 +76,7 @@ def test_red_fragmentation_fails_a_card_whose_totals_fit():
     row = outcome.numbers["cards"][0]
     assert row["fits"] is True
     assert outcome.status is GateStatus.FAIL
-    assert "fragmentation stayed red" in outcome.summary
+    assert outcome.summary.params["first"].code == "gate.memory.fragmentation_red"
     assert outcome.runbook_slug == "defragment-off-peak-reload"
 
 
@@ -156,12 +157,14 @@ def test_the_seed_host_refuses_a_model_that_fits_its_total_but_no_card(personas)
     assert all(row["usable_bytes"] == 80 * GIB and not row["fits"] for row in rows.values())
     free = 0 + (80 * GIB - 60 * GIB - 3 * CONTEXT - HEADROOM) + (80 * GIB - HEADROOM)
     assert outcome.numbers["host_free_total_bytes"] == free
-    assert "No single card can hold mixtral-8x7b-q4" in outcome.summary
-    assert "a100-node:2, would need 82.5 GiB of 80.0 GiB usable" in outcome.summary
-    assert f"{format_gib(free)} free in total" in outcome.summary
-    assert outcome.reasons[0].startswith("The solver found no place")
-    assert "a100-node:2 is short by 2.5 GiB" in " ".join(outcome.reasons)
-    assert "CUDA context" in outcome.evidence["estimates_note"]
+    assert outcome.summary.code == "gate.memory.no_single_card"
+    assert outcome.summary.params["model"] == "mixtral-8x7b-q4"
+    assert "a100-node:2, would need 82.5 GiB of 80.0 GiB usable" in english(outcome.summary)
+    assert f"{format_gib(free)} free in total" in english(outcome.summary)
+    assert outcome.reasons[0].code == "gate.memory.solver_no_place"
+    assert "a100-node:2 is short by 2.5 GiB" in " ".join(map(english, outcome.reasons))
+    assert outcome.evidence["estimates_note"]["code"] == "gate.memory.estimates_note"
+    assert "CUDA context" in english(outcome.evidence["estimates_note"])
 
 
 @pytest.mark.django_db
@@ -175,7 +178,7 @@ def test_on_a_named_card_the_seed_host_says_by_how_much(personas):
     outcome, _ = check_memory(proposal, timezone.now())
     assert outcome.status is GateStatus.FAIL
     assert [row["card"] for row in outcome.numbers["cards"]] == ["a100-node:2"]
-    assert outcome.reasons == (
+    assert tuple(map(english, outcome.reasons)) == (
         "a100-node:2 is short by 2.5 GiB: weights 66.0 GiB + KV 10.0 GiB + CUDA context 0.5 GiB "
         "+ workspace 2.0 GiB + co-tenants 0.0 GiB (of which CUDA context 0.0 GiB) + "
         "fragmentation 0.0 GiB + headroom 4.0 GiB = 82.5 GiB of 80.0 GiB usable.",
@@ -197,10 +200,10 @@ def test_the_solver_places_a_smaller_model_and_apply_uses_its_cards(personas):
     do_start_checks(proposal.pk, 1)
     checked = check(proposal)
     memory = checked.outcomes[0]
-    assert memory.status is GateStatus.PASS, memory.summary
+    assert memory.status is GateStatus.PASS, english(memory.summary)
     # A GPU group takes a card of its own: only a100-node:2 is free.
     assert [str(gpu) for gpu in checked.solver_gpus] == ["a100-node:2"]
-    assert "chosen by the solver" in memory.summary
+    assert "chosen by the solver" in english(memory.summary)
     do_record_gate_results(proposal.pk, 1, checked)
     assert [str(gpu) for gpu in proposal.target_gpus()] == ["a100-node:2"]
 
@@ -254,7 +257,7 @@ def test_measured_p95_and_red_fragmentation_come_from_card_capacity(personas, mo
     # 2 + 1 + 2 + (21 + 20 + 15) + 3 + 4 = 68 GiB fits in 79.5 GiB: red fragmentation fails it.
     assert row["fits"] is True
     assert outcome.status is GateStatus.FAIL
-    assert "framework fragmentation stayed red" in outcome.summary
+    assert "framework fragmentation stayed red" in english(outcome.summary)
 
 
 @pytest.mark.django_db
@@ -274,7 +277,8 @@ def test_recent_ooms_on_a_target_card_point_to_the_triage(personas):
     assert outcome.status is GateStatus.PASS
     assert outcome.evidence["recent_ooms"] == {"a100-node:2": 1}
     assert outcome.runbook_slug == "oom-triage"
-    assert "Recent OOMs on the target cards (a100-node:2 1)" in outcome.summary
+    assert outcome.summary.params["then"].params == {"ooms": "a100-node:2 1"}
+    assert "Recent OOMs on the target cards (a100-node:2 1)" in english(outcome.summary)
 
 
 @pytest.mark.django_db
@@ -346,7 +350,8 @@ def test_co_tenants_with_history_count_at_their_joint_peak_not_the_sum_of_p95s(p
     assert row["tenants_joint_peak_bytes"] == 67 * GIB
     assert row["tenants_basis"] == "joint_peak"
     assert row["tenants_bytes"] == 67 * GIB
-    assert "at their joint peak" in outcome.summary
+    assert outcome.summary.params["breakdown"].code == "gate.memory.breakdown_joint"
+    assert "at their joint peak" in english(outcome.summary)
 
 
 def test_a_fallback_index_is_named_as_another_scale():
@@ -356,4 +361,5 @@ def test_a_fallback_index_is_named_as_another_scale():
     outcome = evaluate_memory(
         MemoryRequest("new", Share(GIB, GIB, GIB), HEADROOM, (target,), (target,))
     )
-    assert "on the fallback scale (inactive split / reserved" in outcome.reasons[0]
+    assert outcome.reasons[0].code == "gate.memory.fragmentation_red_fallback"
+    assert "on the fallback scale (inactive split / reserved" in english(outcome.reasons[0])

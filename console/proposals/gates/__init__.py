@@ -1,12 +1,34 @@
 """The gates a placement proposal must pass before an approver may sign it off.
 
 Each gate module is pure (plain numbers and dataclasses in, a :class:`GateOutcome` out);
-:mod:`console.proposals.gate_checks` reads the database and runs them.
+:mod:`console.proposals.gate_checks` reads the database and runs them. A gate says what it
+found as reasons (console.reasons): a code and its figures, from the module's own catalogue
+(``MESSAGES``, registered at import), so a result stored once reads in every language.
 """
 
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from console.reasons import Reason, gettext_noop, register
+
+MESSAGES = register(
+    {
+        # Two sentences of one reason; a language that runs sentences together drops the space.
+        "gate.then": gettext_noop("{first} {then}"),
+        "gate.not_applicable": gettext_noop(
+            "A removal frees memory and SMs and adds no tenant: nothing to check."
+        ),
+        "gate.error": gettext_noop("The gate could not be evaluated: {error}"),
+    }
+)
+
+
+def then(first: Reason | str, *more: Reason | str) -> Reason | str:
+    """The reasons one after the other, as sentences of one summary."""
+    for sentence in more:
+        first = Reason("gate.then", {"first": first, "then": sentence})
+    return first
 
 
 class GateStatus(StrEnum):
@@ -58,8 +80,8 @@ _RUNBOOKS = {
 class GateOutcome:
     gate: Gate
     status: GateStatus
-    summary: str  # one sentence, with the deciding numbers
-    reasons: tuple[str, ...] = ()  # every failed check, each in numbers
+    summary: Reason | str  # one sentence, with the deciding numbers
+    reasons: tuple[Reason | str, ...] = ()  # every failed check, each in numbers
     numbers: dict[str, Any] = field(default_factory=dict)  # JSON-safe figures for display
     evidence: dict[str, Any] = field(default_factory=dict)  # where the figures came from
     runbook_slug: str = ""

@@ -22,15 +22,14 @@ the same time). Unless all but one of the card's engines start only after the ot
 the runbook. No version is known to handle it today; a pool set in bytes (vLLM
 ``--kv-cache-memory-bytes``) does not depend on the free memory seen, so it does not count.
 
-Reasons are stored as codes with parameters (``evidence["reasons"]``); the sentences in
-``reasons`` are rendered from them by ``REASON_TEXTS`` (plain format strings: this module may
-not import Django, so a translation layer renders the codes when i18n is switched on).
+Reasons are codes with parameters (``MESSAGES``, console.reasons), read in the reader's
+language.
 """
 
 from dataclasses import dataclass
-from typing import Any
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus
+from console.reasons import Reason, gettext_noop, register
 
 RUNBOOK = "engine-memory-settings"
 
@@ -132,70 +131,84 @@ def engine_claim(
     return claim(None, "not_stated")
 
 
-REASON_TEXTS = {
-    "fractions_exceed": (
-        "{card}: the engines' memory settings add up to {total:.0%} of the card ({claims}), "
-        "above the {limit:.0%} that leaves the headroom."
-    ),
-    "fraction_unknown": (
-        "{card}: {name} ({engine}) states no memory fraction ({setting}); its share of the "
-        "card is unknown."
-    ),
-    "simultaneous_start": (
-        "{card}: {names} size their memory from what is free when they start; started at the "
-        "same moment each counts the other's loading as its own. Start them one after the "
-        "other (mark all but the first as starting after the others)."
-    ),
-    "fits": (
-        "The engines' memory settings leave the headroom on every card; the fullest, {card}, "
-        "adds up to {total:.0%} of {limit:.0%}."
-    ),
-    "no_card": "No target card yet: nothing to add up.",
-}
-SETTING_OF_ENGINE = {
-    "vllm": "--gpu-memory-utilization or --kv-cache-memory-bytes",
-    "sglang": "--mem-fraction-static",
-    "tgi": "--cuda-memory-fraction",
-    "ollama": "OLLAMA_GPU_OVERHEAD and the context size",
-}
+MESSAGES = register(
+    {
+        "gate.engine_settings.fractions_exceed": gettext_noop(
+            "{card}: the engines' memory settings add up to {total:.0%} of the card "
+            "({claims:comma}), above the {limit:.0%} that leaves the headroom."
+        ),
+        "gate.engine_settings.claim": gettext_noop("{name} {fraction:.0%} ({source})"),
+        "gate.engine_settings.fraction_unknown": gettext_noop(
+            "{card}: {name} ({engine}) states no memory fraction ({setting}); its share of the "
+            "card is unknown."
+        ),
+        "gate.engine_settings.simultaneous_start": gettext_noop(
+            "{card}: {names:comma} size their memory from what is free when they start; "
+            "started at the same moment each counts the other's loading as its own. Start "
+            "them one after the other (mark all but the first as starting after the others)."
+        ),
+        "gate.engine_settings.fits": gettext_noop(
+            "The engines' memory settings leave the headroom on every card; the fullest, "
+            "{card}, adds up to {total:.0%} of {limit:.0%}."
+        ),
+        "gate.engine_settings.no_card": gettext_noop("No target card yet: nothing to add up."),
+        # The setting that states an engine's share of the card.
+        "gate.engine_settings.setting.vllm": gettext_noop(
+            "--gpu-memory-utilization or --kv-cache-memory-bytes"
+        ),
+        "gate.engine_settings.setting.sglang": gettext_noop("--mem-fraction-static"),
+        "gate.engine_settings.setting.tgi": gettext_noop("--cuda-memory-fraction"),
+        "gate.engine_settings.setting.ollama": gettext_noop(
+            "OLLAMA_GPU_OVERHEAD and the context size"
+        ),
+        "gate.engine_settings.setting.other": gettext_noop("a memory fraction"),
+    }
+)
 
 
-def render(reason: dict[str, Any]) -> str:
-    return REASON_TEXTS[reason["code"]].format(**reason["params"])
+def _setting(engine: str) -> Reason:
+    code = f"gate.engine_settings.setting.{engine}"
+    return Reason(code if code in MESSAGES else "gate.engine_settings.setting.other")
 
 
-def _card_reasons(card: CardEngines, limit: float) -> list[dict[str, Any]]:
-    reasons: list[dict[str, Any]] = []
+def _card_reasons(card: CardEngines, limit: float) -> list[Reason]:
+    reasons: list[Reason] = []
     known = [c for c in card.claims if c.fraction is not None]
     total = sum(c.fraction for c in known if c.fraction is not None)
     if total > limit:
-        claims = ", ".join(f"{c.name} {c.fraction:.0%} ({c.source})" for c in known)
+        claims = [
+            Reason(
+                "gate.engine_settings.claim",
+                {"name": c.name, "fraction": c.fraction, "source": c.source},
+            )
+            for c in known
+        ]
         reasons.append(
-            {
-                "code": "fractions_exceed",
-                "params": {"card": card.card, "total": total, "limit": limit, "claims": claims},
-            }
+            Reason(
+                "gate.engine_settings.fractions_exceed",
+                {"card": card.card, "total": total, "limit": limit, "claims": claims},
+            )
         )
     for claim in card.claims:
         if claim.fraction is None:
             reasons.append(
-                {
-                    "code": "fraction_unknown",
-                    "params": {
+                Reason(
+                    "gate.engine_settings.fraction_unknown",
+                    {
                         "card": card.card,
                         "name": claim.name,
                         "engine": claim.engine,
-                        "setting": SETTING_OF_ENGINE.get(claim.engine, "a memory fraction"),
+                        "setting": _setting(claim.engine),
                     },
-                }
+                )
             )
     starting = [c for c in card.claims if not c.staggered]
     if len(starting) > 1 and any(c.sizes_from_free_memory for c in starting):
         reasons.append(
-            {
-                "code": "simultaneous_start",
-                "params": {"card": card.card, "names": ", ".join(c.name for c in starting)},
-            }
+            Reason(
+                "gate.engine_settings.simultaneous_start",
+                {"card": card.card, "names": [c.name for c in starting]},
+            )
         )
     return reasons
 
@@ -227,24 +240,20 @@ def evaluate_engine_settings(request: EngineSettingsRequest) -> GateOutcome:
             }
         )
     numbers = {"model": request.model, "cards": rows}
-    evidence = {"reasons": reasons}
-    texts = tuple(render(reason) for reason in reasons)
-    if texts:
-        return GateOutcome(Gate.ENGINE_SETTINGS, GateStatus.FAIL, texts[0], texts, numbers,
-                           evidence, runbook_slug=RUNBOOK)  # fmt: skip
+    if reasons:
+        return GateOutcome(Gate.ENGINE_SETTINGS, GateStatus.FAIL, reasons[0], tuple(reasons),
+                           numbers, runbook_slug=RUNBOOK)  # fmt: skip
     if not rows:
-        verdict = {"code": "no_card", "params": {}}
+        summary = Reason("gate.engine_settings.no_card")
     else:
         tightest = max(rows, key=lambda row: row["sum_fraction"] - row["limit_fraction"])
-        verdict = {
-            "code": "fits",
-            "params": {
+        summary = Reason(
+            "gate.engine_settings.fits",
+            {
                 "card": tightest["card"],
                 "total": tightest["sum_fraction"],
                 "limit": tightest["limit_fraction"],
             },
-        }
-    evidence["summary"] = verdict
-    summary = render(verdict)
-    return GateOutcome(Gate.ENGINE_SETTINGS, GateStatus.PASS, summary, (), numbers, evidence,
+        )
+    return GateOutcome(Gate.ENGINE_SETTINGS, GateStatus.PASS, summary, (), numbers,
                        runbook_slug=RUNBOOK)  # fmt: skip

@@ -14,6 +14,7 @@ model, or refuse).
 from dataclasses import dataclass
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus
+from console.reasons import Reason, as_stored, gettext_noop, register
 from inventory.analytics.kv import (
     MEAN_TOLERANCE,
     kv_reservation_bytes,
@@ -21,13 +22,63 @@ from inventory.analytics.kv import (
     recommended_kv_reservation_bytes,
     whole_requests,
 )
-from inventory.analytics.units import format_gib
+
+MESSAGES = register(
+    {
+        "gate.kv.no_policy": gettext_noop(
+            "No admission/degradation policy for demand above the reservation: P95 is not a "
+            "ceiling (queue, shed low-priority load, shrink or evict a low-priority model, or "
+            "refuse)."
+        ),
+        "gate.kv.sized_at_mean": gettext_noop(
+            "The reservation is sized at the mean concurrency: a reservation at the mean "
+            "counts as no reservation."
+        ),
+        "gate.kv.no_reservation": gettext_noop("There is no KV reservation."),
+        "gate.kv.bytes_unknown": gettext_noop(
+            "KV bytes per token of {model} are unknown: give them, or the model's shape."
+        ),
+        "gate.kv.tokens_unknown": gettext_noop("Tokens per request are not stated."),
+        "gate.kv.concurrency_unknown": gettext_noop(
+            "P95 concurrency is unknown: the deployment has no engine history; state the "
+            "expected P95 concurrency."
+        ),
+        "gate.kv.formula": gettext_noop(
+            "ceil(P95 {sized:.1f}) = {requests} requests x {tokens:,.0f} tokens x "
+            "{bytes_per_token:,.0f} B/token x (1 + {buffer:.0%}) = {required:gib}"
+        ),
+        "gate.kv.formula_peak": gettext_noop(
+            "ceil(peak {sized:.1f}) = {requests} requests x {tokens:,.0f} tokens x "
+            "{bytes_per_token:,.0f} B/token x (1 + {buffer:.0%}) = {required:gib}"
+        ),
+        "gate.kv.below_need": gettext_noop(
+            "The reservation of {reservation:gib} is below the need: {formula}."
+        ),
+        "gate.kv.mean_level": gettext_noop(
+            "{reservation:gib} is a mean-level reservation (mean need {mean_need:gib} at "
+            "{mean:.1f} requests): it counts as none."
+        ),
+        "gate.kv.covered": gettext_noop("{reservation:gib} covers {formula}; above it: {policy}."),
+        # Deployment.Admission, as the summary names it.
+        "gate.kv.policy.queue": gettext_noop("queue"),
+        "gate.kv.policy.shed_low_priority": gettext_noop("shed low priority"),
+        "gate.kv.policy.shrink_low_priority_kv": gettext_noop("shrink low priority kv"),
+        "gate.kv.policy.evict_low_priority": gettext_noop("evict low priority"),
+        "gate.kv.policy.refuse": gettext_noop("refuse"),
+        # Where the concurrency comes from (gate_checks.concurrency_of).
+        "gate.kv.source_history": gettext_noop(
+            "engine history of {deployment}: {peaks} one-minute peaks of running requests over "
+            "the last 7 days"
+        ),
+        "gate.kv.source_stated": gettext_noop("stated in the proposal"),
+    }
+)
 
 
 @dataclass(frozen=True)
 class Concurrency:
     p95: float
-    source: str  # where the figures come from, in words
+    source: Reason | str  # where the figures come from
     mean: float | None = None
     peak: float | None = None
     samples: int = 0
@@ -46,7 +97,7 @@ class KvRequest:
 
 
 def evaluate_kv(request: KvRequest) -> GateOutcome:
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     reservation = request.reservation_bytes
     numbers: dict = {
         "model": request.model,
@@ -60,32 +111,20 @@ def evaluate_kv(request: KvRequest) -> GateOutcome:
     evidence: dict = {}
 
     if request.admission_policy in ("", "none"):
-        reasons.append(
-            "No admission/degradation policy for demand above the reservation: P95 is not a "
-            "ceiling (queue, shed low-priority load, shrink or evict a low-priority model, or "
-            "refuse)."
-        )
+        reasons.append(Reason("gate.kv.no_policy"))
     if request.basis == "mean":
-        reasons.append(
-            "The reservation is sized at the mean concurrency: a reservation at the mean "
-            "counts as no reservation."
-        )
+        reasons.append(Reason("gate.kv.sized_at_mean"))
     if request.basis == "none" or reservation == 0:
-        reasons.append("There is no KV reservation.")
+        reasons.append(Reason("gate.kv.no_reservation"))
     if not request.bytes_per_token:
-        reasons.append(
-            f"KV bytes per token of {request.model} are unknown: give them, or the model's shape."
-        )
+        reasons.append(Reason("gate.kv.bytes_unknown", {"model": request.model}))
     if not request.tokens_per_request:
-        reasons.append("Tokens per request are not stated.")
+        reasons.append(Reason("gate.kv.tokens_unknown"))
     concurrency = request.concurrency
     if concurrency is None:
-        reasons.append(
-            "P95 concurrency is unknown: the deployment has no engine history; state the "
-            "expected P95 concurrency."
-        )
+        reasons.append(Reason("gate.kv.concurrency_unknown"))
     else:
-        evidence["concurrency_source"] = concurrency.source
+        evidence["concurrency_source"] = as_stored(concurrency.source)
         numbers.update(
             p95_concurrency=concurrency.p95,
             mean_concurrency=concurrency.mean,
@@ -93,6 +132,7 @@ def evaluate_kv(request: KvRequest) -> GateOutcome:
             samples=concurrency.samples,
         )
 
+    formula = None
     if concurrency is not None and request.bytes_per_token and request.tokens_per_request:
         use_peak = request.basis == "peak" and concurrency.peak is not None
         sized = concurrency.peak if use_peak else concurrency.p95
@@ -107,15 +147,21 @@ def evaluate_kv(request: KvRequest) -> GateOutcome:
             required_bytes=required,
             gap_bytes=kv_reservation_gap_bytes(required, reservation),
         )
-        formula = (
-            f"ceil({label} {sized:.1f}) = {requests} requests x "
-            f"{request.tokens_per_request:,.0f} tokens x {request.bytes_per_token:,.0f} B/token x "
-            f"(1 + {request.buffer:.0%}) = {format_gib(required)}"
+        formula = Reason(
+            "gate.kv.formula_peak" if use_peak else "gate.kv.formula",
+            {
+                "sized": sized,
+                "requests": requests,
+                "tokens": request.tokens_per_request,
+                "bytes_per_token": request.bytes_per_token,
+                "buffer": request.buffer,
+                "required": required,
+            },
         )
-        evidence["formula"] = formula
+        evidence["formula"] = formula.to_json()
         if reservation < required:
             reasons.append(
-                f"The reservation of {format_gib(reservation)} is below the need: {formula}."
+                Reason("gate.kv.below_need", {"reservation": reservation, "formula": formula})
             )
         if concurrency.mean is not None:
             mean_need = kv_reservation_bytes(
@@ -124,16 +170,28 @@ def evaluate_kv(request: KvRequest) -> GateOutcome:
             numbers["mean_need_bytes"] = mean_need
             if request.basis != "mean" and 0 < reservation <= mean_need * (1 + MEAN_TOLERANCE):
                 reasons.append(
-                    f"{format_gib(reservation)} is a mean-level reservation (mean need "
-                    f"{format_gib(mean_need)} at {concurrency.mean:.1f} requests): it counts "
-                    "as none."
+                    Reason(
+                        "gate.kv.mean_level",
+                        {
+                            "reservation": reservation,
+                            "mean_need": mean_need,
+                            "mean": concurrency.mean,
+                        },
+                    )
                 )
 
     if reasons:
         return GateOutcome(Gate.KV, GateStatus.FAIL, reasons[0], tuple(reasons), numbers,
                            evidence)  # fmt: skip
-    summary = (
-        f"{format_gib(reservation)} covers {evidence['formula']}; above it: "
-        f"{request.admission_policy.replace('_', ' ')}."
+    policy = request.admission_policy
+    summary = Reason(
+        "gate.kv.covered",
+        {
+            "reservation": reservation,
+            "formula": formula,
+            "policy": Reason(f"gate.kv.policy.{policy}")
+            if f"gate.kv.policy.{policy}" in MESSAGES
+            else policy.replace("_", " "),
+        },
     )
     return GateOutcome(Gate.KV, GateStatus.PASS, summary, (), numbers, evidence)

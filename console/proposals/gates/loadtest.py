@@ -7,8 +7,7 @@ memory minus headroom). The card peaks always come from the console's own teleme
 test's window, never from whoever uploaded the result: a result whose window has no telemetry
 fails, and figures typed in beside an import that disagree with the measured ones fail too.
 
-Checks, each failed one a reason code with its parameters (``numbers["reason_codes"]``; the
-sentences in ``reasons`` are rendered from them):
+Checks, each failed one a reason code with its parameters (``MESSAGES``, console.reasons):
 
 - coverage: every co-located model is in the result (names match exactly, or by the part
   after the last "/", ignoring case); a single-model result counts for nothing;
@@ -29,47 +28,92 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from console.proposals.gates import Gate, GateOutcome, GateStatus
+from console.proposals.gates import Gate, GateOutcome, GateStatus, then
 from console.proposals.loadtests import LoadTestRun, ModelRun
-from inventory.analytics.units import format_gib
+from console.reasons import Reason, gettext_noop, register, render
 
 RATIO_TOLERANCE = 0.25
 MAX_FAILED_SHARE = 0.01
 # Peaks typed in beside an import may differ from the telemetry by sampling; not by more.
 DECLARED_PEAK_TOLERANCE = 0.05
 
-MESSAGES = {
-    "no_result": "No combined load test: drive {models} at once.",
-    "run_not_finished": "The combined test did not finish ({status}): it counts for nothing.",
-    "single_model": "Single-model result: only {tested} was tested, and a single-model test "
-    "counts for nothing; drive all {count} co-located models ({models}) at once.",
-    "missing_models": "Not in the combined test: {models}.",
-    "not_at_once": "The results were not run at once: their time windows do not overlap ({spans}).",
-    "ratio_off": "{model} got {test_share:.0%} of the test's requests but {real_share:.0%} of "
-    "the real traffic (more than {tolerance:.0%} off): not the real ratio.",
-    "ratio_unverifiable": "The traffic ratio cannot be checked: no real or tested rate for "
-    "{models}.",
-    "placement_differs": "The test ran on {tested}, the proposal places the model on "
-    "{proposed}: not the placement proposed.",
-    "isolation_differs": "{model} ran with {tested} isolation in the test, {proposed} is proposed.",
-    "requests_failed": "{model}: {failed} of {sent} requests failed ({errors}).",
-    "no_p99": "{source} has no P99 end-to-end latency for {model} (run the benchmark with "
-    "--percentile-metrics including e2el).",
-    "no_slo": "{model} has no P99 latency SLO to test against.",
-    "p99_over_slo": "{model}: P99 {p99_ms:.0f} ms is over its {slo_ms} ms SLO.",
-    "no_window": "{source} says nothing of when it ran, so its card peaks cannot be checked "
-    "against telemetry.",
-    "no_telemetry": "No telemetry of {card} from {start} to {end}: the test's memory cannot "
-    "be checked.",
-    "declared_peak_mismatch": "{card}: the peak given with the result, {declared}, is not the "
-    "{measured} the console measured over the test's window.",
-    "card_over_bound": "{card}: memory peaked at {peak}, over its bound of {bound} (usable "
-    "minus headroom).",
-}
-
-
-def render(code: str, params: dict) -> str:
-    return MESSAGES[code].format(**params)
+MESSAGES = register(
+    {
+        "gate.load_test.no_result": gettext_noop("No combined load test: drive {models} at once."),
+        "gate.load_test.run_not_finished": gettext_noop(
+            "The combined test did not finish ({status}): it counts for nothing."
+        ),
+        "gate.load_test.single_model": gettext_noop(
+            "Single-model result: only {tested} was tested, and a single-model test "
+            "counts for nothing; drive all {count} co-located models ({models}) at once."
+        ),
+        "gate.load_test.missing_models": gettext_noop("Not in the combined test: {models}."),
+        "gate.load_test.not_at_once": gettext_noop(
+            "The results were not run at once: their time windows do not overlap ({spans})."
+        ),
+        "gate.load_test.ratio_off": gettext_noop(
+            "{model} got {test_share:.0%} of the test's requests but {real_share:.0%} of "
+            "the real traffic (more than {tolerance:.0%} off): not the real ratio."
+        ),
+        "gate.load_test.ratio_unverifiable": gettext_noop(
+            "The traffic ratio cannot be checked: no real or tested rate for {models}."
+        ),
+        "gate.load_test.placement_differs": gettext_noop(
+            "The test ran on {tested}, the proposal places the model on "
+            "{proposed}: not the placement proposed."
+        ),
+        "gate.load_test.isolation_differs": gettext_noop(
+            "{model} ran with {tested} isolation in the test, {proposed} is proposed."
+        ),
+        "gate.load_test.requests_failed": gettext_noop(
+            "{model}: {failed} of {sent} requests failed ({errors})."
+        ),
+        "gate.load_test.no_p99": gettext_noop(
+            "{source} has no P99 end-to-end latency for {model} (run the benchmark with "
+            "--percentile-metrics including e2el)."
+        ),
+        "gate.load_test.no_slo": gettext_noop("{model} has no P99 latency SLO to test against."),
+        "gate.load_test.p99_over_slo": gettext_noop(
+            "{model}: P99 {p99_ms:.0f} ms is over its {slo_ms} ms SLO."
+        ),
+        "gate.load_test.no_window": gettext_noop(
+            "{source} says nothing of when it ran, so its card peaks cannot be checked "
+            "against telemetry."
+        ),
+        "gate.load_test.no_telemetry": gettext_noop(
+            "No telemetry of {card} from {start} to {end}: the test's memory cannot be checked."
+        ),
+        "gate.load_test.declared_peak_mismatch": gettext_noop(
+            "{card}: the peak given with the result, {declared_bytes:gib}, is not the "
+            "{measured_bytes:gib} the console measured over the test's window."
+        ),
+        "gate.load_test.card_over_bound": gettext_noop(
+            "{card}: memory peaked at {peak_bytes:gib}, over its bound of {bound_bytes:gib} "
+            "(usable minus headroom)."
+        ),
+        "gate.load_test.all_green": gettext_noop(
+            "All {count} co-located models green at once, latency and memory."
+        ),
+        # Which bound the test reached first (``first_bound``).
+        "gate.load_test.memory_over": gettext_noop("memory: {peak:gib} over {bound:gib}"),
+        "gate.load_test.memory_of": gettext_noop("memory: peak {peak:gib} of {bound:gib}"),
+        "gate.load_test.latency_of": gettext_noop(
+            "latency: {model} P99 {p99_ms:.0f} ms of {slo_ms} ms"
+        ),
+        "gate.load_test.latency_of_slo": gettext_noop(
+            "latency: {model} P99 {p99_ms:.0f} ms of {slo_ms} ms SLO"
+        ),
+        "gate.load_test.detail_at": gettext_noop("{detail} at {at}"),
+        "gate.load_test.detail_at_load": gettext_noop("{detail} at {at} ({load})"),
+        "gate.load_test.first_in_time": gettext_noop("{card} reached its bound first: {detail}."),
+        "gate.load_test.first_by_ratio": gettext_noop(
+            "{card} reached its bound first: {detail} ({ratio:.0%})."
+        ),
+        "gate.load_test.closest_by_ratio": gettext_noop(
+            "{card} came closest to its bound: {detail} ({ratio:.0%})."
+        ),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -141,14 +185,10 @@ def _overlap(results: dict[str, ModelRun]) -> dict | None:
 
 class _Reasons:
     def __init__(self) -> None:
-        self.codes: list[dict] = []
+        self.found: list[Reason] = []
 
     def add(self, code: str, **params) -> None:
-        self.codes.append({"code": code, "params": params})
-
-    @property
-    def sentences(self) -> tuple[str, ...]:
-        return tuple(render(r["code"], r["params"]) for r in self.codes)
+        self.found.append(Reason(f"gate.load_test.{code}", params))
 
 
 def _ratio(models, results, reasons: _Reasons) -> list[dict]:
@@ -218,8 +258,6 @@ def _memory(request: LoadTestRequest, reasons: _Reasons, bound_by_card: dict) ->
                 reasons.add(
                     "declared_peak_mismatch",
                     card=card,
-                    declared=format_gib(declared),
-                    measured=format_gib(measured),
                     declared_bytes=declared,
                     measured_bytes=measured,
                 )
@@ -228,15 +266,8 @@ def _memory(request: LoadTestRequest, reasons: _Reasons, bound_by_card: dict) ->
         ratio = measured / bound if bound > 0 else float("inf")
         row["memory_ratio"] = ratio
         if ratio > 1:
-            reasons.add(
-                "card_over_bound",
-                card=card,
-                peak=format_gib(measured),
-                bound=format_gib(bound),
-                peak_bytes=measured,
-                bound_bytes=bound,
-            )
-        detail = f"memory: peak {format_gib(measured)} of {format_gib(bound)}"
+            reasons.add("card_over_bound", card=card, peak_bytes=measured, bound_bytes=bound)
+        detail = Reason("gate.load_test.memory_of", {"peak": measured, "bound": bound})
         bound_by_card.setdefault(card, []).append((ratio, detail))
     return rows
 
@@ -255,38 +286,57 @@ def _first_bound(request: LoadTestRequest, bound_by_card: dict) -> dict | None:
         first = min(timed, key=lambda b: b["at"])
         where = first.get("card") or ", ".join(first.get("cards", []))
         if first["kind"] == "memory":
-            detail = (
-                f"memory: {format_gib(first['peak_bytes'])} over {format_gib(first['bound_bytes'])}"
+            detail = Reason(
+                "gate.load_test.memory_over",
+                {"peak": first["peak_bytes"], "bound": first["bound_bytes"]},
             )
         else:
-            detail = (
-                f"latency: {first['model']} P99 {first['p99_ms']:.0f} ms of {first['slo_ms']} ms"
+            detail = Reason(
+                "gate.load_test.latency_of",
+                {"model": first["model"], "p99_ms": first["p99_ms"], "slo_ms": first["slo_ms"]},
             )
         load = first.get("load_rps")
-        when = f" at {first['at']}" + (
-            f" ({', '.join(f'{m} {r:g}/s' for m, r in load.items())})" if load else ""
+        when = (
+            Reason(
+                "gate.load_test.detail_at_load",
+                {
+                    "detail": detail,
+                    "at": first["at"],
+                    "load": ", ".join(f"{m} {r:g}/s" for m, r in load.items()),
+                },
+            )
+            if load
+            else Reason("gate.load_test.detail_at", {"detail": detail, "at": first["at"]})
         )
         return {
             **first,
             "card": where,
-            "detail": detail + when,
+            "detail": when.to_json(),
             "in_time_order": True,
-            "sentence": f"{where} reached its bound first: {detail}{when}.",
+            "sentence": Reason(
+                "gate.load_test.first_in_time", {"card": where, "detail": when}
+            ).to_json(),
         }
     if not bound_by_card:
         return None
     card, (ratio, detail) = max(
-        ((card, max(entries)) for card, entries in bound_by_card.items()),
+        ((card, max(entries, key=_closest)) for card, entries in bound_by_card.items()),
         key=lambda item: item[1][0],
     )
-    verb = "reached its bound first" if ratio >= 1 else "came closest to its bound"
+    code = "gate.load_test.first_by_ratio" if ratio >= 1 else "gate.load_test.closest_by_ratio"
     return {
         "card": card,
         "ratio": ratio,
-        "detail": detail,
+        "detail": detail.to_json(),
         "in_time_order": False,
-        "sentence": f"{card} {verb}: {detail} ({ratio:.0%}).",
+        "sentence": Reason(code, {"card": card, "detail": detail, "ratio": ratio}).to_json(),
     }
+
+
+def _closest(entry: tuple[float, Reason]) -> tuple[float, str]:
+    """The highest ratio; between equal ones, the last in English (as the sentences sorted)."""
+    ratio, detail = entry
+    return ratio, render(detail)
 
 
 def _sources(request: LoadTestRequest) -> dict:
@@ -313,20 +363,18 @@ def evaluate_load_test(request: LoadTestRequest) -> GateOutcome:
     reasons = _Reasons()
 
     def outcome() -> GateOutcome:
-        numbers["reason_codes"] = reasons.codes
-        sentences = reasons.sentences
         first = numbers.get("first_bound")
-        tail = f" {first['sentence']}" if first else ""
-        if sentences:
+        tail = (Reason.from_json(first["sentence"]),) if first else ()
+        if reasons.found:
             return GateOutcome(
                 Gate.LOAD_TEST,
                 GateStatus.FAIL,
-                sentences[0] + tail,
-                sentences,
+                then(reasons.found[0], *tail),
+                tuple(reasons.found),
                 numbers,
                 _sources(request) if request.run else {},
             )
-        summary = f"All {len(names)} co-located models green at once, latency and memory.{tail}"
+        summary = then(Reason("gate.load_test.all_green", {"count": len(names)}), *tail)
         return GateOutcome(Gate.LOAD_TEST, GateStatus.PASS, summary, (), numbers, _sources(request))
 
     if request.run is None:
@@ -354,7 +402,7 @@ def evaluate_load_test(request: LoadTestRequest) -> GateOutcome:
     _placement(request, reasons)
 
     model_rows = []
-    bound_by_card: dict[str, list[tuple[float, str]]] = {}
+    bound_by_card: dict[str, list[tuple[float, Reason]]] = {}
     for model in request.models:
         result = results.get(model.name)
         row = {"model": model.name, "slo_ms": model.slo_ms, "cards": list(model.cards)}
@@ -392,8 +440,9 @@ def evaluate_load_test(request: LoadTestRequest) -> GateOutcome:
                     "p99_over_slo", model=model.name, p99_ms=result.p99_latency_ms,
                     slo_ms=model.slo_ms,
                 )  # fmt: skip
-            detail = (
-                f"latency: {model.name} P99 {result.p99_latency_ms:.0f} ms of {model.slo_ms} ms SLO"
+            detail = Reason(
+                "gate.load_test.latency_of_slo",
+                {"model": model.name, "p99_ms": result.p99_latency_ms, "slo_ms": model.slo_ms},
             )
             for card in model.cards:
                 bound_by_card.setdefault(card, []).append((ratio, detail))

@@ -28,13 +28,73 @@ totals say: "nvidia-smi total green, framework fragmentation red" means do not a
 
 from dataclasses import dataclass, field
 
-from console.proposals.gates import Gate, GateOutcome, GateStatus
+from console.proposals.gates import Gate, GateOutcome, GateStatus, then
+from console.reasons import Reason, gettext_noop, register
 from inventory.analytics.context import ContextOverhead
 from inventory.analytics.kv import CardKv
-from inventory.analytics.units import format_gib
 
 DEFRAGMENT_NOTE = "defragment-off-peak-reload"
 OOM_NOTE = "oom-triage"
+
+MESSAGES = register(
+    {
+        "gate.memory.breakdown": gettext_noop(
+            "weights {weights:gib} + KV {kv:gib} + CUDA context {context:gib} + workspace "
+            "{workspace:gib} + co-tenants {tenants:gib} (of which CUDA context "
+            "{tenants_context:gib}) + fragmentation {fragmentation:gib} + headroom "
+            "{headroom:gib} = {need:gib} of {usable:gib} usable"
+        ),
+        "gate.memory.breakdown_joint": gettext_noop(
+            "weights {weights:gib} + KV {kv:gib} + CUDA context {context:gib} + workspace "
+            "{workspace:gib} + co-tenants {tenants:gib} at their joint peak (of which CUDA "
+            "context {tenants_context:gib}) + fragmentation {fragmentation:gib} + headroom "
+            "{headroom:gib} = {need:gib} of {usable:gib} usable"
+        ),
+        "gate.memory.short": gettext_noop("{card} is short by {short:gib}: {breakdown}."),
+        "gate.memory.fragmentation_red": gettext_noop(
+            "{card}: framework fragmentation stayed red (index {index:.2f}, held for a share of "
+            "the last 7 days; peak {peak:.2f}), whatever nvidia-smi's totals say; reload "
+            "off-peak before adding a model."
+        ),
+        "gate.memory.fragmentation_red_fallback": gettext_noop(
+            "{card}: framework fragmentation stayed red (index {index:.2f} on the fallback "
+            "scale (inactive split / reserved, not comparable to 1 - largest free block / "
+            "free), held for a share of the last 7 days; peak {peak:.2f}), whatever "
+            "nvidia-smi's totals say; reload off-peak before adding a model."
+        ),
+        "gate.memory.refused": gettext_noop(
+            "{cards:comma} refuses new loads until on-call clears it (it ran out of memory)."
+        ),
+        "gate.memory.solver_refused": gettext_noop("The solver refused the request: {error}."),
+        "gate.memory.solver_no_place": gettext_noop("The solver found no place: {reason}."),
+        "gate.memory.estimates_note": gettext_noop(
+            "No telemetry for {cards:comma}: the co-tenants' own figures (weights + KV per card "
+            "+ CUDA context + workspace) stand in for their measured P95, and fragmentation "
+            "counts as zero. These are estimates."
+        ),
+        "gate.memory.no_card": gettext_noop("No single card can hold {model}."),
+        "gate.memory.no_single_card": gettext_noop(
+            "No single card can hold {model}: the best, {card}, would need {need:gib} of "
+            "{usable:gib} usable, although the host has {free:gib} free in total (capacity "
+            "does not add across cards)."
+        ),
+        "gate.memory.does_not_fit": gettext_noop("Does not fit on {cards:comma}: {first}"),
+        "gate.memory.does_not_fit_chosen": gettext_noop(
+            "Does not fit on {cards:comma} (chosen by the solver: {chosen_by}): {first}"
+        ),
+        "gate.memory.fits": gettext_noop(
+            "Fits on {cards:comma}; tightest is {card} with {margin:gib} to spare ({breakdown})."
+        ),
+        "gate.memory.fits_chosen": gettext_noop(
+            "Fits on {cards:comma} (chosen by the solver: {chosen_by}); tightest is {card} with "
+            "{margin:gib} to spare ({breakdown})."
+        ),
+        "gate.memory.estimates": gettext_noop("Figures for cards without telemetry are estimates."),
+        "gate.memory.recent_ooms": gettext_noop(
+            "Recent OOMs on the target cards ({ooms}): read the triage first."
+        ),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -128,7 +188,7 @@ class MemoryRequest:
     targets: tuple[CardBudget, ...]  # empty when the solver found no place
     host_cards: tuple[CardBudget, ...]  # every card of the host, for the per-card picture
     chosen_by: str = ""  # how the solver chose, when it did
-    unplaced_reason: str = ""
+    unplaced_reason: Reason | str = ""
     recent_ooms: dict[str, int] = field(default_factory=dict)  # card -> OOMs in the window
 
 
@@ -174,43 +234,54 @@ def _row(card: CardBudget, share: Share, headroom: int) -> dict:
     }
 
 
-def _breakdown(row: dict) -> str:
-    return (
-        f"weights {format_gib(row['weights_bytes'])} + KV {format_gib(row['kv_bytes'])} + "
-        f"CUDA context {format_gib(row['context_bytes'])} + "
-        f"workspace {format_gib(row['workspace_bytes'])} + co-tenants "
-        f"{format_gib(row['tenants_bytes'])}"
-        f"{' at their joint peak' if row['tenants_basis'] == 'joint_peak' else ''} "
-        f"(of which CUDA context "
-        f"{format_gib(row['tenants_context_bytes'])}) + fragmentation "
-        f"{format_gib(row['fragmentation_peak_bytes'])} + headroom "
-        f"{format_gib(row['headroom_bytes'])} = {format_gib(row['need_bytes'])} of "
-        f"{format_gib(row['usable_bytes'])} usable"
-    )
+def _breakdown(row: dict) -> Reason:
+    figures = {
+        "weights": row["weights_bytes"],
+        "kv": row["kv_bytes"],
+        "context": row["context_bytes"],
+        "workspace": row["workspace_bytes"],
+        "tenants": row["tenants_bytes"],
+        "tenants_context": row["tenants_context_bytes"],
+        "fragmentation": row["fragmentation_peak_bytes"],
+        "headroom": row["headroom_bytes"],
+        "need": row["need_bytes"],
+        "usable": row["usable_bytes"],
+    }
+    joint = row["tenants_basis"] == "joint_peak"
+    return Reason("gate.memory.breakdown_joint" if joint else "gate.memory.breakdown", figures)
 
 
-def _card_reasons(row: dict) -> list[str]:
+def _card_reasons(row: dict) -> list[Reason]:
     reasons = []
     if not row["fits"]:
         reasons.append(
-            f"{row['card']} is short by {format_gib(-row['margin_bytes'])}: {_breakdown(row)}."
+            Reason(
+                "gate.memory.short",
+                {"card": row["card"], "short": -row["margin_bytes"], "breakdown": _breakdown(row)},
+            )
         )
     if row["fragmentation_red"]:
         index = row["fragmentation_index_sustained"]
         if index is None:
             index = row["fragmentation_index_peak"]
-        scale = (
-            " on the fallback scale (inactive split / reserved, not comparable to "
-            "1 - largest free block / free)"
-            if row["fragmentation_scale"] == "inactive_split_over_reserved"
-            else ""
-        )
+        fallback = row["fragmentation_scale"] == "inactive_split_over_reserved"
         reasons.append(
-            f"{row['card']}: framework fragmentation stayed red (index {index:.2f}{scale}, "
-            f"held for a share of the last 7 days; peak {row['fragmentation_index_peak']:.2f}),"
-            " whatever nvidia-smi's totals say; reload off-peak before adding a model."
+            Reason(
+                "gate.memory.fragmentation_red_fallback"
+                if fallback
+                else "gate.memory.fragmentation_red",
+                {"card": row["card"], "index": index, "peak": row["fragmentation_index_peak"]},
+            )
         )
     return reasons
+
+
+def refused(cards: list[str]) -> GateOutcome:
+    """Cards that refuse new loads (the degradation ladder set them after an OOM)."""
+    reason = Reason("gate.memory.refused", {"cards": cards})
+    return GateOutcome(
+        Gate.MEMORY, GateStatus.FAIL, reason, (reason,), {"refused": ", ".join(cards)}
+    )
 
 
 def evaluate_memory(request: MemoryRequest) -> GateOutcome:
@@ -229,11 +300,7 @@ def evaluate_memory(request: MemoryRequest) -> GateOutcome:
         "recent_ooms": request.recent_ooms,
         "estimated_cards": estimates,
         "estimates_note": (
-            "No telemetry for "
-            + ", ".join(estimates)
-            + ": the co-tenants' own figures (weights + KV per card + CUDA context + "
-            "workspace) stand in for their measured P95, and fragmentation counts as zero. "
-            "These are estimates."
+            Reason("gate.memory.estimates_note", {"cards": estimates}).to_json()
             if estimates
             else ""
         ),
@@ -243,40 +310,55 @@ def evaluate_memory(request: MemoryRequest) -> GateOutcome:
         rows = [_row(card, request.share, headroom) for card in request.host_cards]
         numbers["cards"] = rows
         best = max(rows, key=lambda row: row["margin_bytes"], default=None)
-        summary = f"No single card can hold {request.model}"
-        if best is not None:
-            summary += (
-                f": the best, {best['card']}, would need {format_gib(best['need_bytes'])} of "
-                f"{format_gib(best['usable_bytes'])} usable, although the host has "
-                f"{format_gib(host_free)} free in total (capacity does not add across cards)"
+        if best is None:
+            summary = Reason("gate.memory.no_card", {"model": request.model})
+        else:
+            summary = Reason(
+                "gate.memory.no_single_card",
+                {
+                    "model": request.model,
+                    "card": best["card"],
+                    "need": best["need_bytes"],
+                    "usable": best["usable_bytes"],
+                    "free": host_free,
+                },
             )
         reasons = [request.unplaced_reason] if request.unplaced_reason else []
         reasons += [reason for row in rows for reason in _card_reasons(row)]
-        return GateOutcome(Gate.MEMORY, GateStatus.FAIL, summary + ".", tuple(reasons),
+        return GateOutcome(Gate.MEMORY, GateStatus.FAIL, summary, tuple(reasons),
                            numbers, evidence)  # fmt: skip
 
     rows = [_row(card, request.share, headroom) for card in request.targets]
     numbers["cards"] = rows
     reasons = tuple(reason for row in rows for reason in _card_reasons(row))
     tightest = min(rows, key=lambda row: row["margin_bytes"])
-    placed = f" (chosen by the solver: {request.chosen_by})" if request.chosen_by else ""
+    chosen = {"chosen_by": request.chosen_by} if request.chosen_by else {}
     if reasons:
         failing = [row["card"] for row in rows if not row["fits"] or row["fragmentation_red"]]
-        summary = f"Does not fit on {', '.join(failing)}{placed}: {reasons[0]}"
+        summary = Reason(
+            "gate.memory.does_not_fit_chosen" if chosen else "gate.memory.does_not_fit",
+            {"cards": failing, **chosen, "first": reasons[0]},
+        )
         slug = DEFRAGMENT_NOTE if all(row["fits"] for row in rows) else ""
         return GateOutcome(Gate.MEMORY, GateStatus.FAIL, summary, reasons, numbers, evidence,
                            runbook_slug=slug)  # fmt: skip
     # A card that fits on paper but has been running out of memory needs its OOMs explained.
     slug = OOM_NOTE if any(request.recent_ooms.get(row["card"]) for row in rows) else ""
-    summary = (
-        f"Fits on {', '.join(row['card'] for row in rows)}{placed}; tightest is "
-        f"{tightest['card']} with {format_gib(tightest['margin_bytes'])} to spare "
-        f"({_breakdown(tightest)})."
+    fits = Reason(
+        "gate.memory.fits_chosen" if chosen else "gate.memory.fits",
+        {
+            "cards": [row["card"] for row in rows],
+            **chosen,
+            "card": tightest["card"],
+            "margin": tightest["margin_bytes"],
+            "breakdown": _breakdown(tightest),
+        },
     )
+    notes = []
     if estimates:
-        summary += " Figures for cards without telemetry are estimates."
+        notes.append(Reason("gate.memory.estimates"))
     if slug:
         ooms = ", ".join(f"{card} {n}" for card, n in request.recent_ooms.items() if n)
-        summary += f" Recent OOMs on the target cards ({ooms}): read the triage first."
-    return GateOutcome(Gate.MEMORY, GateStatus.PASS, summary, (), numbers, evidence,
+        notes.append(Reason("gate.memory.recent_ooms", {"ooms": ooms}))
+    return GateOutcome(Gate.MEMORY, GateStatus.PASS, then(fits, *notes), (), numbers, evidence,
                        runbook_slug=slug)  # fmt: skip
