@@ -313,7 +313,7 @@ CELERY_BEAT_SCHEDULE = {
 # Demo fleet: the logins `make run` creates and prints.
 DEMO_PASSWORD = env_str("DEMO_PASSWORD", "colocate-demo")
 # Days of simulated history written in the background when the demo fleet is first loaded.
-DEMO_HISTORY_DAYS = env_float("DEMO_HISTORY_DAYS", 4.0, minimum=0.0)
+DEMO_HISTORY_DAYS = env_float("DEMO_HISTORY_DAYS", 30.0, minimum=0.0)
 
 # Alerts (the alerts app): beat evaluates the rules every ALERT_EVALUATION_INTERVAL_S. Firing
 # and resolved alerts go, grouped per host, to ALERT_EMAIL_TO (comma-separated), to

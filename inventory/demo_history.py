@@ -25,7 +25,7 @@ from inventory.demo import create_deployment
 from inventory.models import Deployment, Host, IngestedBatch
 from inventory.telemetry.simulator.scenarios import before_host, demo_fleet_specs
 from inventory.timeseries import rollups
-from inventory.timeseries.ingest import ingest_batches
+from inventory.timeseries.ingest import BatchRejected, ingest_batches
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +150,11 @@ def _simulate(
         runtime.tick()
         runtime.publish_pending()
         if len(batches) >= GROUP:
-            total += _write(batches)
+            total += _write(batches, clock.t)
         if progress and clock.t >= next_report:
             progress(clock.t)
             next_report += REPORT_EVERY_S
-    total += _write(batches)
+    total += _write(batches, clock.t)
     rollups.refresh_all()
     return total
 
@@ -163,12 +163,18 @@ def _sim_plan(host: Host) -> dict:
     return {"host": host.name, "collector": Host.Collector.SIMULATED}
 
 
-def _write(batches: list[dict]) -> int:
-    count = len(batches)
-    if batches:
-        ingest_batches(batches)
-        batches.clear()
-    return count
+def _write(batches: list[dict], now: float) -> int:
+    """Ingest as of the simulated moment: a history longer than the raw samples kept
+    (TELEMETRY_RAW_RETENTION_DAYS) would be refused as too old otherwise. Its rollups and
+    events stay when retention later drops the old raw partitions, as a live fleet's do."""
+    if not batches:
+        return 0
+    results = ingest_batches(batches, now=now)
+    batches.clear()
+    refused = [result for result in results if isinstance(result, BatchRejected)]
+    for result in refused[:1]:  # one says why; they would all say the same
+        log.warning("demo history: %d batches refused: %s", len(refused), result)
+    return len(results) - len(refused)
 
 
 def _before_deployments(host: Host, start: dt.datetime) -> list[Deployment]:

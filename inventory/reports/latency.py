@@ -1,5 +1,9 @@
-"""Latency history on a host: each model's P95 and P99 over time against its SLO, with the placement
-changes marked, and the P99 before and after the latest change (the field report's result)."""
+"""Latency history: each model's P50, P95 and P99 over time against its SLO, with the placement
+changes marked, and the P99 before and after the latest change (the field report's result).
+
+Drawn on the host page (one line per model there), on the model page (one line per host it
+runs on) and on the OOM history of one host; the chart and its text table read the same dict.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +14,25 @@ from django.db.models import Q
 from django.utils import timezone
 
 from console.models import AuditEntry
-from inventory.models import Deployment, Host
+from inventory.models import Deployment, Host, ServedModel
 from inventory.reports.oom_history import CHANGE_ACTION_PREFIXES, group_changes
 from inventory.timeseries import queries
 
+QUANTILES = ("p50", "p95", "p99")
 
-def placement_changes(host: Host, start: dt.datetime, end: dt.datetime) -> list[dict]:
-    """The host's placement and isolation changes in the window, oldest first, one per change."""
+
+def placement_changes(hosts: list[Host], start: dt.datetime, end: dt.datetime) -> list[dict]:
+    """These hosts' placement and isolation changes in the window, oldest first, one per
+    change (and per host, so the model page can say where it happened)."""
     is_change = Q()
     for prefix in CHANGE_ACTION_PREFIXES:
         is_change |= Q(action__startswith=prefix)
-    entries = AuditEntry.objects.filter(is_change, host=host, at__gte=start, at__lt=end)
+    entries = AuditEntry.objects.filter(is_change, host__in=hosts, at__gte=start, at__lt=end)
     changes = group_changes(entries.select_related("host").order_by("-at")[:50])
     return [
         {
             "at": change.at,
+            "host": change.host.name if change.host else "",
             "label": "; ".join(sorted({entry.object_repr for entry in change.entries}))[:160],
             "by": ", ".join(change.actors) or "system",
         }
@@ -32,46 +40,40 @@ def placement_changes(host: Host, start: dt.datetime, end: dt.datetime) -> list[
     ]
 
 
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
-
-
 def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 1) if values else None
 
 
-def latency_lines(host: Host, start: dt.datetime, end: dt.datetime, step_s: int) -> dict:
-    """Per model on the host (its replicas, stopped ones included, as one line: a model moved
-    to new cards keeps one history), the P99 per step in ms, beside its SLO."""
-    deployments = list(Deployment.objects.filter(host=host).select_related("served_model"))
-    model_of = {d.pk: d.served_model for d in deployments}
-    rows = queries.latency_p99_series(list(model_of), start, end, step_s)
-    per_model: dict[str, dict] = {}
+def _lines(
+    line_of: dict[int, tuple[str, int | None]], changes: list[dict], rows: list[dict]
+) -> dict:
+    """Each line's worst P50/P95/P99 per step in ms (its deployments merged: a model moved to
+    new cards keeps one history), and its P99 median either side of the latest change."""
+    per_line: dict[str, dict] = {}
     for row in rows:
-        model = model_of[row["deployment_id"]]
-        points = per_model.setdefault(
-            model.name, {"slo_ms": model.p99_latency_slo_ms, "at": {}, "p95": {}}
-        )
-        points["at"][row["ts"]] = max(row["p99_s"] * 1000, points["at"].get(row["ts"], 0.0))
-        if row["p95_s"] is not None:
-            points["p95"][row["ts"]] = max(row["p95_s"] * 1000, points["p95"].get(row["ts"], 0.0))
-    changes = placement_changes(host, start, end)
+        label, slo_ms = line_of[row["deployment_id"]]
+        points = per_line.setdefault(label, {"slo_ms": slo_ms, **{q: {} for q in QUANTILES}})
+        for quantile in QUANTILES:
+            value = row[f"{quantile}_s"]
+            if value is not None:
+                at = points[quantile]
+                at[row["ts"]] = max(value * 1000, at.get(row["ts"], 0.0))
     latest = changes[-1]["at"] if changes else None
     lines = []
-    for name, points in sorted(per_model.items()):
-        times = sorted(points["at"])
-        values = [round(points["at"][ts], 1) for ts in times]
+    for label, points in sorted(per_line.items()):
+        times = sorted(points["p99"])
         line = {
-            "model": name,
+            "model": label,
             "slo_ms": points["slo_ms"],
             "times": [timezone.localtime(ts).isoformat() for ts in times],
-            "p99_ms": values,
-            "p95_ms": [_rounded(points["p95"].get(ts)) for ts in times],
             "before_ms": None,
             "after_ms": None,
         }
+        for quantile in QUANTILES:
+            values = [points[quantile].get(ts) for ts in times]
+            line[f"{quantile}_ms"] = [None if v is None else round(v, 1) for v in values]
         if latest is not None:
-            pairs = list(zip(times, values, strict=True))
+            pairs = list(zip(times, line["p99_ms"], strict=True))
             line["before_ms"] = _median([v for ts, v in pairs if ts < latest])
             line["after_ms"] = _median([v for ts, v in pairs if ts >= latest])
         lines.append(line)
@@ -83,3 +85,24 @@ def latency_lines(host: Host, start: dt.datetime, end: dt.datetime, step_s: int)
         "latest_change": timezone.localtime(latest).isoformat() if latest else None,
         "latest_change_at": latest,
     }
+
+
+def latency_lines(host: Host, start: dt.datetime, end: dt.datetime, step_s: int) -> dict:
+    """One line per model on the host (its replicas, stopped ones included), beside its SLO."""
+    deployments = Deployment.objects.filter(host=host).select_related("served_model")
+    line_of = {d.pk: (d.served_model.name, d.served_model.p99_latency_slo_ms) for d in deployments}
+    rows = queries.latency_p99_series(list(line_of), start, end, step_s)
+    return _lines(line_of, placement_changes([host], start, end), rows)
+
+
+def model_latency_lines(
+    model: ServedModel, hosts: list[Host], start: dt.datetime, end: dt.datetime, step_s: int
+) -> dict:
+    """One line per host the model runs on (of those visible), with those hosts' changes."""
+    deployments = Deployment.objects.filter(served_model=model, host__in=hosts).select_related(
+        "host"
+    )
+    line_of = {d.pk: (d.host.name, model.p99_latency_slo_ms) for d in deployments}
+    rows = queries.latency_p99_series(list(line_of), start, end, step_s)
+    changed = sorted({d.host for d in deployments}, key=lambda host: host.name)
+    return _lines(line_of, placement_changes(changed, start, end), rows)

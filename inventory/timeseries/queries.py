@@ -431,15 +431,16 @@ _ENGINE_ROLLUPS = {"minute": "inventory_engine_rollup_1m", "hour": "inventory_en
 def latency_p99_series(
     deployment_ids: list[int], start: dt.datetime, end: dt.datetime, step_s: int
 ) -> list[dict]:
-    """Per deployment, its engine's highest P95 and P99 latency (s) in each step of (start, end], on
-    whole steps since the epoch; hourly rollups for steps of an hour or more."""
+    """Per deployment, its engine's highest P50, P95 and P99 latency (s) in each step of
+    (start, end], on whole steps since the epoch; hourly rollups for steps of an hour or more."""
     table = _ENGINE_ROLLUPS["hour" if step_s >= 3600 else "minute"]
     return _rows(
         f"""
         SELECT deployment_id,
                %s::timestamptz + floor(extract(epoch FROM bucket - %s::timestamptz) / %s)
                    * make_interval(secs => %s) AS ts,
-               max(latency_p95_max) AS p95_s, max(latency_p99_max) AS p99_s
+               max(latency_p50_max) AS p50_s, max(latency_p95_max) AS p95_s,
+               max(latency_p99_max) AS p99_s
         FROM {table}
         WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
               AND latency_p99_max IS NOT NULL

@@ -1,9 +1,17 @@
+import datetime as dt
+
 from django.contrib.auth.decorators import permission_required
 from django.db.models import Count, Q
 from django.shortcuts import render
+from django.utils import timezone
 
 from console.access import get_visible_or_404
-from inventory.models import Deployment, ServedModel
+from inventory.models import Deployment, Host, ServedModel
+from inventory.reports.latency import model_latency_lines
+
+# The model page's latency history: a month, hourly, long enough to see a change's effect.
+LATENCY_WINDOW = dt.timedelta(days=30)
+LATENCY_STEP_S = 3600
 
 
 @permission_required("inventory.view_servedmodel", raise_exception=True)
@@ -22,8 +30,22 @@ def model_detail(request, pk: int):
         "gpus"
     )
     notes = model.runbook_notes.visible_to(request.user)
+    now = timezone.now()
+    latency = model_latency_lines(
+        model,
+        list(Host.objects.visible_to(request.user)),
+        now - LATENCY_WINDOW,
+        now,
+        LATENCY_STEP_S,
+    )
     return render(
         request,
         "inventory/model_detail.html",
-        {"model": model, "deployments": deployments, "notes": notes},
+        {
+            "model": model,
+            "deployments": deployments,
+            "notes": notes,
+            "latency": latency,
+            "time_zone": timezone.get_current_timezone_name(),
+        },
     )

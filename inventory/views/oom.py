@@ -51,6 +51,7 @@ def oom_history_page(request):
             "changes_capped": len(entries) == oom_history.CHANGE_ENTRIES_SHOWN,
             # The other half of the field report's result: the host's P99 across its change.
             "latency": _latency(selection),
+            "latency_zone": timezone.get_current_timezone_name(),
         },
     )
 

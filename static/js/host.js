@@ -33,11 +33,13 @@
     if (!cards.length) return charts.empty(element, gettext("No cards."));
     // One trace per kind and basis, so estimated figures can be hatched.
     const traces = {};
+    const rows = [];
     cards.forEach((card) => {
       card.lines.forEach((line) => {
         const key = line.kind + "|" + line.basis;
+        const name = kindLabel(line.kind) + (line.basis === "estimated" ? " " + gettext("(est.)") : "");
         const trace = traces[key] || (traces[key] = {
-          type: "bar", name: kindLabel(line.kind) + (line.basis === "estimated" ? " " + gettext("(est.)") : ""),
+          type: "bar", name,
           x: [], y: [], text: [], textposition: "none", hovertemplate: "%{x}<br>%{text}<extra></extra>",
           marker: { color: KIND_COLOURS[line.kind] || "#888",
                     pattern: { shape: line.basis === "estimated" ? "/" : "" } },
@@ -46,21 +48,54 @@
         trace.y.push(line.bytes / GIB);
         trace.text.push(`${kindLabel(line.kind)}${line.deployment ? " · " + line.deployment : ""}: ` +
                         `${(line.bytes / GIB).toFixed(2)} GiB, ${line.basis} (${line.source})`);
+        rows.push([card.card, name, line.deployment || "—", charts.number(line.bytes / GIB, 2), line.basis, line.source]);
       });
     });
     charts.draw(element, Object.values(traces), {
       barmode: "stack", height: 360, yaxis: { title: "GiB" },
       legend: { orientation: "h", y: -0.2 }, margin: { l: 60, r: 20, t: 10, b: 100 },
+    }, {
+      caption: gettext("Each card's memory by kind (GiB)"),
+      columns: [{ label: gettext("Card") }, { label: gettext("Kind") }, { label: gettext("Deployment") },
+                { label: "GiB", numeric: true }, { label: gettext("Basis") }, { label: gettext("Source") }],
+      rows,
     });
   }
 
-  function heatmap(element, data, values, title, zmax) {
+  function heatmap(element, data, values, title, zmax, digits) {
     if (!data.times.length) return charts.empty(element, gettext("No samples in this window yet."));
+    const axis = interpolate(gettext("time (%s)"), [data.time_zone]);
+    const rows = [];
+    data.times.forEach((at, j) => {
+      data.cards.forEach((card, i) => rows.push([at, card, charts.number(values[i][j], digits)]));
+    });
     charts.draw(element, [{
       type: "heatmap", x: data.times, y: data.cards, z: values, zmin: 0, zmax: zmax,
       colorscale: "YlOrRd", colorbar: { title: title, thickness: 12 }, hoverongaps: false,
     }], { height: 60 + 28 * data.cards.length, yaxis: { autorange: "reversed" },
-           xaxis: { title: `time (${data.time_zone})` } });
+           xaxis: { title: axis } }, {
+      caption: element.dataset.caption,
+      columns: [{ label: axis }, { label: gettext("Card") }, { label: title, numeric: true }],
+      rows,
+    });
+  }
+
+  function deploymentLines(element, data) {
+    if (!data.deployments.length) return charts.empty(element, gettext("No deployment memory in this window yet."));
+    const axis = interpolate(gettext("time (%s)"), [data.time_zone]);
+    const rows = [];
+    data.deployments.forEach((line) => {
+      line.times.forEach((at, i) => rows.push([at, line.label, charts.number(line.used_gib[i], 2)]));
+    });
+    charts.draw(element, data.deployments.map((line) => ({
+      type: "scatter", mode: "lines", name: line.label, x: line.times, y: line.used_gib,
+    })), { height: 320, yaxis: { title: "GiB" }, xaxis: { title: axis },
+           legend: { orientation: "h", y: -0.25 },
+           margin: { l: 60, r: 20, t: 10, b: 90 } }, {
+      caption: gettext("Memory per deployment and card (GiB, peak per step)"),
+      columns: [{ label: axis }, { label: gettext("Deployment and card") }, { label: "GiB", numeric: true }],
+      rows,
+    });
   }
 
   function drawHistory(window) {
@@ -71,15 +106,9 @@
       })
       .then((data) => {
         drawLatency(data);
-        heatmap(document.getElementById("heatmap-used"), data, data.used_pct, "%", 100);
-        heatmap(document.getElementById("heatmap-frag"), data, data.fragmentation, gettext("index"), 1);
-        const lines = document.getElementById("deployment-lines");
-        if (!data.deployments.length) return charts.empty(lines, gettext("No deployment memory in this window yet."));
-        charts.draw(lines, data.deployments.map((line) => ({
-          type: "scatter", mode: "lines", name: line.label, x: line.times, y: line.used_gib,
-        })), { height: 320, yaxis: { title: "GiB" }, xaxis: { title: `time (${data.time_zone})` },
-               legend: { orientation: "h", y: -0.25 },
-               margin: { l: 60, r: 20, t: 10, b: 90 } });
+        heatmap(document.getElementById("heatmap-used"), data, data.used_pct, "%", 100, 1);
+        heatmap(document.getElementById("heatmap-frag"), data, data.fragmentation, gettext("index"), 1, 3);
+        deploymentLines(document.getElementById("deployment-lines"), data);
       })
       .catch((error) => {
         charts.empty(document.getElementById("heatmap-used"), error.message);
@@ -94,32 +123,19 @@
   }
 
   function drawLatency(data) {
-    const element = document.getElementById("latency-chart");
     const body = document.querySelector("#latency-table tbody");
     const latency = data.latency;
-    const zone = data.time_zone;
     body.replaceChildren();
+    charts.drawLatency(document.getElementById("latency-chart"), latency, data.time_zone);
     if (!latency || !latency.lines.length) {
-      body.appendChild(document.createElement("tr")).appendChild(cell("No engine latency in this window.")).colSpan = 4;
-      return charts.empty(element, "No engine latency in this window yet.");
+      body.appendChild(document.createElement("tr")).appendChild(cell(gettext("No engine latency in this window."))).colSpan = 4;
+      return;
     }
-    const traces = [];
+    const ms = (value) => (value === null ? "—" : `${Math.round(value)} ms`);
     latency.lines.forEach((line) => {
-      traces.push({ type: "scatter", mode: "lines", name: `${line.model} P99`, x: line.times, y: line.p99_ms });
-      traces.push({ type: "scatter", mode: "lines", name: `${line.model} P95`, x: line.times, y: line.p95_ms, line: { width: 1 } });
-      if (line.slo_ms) {
-        traces.push({ type: "scatter", mode: "lines", name: `${line.model} SLO`, x: [line.times[0], line.times[line.times.length - 1]],
-                      y: [line.slo_ms, line.slo_ms], line: { dash: "dash", width: 1 } });
-      }
-      const ms = (value) => (value === null ? "—" : `${Math.round(value)} ms`);
       const row = body.appendChild(document.createElement("tr"));
       row.append(cell(line.model), cell(line.slo_ms ? `${line.slo_ms} ms` : "—", true), cell(ms(line.before_ms), true), cell(ms(line.after_ms), true));
     });
-    const shapes = latency.changes.map((change) => ({
-      type: "line", xref: "x", yref: "paper", x0: change.at, x1: change.at, y0: 0, y1: 1, line: { dash: "dot", width: 1 },
-    }));
-    charts.draw(element, traces, { height: 320, shapes, xaxis: { title: `time (${zone})` }, yaxis: { title: "ms" },
-                                   legend: { orientation: "h", y: -0.3 }, margin: { l: 60, r: 20, t: 10, b: 100 } });
   }
 
   function drawOoms() {
@@ -127,14 +143,21 @@
     const element = document.getElementById("oom-chart");
     if (!points || !element) return;
     const byCause = {};
+    const rows = [];
     points.forEach((p) => {
+      const name = p.label || p.cause.replace(/_/g, " ");
       const trace = byCause[p.cause] || (byCause[p.cause] = {
-        type: "scatter", mode: "markers", name: p.label || p.cause.replace(/_/g, " "), x: [], y: [], text: [],
+        type: "scatter", mode: "markers", name, x: [], y: [], text: [],
         hovertemplate: "%{x}<br>" + gettext("card") + " %{y}<br>%{text}<extra></extra>", marker: { size: 9 },
       });
       trace.x.push(p.at); trace.y.push(p.card); trace.text.push(p.text);
+      rows.push([p.at, p.card === null ? "—" : String(p.card), name, p.text || ""]);
     });
-    charts.draw(element, Object.values(byCause), { height: 200, yaxis: { title: gettext("card"), dtick: 1 } });
+    charts.draw(element, Object.values(byCause), { height: 200, yaxis: { title: gettext("card"), dtick: 1 } }, {
+      caption: gettext("OOMs, last 30 days"),
+      columns: [{ label: gettext("When") }, { label: gettext("Card"), numeric: true }, { label: gettext("Cause") }, { label: gettext("Why") }],
+      rows,
+    });
   }
 
   function loadAnalysis() {

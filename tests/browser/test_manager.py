@@ -33,7 +33,7 @@ def test_the_manager_sees_both_halves_of_the_result(console_page):
     cells = change.locator("td.num").all_inner_texts()
     before_ooms, after_ooms = int(cells[1].split()[0]), int(cells[2].split()[0])
     assert before_ooms > 0 and after_ooms == 0
-    latency = page.page.locator("[data-testid=latency-before-after] tbody tr")
+    latency = page.page.locator("[data-testid=latency-before-after] > table tbody tr")
     assert latency.count() >= 1
     for row in latency.all():
         before, after = row.locator("td.num").all_inner_texts()[1:3]

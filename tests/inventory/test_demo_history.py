@@ -8,7 +8,7 @@ import pytest
 from console.models import AuditEntry
 from inventory.demo import ensure_demo_fleet
 from inventory.demo_history import backfill
-from inventory.models import Deployment, Event, Host, ProcessSample
+from inventory.models import Deployment, Event, Host, IngestedBatch, ProcessSample
 
 pytestmark = pytest.mark.django_db
 
@@ -44,3 +44,15 @@ def test_a_host_with_history_is_left_alone():
     now = time.time()
     backfill(days=0.5, now=now, only={"a100-node"})
     assert backfill(days=0.5, now=now, only={"a100-node"}) == {}
+
+
+def test_history_longer_than_the_raw_samples_kept_still_lands(settings):
+    # Replayed as of its own moments: ingest would refuse days older than raw retention.
+    settings.TELEMETRY_RAW_RETENTION_DAYS = 1
+    ensure_demo_fleet()
+    now = time.time()
+    written = backfill(days=2.5, now=now, only={"a100-node"})
+    host = Host.objects.get(name="a100-node")
+    oldest = IngestedBatch.objects.filter(host=host).order_by("interval_end").first()
+    assert written["a100-node"] == IngestedBatch.objects.filter(host=host).count()
+    assert oldest.interval_end < dt.datetime.fromtimestamp(now - 2 * 86400, tz=dt.UTC)
