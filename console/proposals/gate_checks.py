@@ -480,7 +480,22 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
         measured_gpus = targets
     tenants = _target_tenants(proposal, targets)
     ids = [d.pk for d in tenants] + ([proposal.deployment_id] if proposal.deployment_id else [])
-    rates = loadtest_inputs.real_rates(ids, now)
+    latest = (
+        proposal.load_tests.filter(status__in=LoadTest.FINISHED)
+        .select_related("uploaded_by")
+        .first()
+    )
+    run = LoadTestRun.from_json(latest.run) if latest and latest.run else None
+    measured = latest is not None and latest.source_format == LoadTest.Format.MEASURED
+    if measured and latest.window_start and latest.window_end:
+        window = (latest.window_start, latest.window_end)
+    else:
+        window = _import_window(run) if run and not measured else None
+    # A test the console ran took its mix from the real traffic as it was when it began: the
+    # ratio is checked against that, without the test's own requests (the engines count those
+    # too). An imported result's basis is unknown: the traffic as it is now.
+    rates_at = min(now, window[0]) if measured and window else now
+    rates = loadtest_inputs.real_rates(ids, rates_at)
     models = [
         Colocated(
             name=d.served_model.name,
@@ -503,17 +518,6 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
         ),
     )
     models = _per_model(models)
-    latest = (
-        proposal.load_tests.filter(status__in=LoadTest.FINISHED)
-        .select_related("uploaded_by")
-        .first()
-    )
-    run = LoadTestRun.from_json(latest.run) if latest and latest.run else None
-    measured = latest is not None and latest.source_format == LoadTest.Format.MEASURED
-    if measured and latest.window_start and latest.window_end:
-        window = (latest.window_start, latest.window_end)
-    else:
-        window = _import_window(run) if run and not measured else None
     result = latest.result if measured else {}
     return evaluate_load_test(
         LoadTestRequest(

@@ -385,3 +385,64 @@ def test_the_first_bound_in_time_order_wins_over_the_closest_ratio():
     assert english(bound["detail"]).startswith(
         "latency: qwen2-7b-q4 P99 900 ms of 800 ms at 2025-06-11"
     )
+
+
+def _engine_history(card, rates: dict[str, float], start, minutes: int) -> None:
+    """`minutes` of engine minutes of the card's tenants from `start`, at `rates` (per s)."""
+    import datetime as dt
+
+    from inventory.timeseries import rollups
+    from inventory.timeseries.ingest import ingest_batches
+    from tests.batches import batch, engine_row
+
+    batches = []
+    for minute in range(minutes):
+        at = (start + dt.timedelta(minutes=minute)).timestamp()
+        engines = []
+        for deployment in card.deployments.select_related("served_model"):
+            row = engine_row(deployment, running=4, p99_s=0.5)
+            row["latency"]["e2e"]["count"] = rates[deployment.served_model.name] * 60
+            engines.append(row)
+        batches.append(batch(card.host, start=at, end=at + 60, engines=engines))
+    assert all(hasattr(r, "batch_id") for r in ingest_batches(batches))
+    rollups.refresh_all()
+
+
+@pytest.mark.django_db
+def test_a_console_run_is_held_to_the_traffic_it_was_built_from_not_its_own(personas):
+    import datetime as dt
+
+    from console.proposals.models import LoadTest
+
+    host = seed_host()
+    card = host.gpus.get(index=1)
+    proposal = create_proposal(
+        personas["oncall"],
+        host=host,
+        gpus=[card],
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=8 * GIB),
+        kv_reservation_bytes=4 * GIB,
+        isolation_mode=Deployment.Isolation.TIME_SLICING,
+        expected_request_rate=3.0,
+    )
+    started = timezone.now().replace(second=0, microsecond=0) - dt.timedelta(minutes=5)
+    # Before the test, the production mix; while it ran, the engines also counted the test's
+    # requests, and one tenant's own traffic was five times as high.
+    _engine_history(card, RATES, started - dt.timedelta(minutes=20), 20)
+    _engine_history(card, RATES | {"bge-large-fp16": 60.0}, started, 4)
+    LoadTest.objects.create(
+        proposal=proposal,
+        uploaded_by=personas["oncall"],
+        source_format=LoadTest.Format.MEASURED,
+        files=["combined test"],
+        status=LoadTest.Status.DONE,
+        run=measured_run(RATES).to_json(),
+        window_start=started,
+        window_end=started + dt.timedelta(minutes=4),
+    )
+    outcome = check_load_test(proposal, [card], timezone.now())
+    assert "ratio_off" not in codes(outcome), outcome.reasons
+    assert "ratio_unverifiable" not in codes(outcome)
+    # An imported result is held to the traffic as it is now, which is off by then.
+    LoadTest.objects.update(source_format=LoadTest.Format.VLLM_JSON)
+    assert "ratio_off" in codes(check_load_test(proposal, [card], timezone.now()))
