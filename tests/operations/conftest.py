@@ -4,6 +4,9 @@ import time
 
 import pytest
 
+from inventory.demo import _create_host
+from inventory.models import ServedModel
+from inventory.telemetry.simulator.operations_scenario import operations_host
 from inventory.timeseries.ingest import ingest_batch
 from tests.batches import batch, card_row, process_row
 from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory
@@ -39,3 +42,13 @@ def card():
         )
     )  # fmt: skip
     return gpu, important, cheap
+
+
+@pytest.fixture
+def ops_host(settings):
+    """The operations demo's host as the end-to-end tests collect it (on host.simulator)."""
+    settings.COLLECTION_PLAN_INTERVAL_S = 2.0
+    host = _create_host(operations_host())
+    ServedModel.objects.filter(name="chat-70b-awq").update(priority=1)
+    ServedModel.objects.filter(name="batch-8b").update(priority=3)
+    return host

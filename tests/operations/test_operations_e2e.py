@@ -25,9 +25,7 @@ from console.operations.models import (
     MpsRecovery,
     StandingPolicy,
 )
-from inventory.demo import _create_host
-from inventory.models import CardSample, Deployment, Event, ServedModel
-from inventory.telemetry.simulator.operations_scenario import operations_host
+from inventory.models import CardSample, Deployment, Event
 from tests.processes import Processes, database_url_for_processes, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -60,7 +58,7 @@ def _purge_shared_broker():
     if "data_folder_in" in options:
         return
     with app.connection_for_write() as conn:
-        for queue in ("ingest", "host.simulator", "celery"):
+        for queue in ("ingest", "host.simulator", "host.simulator.operations", "celery"):
             channel = conn.channel()
             try:
                 channel.queue_purge(queue)
@@ -70,7 +68,7 @@ def _purge_shared_broker():
                 channel.close()
 
 
-def _start(tmp_path, host, agent_env):
+def _start(tmp_path, host, agent_env, queue="host.simulator"):
     env = {
         "DATABASE_URL": database_url_for_processes(),
         "AGENT_FLUSH_INTERVAL_S": "2",
@@ -93,7 +91,7 @@ def _start(tmp_path, host, agent_env):
     processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
     processes.agent(
         "agent",
-        "host.simulator",
+        queue,
         {
             "AGENT_SOURCE": "simulator",
             "SIMULATOR_FLEET": "operations",
@@ -110,15 +108,6 @@ def _logs(processes):
     return lambda: "\n".join(
         f"--- {name} ---\n{processes.log(name)[-2500:]}" for name in PROCESS_NAMES
     )
-
-
-@pytest.fixture
-def ops_host(settings):
-    settings.COLLECTION_PLAN_INTERVAL_S = 2.0
-    host = _create_host(operations_host())
-    ServedModel.objects.filter(name="chat-70b-awq").update(priority=1)
-    ServedModel.objects.filter(name="batch-8b").update(priority=3)
-    return host
 
 
 def _deployment(host, name):
