@@ -114,9 +114,7 @@ def test_a_card_that_stays_over_its_limit_refuses_new_loads_until_an_approver_cl
         acting_user=personas["approver"], host=ops_host, kind=StandingPolicy.Kind.DEGRADATION,
         params={**NOT_ENOUGH_SHRINK, "allow_evict": False},
     )  # fmt: skip
-    # No simulated inference endpoints: nothing here asks them, and their port may be taken.
-    agent_env = {"AGENT_ACTIONS_FILE": str(actions_file), "SIMULATOR_ENDPOINTS_PORT": "0"}
-    processes = _start(tmp_path, ops_host, agent_env)
+    processes = _start(tmp_path, ops_host, {"AGENT_ACTIONS_FILE": str(actions_file)})
     logs = _logs(processes)
     card = ops_host.gpus.get(index=0)
     try:
