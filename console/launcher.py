@@ -28,8 +28,15 @@ from pathlib import Path
 from console.catalogue import compile_catalogues
 from console.env import load_env_file
 from console.supervisor import Supervisor
+from inventory.telemetry.simulator import operations_scenario
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# The operations demo's host (docs/operations.md, "The demo's story").
+OPERATIONS_HOST = operations_scenario.HOST
+OPERATIONS_ACTIONS = BASE_DIR / "inventory/telemetry/simulator/operations_actions.toml"
+OPERATIONS_SECRET = BASE_DIR / "var" / "agent" / f"{OPERATIONS_HOST}.secret"
+OPERATIONS_MPS_CRASH_AFTER_S = 150.0
+SIMULATOR_QUEUE = "host.simulator"  # inventory.collection.SIMULATOR_QUEUE
 PYTHON = sys.executable
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 
@@ -106,6 +113,10 @@ def run() -> int:
             _manage(env, "sync_runbook_library")
             say("loading the demo fleet and demo users")
             _manage(env, "seed_demo")
+            say(f"loading the operations demo host {OPERATIONS_HOST}")
+            _manage(env, "seed_operations_demo")
+            _manage(env, "register_host", OPERATIONS_HOST, "--secret-file",
+                    str(OPERATIONS_SECRET))  # fmt: skip
             celery = [PYTHON, "-m", "celery", "-A", "console"]
             quiet = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
             supervisor.start(
@@ -117,15 +128,8 @@ def run() -> int:
             supervisor.start("beat", [*celery, "beat", "-l", "info", "-s", "var/celerybeat"])
             agent = [PYTHON, "-m", "celery", "-A", "inventory.agent.app", "worker",
                      "--pool", "threads", "-c", "2", "-l", "info", *quiet]  # fmt: skip
-            supervisor.start(
-                "sim",
-                [*agent, "-n", "simulator@%h", "-Q", "host.simulator"],
-                # The demo's scripted incidents make alerts fire in the first minutes.
-                env={
-                    "AGENT_SOURCE": "simulator",
-                    "DEMO_INCIDENTS": os.environ.get("DEMO_INCIDENTS", "true"),
-                },
-            )
+            for name, argv, agent_env in simulator_agents(agent, time.time()):
+                supervisor.start(name, argv, env=agent_env)
             local_host = _local_nvml_host()
             if local_host:
                 say(f"NVIDIA GPUs found: collecting {local_host} through NVML as well")
@@ -164,6 +168,38 @@ def run() -> int:
             supervisor.stop_all()
 
 
+def simulator_agents(agent: list[str], now: float) -> list[tuple[str, list[str], dict]]:
+    """(name, argv, environment) of the demo's simulator agents: the demo fleet's, and the
+    operations demo host's own, with its actions file (simulated actions only) and its
+    secret (action requests are signed), on the queue inventory.collection gives that host."""
+    return [
+        (
+            "sim",
+            [*agent, "-n", "simulator@%h", "-Q", SIMULATOR_QUEUE],
+            # The demo's scripted incidents make alerts fire in the first minutes.
+            {
+                "AGENT_SOURCE": "simulator",
+                "DEMO_INCIDENTS": os.environ.get("DEMO_INCIDENTS", "true"),
+            },
+        ),
+        (
+            "sim-operations",
+            [*agent, "-n", "simulator-operations@%h", "-Q", f"{SIMULATOR_QUEUE}.operations"],
+            {
+                "AGENT_SOURCE": "simulator",
+                "SIMULATOR_FLEET": "operations",
+                "AGENT_ACTIONS_FILE": str(OPERATIONS_ACTIONS),
+                "AGENT_SECRET_FILE": str(OPERATIONS_SECRET),
+                # Its own record of the requests it ran, apart from the demo fleet agent's.
+                "AGENT_STATE_DIR": str(BASE_DIR / "var" / "agent" / "operations"),
+                "SIMULATOR_ENDPOINTS_PORT": "0",
+                # Card 1's MPS server crashes once card 0's degradation has settled.
+                "SIMULATOR_MPS_CRASH_AT": str(now + OPERATIONS_MPS_CRASH_AFTER_S),
+            },
+        ),
+    ]
+
+
 def _local_nvml_host() -> str | None:
     """This machine's name when it has NVIDIA GPUs that NVML can read, else None."""
     try:
@@ -191,6 +227,8 @@ def _banner(base: str, env: dict[str, str]) -> None:
         "    manager   reads everything, changes nothing",
         "    admin     superuser, for /admin/",
         "",
+        f"  Operations demo (KV shrink, MPS restart, off-peak reload): "
+        f"{base}/hosts/{OPERATIONS_HOST}/operations/",
         f"  Health: {base}/healthz   readiness: {base}/readyz",
         "  Press Ctrl-C to stop everything.",
         "",

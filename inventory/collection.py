@@ -12,12 +12,17 @@ from django.conf import settings
 from inventory.models import Deployment, Host
 
 SIMULATOR_QUEUE = "host.simulator"
+# Simulated hosts that a simulator agent of their own collects (SIMULATOR_FLEET names the same
+# fleet), named by the host's `simulator` label: the operations demo's host has an actions
+# file, which the demo fleet's agent must not have.
+SIMULATED_FLEETS = ("operations",)
 
 
 def agent_queue(host: Host) -> str:
-    """Real hosts each have their agent; the simulator agent stands in for every simulated one."""
+    """Real hosts each have their agent; a simulator agent stands in for the simulated ones."""
     if host.collector == Host.Collector.SIMULATED:
-        return SIMULATOR_QUEUE
+        fleet = (host.labels or {}).get("simulator")
+        return f"{SIMULATOR_QUEUE}.{fleet}" if fleet in SIMULATED_FLEETS else SIMULATOR_QUEUE
     return f"host.{host.name}"
 
 

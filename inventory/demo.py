@@ -18,6 +18,7 @@ from inventory.analytics.kv import POLICY_BUFFER_MAX, POLICY_BUFFER_MIN
 from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel
 from inventory.telemetry.simulator.catalogue import MIB, device_uuid, gpu_type, mig_uuid
 from inventory.telemetry.simulator.host import DeploymentSpec, HostSpec
+from inventory.telemetry.simulator.operations_scenario import operations_host
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
 
 DEMO_ROLES = {"oncall": ONCALL, "approver": APPROVER, "manager": MANAGER}
@@ -32,7 +33,12 @@ _DESCRIPTIONS = {
     "all eight cards, KV reserved at mean concurrency, no admission policy.",
     "infer-01": "The same server after the fix: each model bound to its own card group, KV "
     "reserved at P95 concurrency plus 20%, the excess queued.",
+    "ops-a100": "The field report's 3 x A100 pool with its operations: card 0 at 96% gets its "
+    "batch model's KV shrunk, card 1's MPS server crashes and is restarted, card 2's "
+    "fragmented model is reloaded off-peak.",
 }
+# The operations demo's priorities: the chat model matters most, the batch model least.
+OPERATIONS_PRIORITIES = {"chat-70b-awq": 1, "batch-8b": 3}
 
 
 def ensure_demo_users(password: str) -> list[str]:
@@ -69,17 +75,36 @@ def ensure_demo_fleet() -> list[str]:
     return created
 
 
+def ensure_operations_host() -> Host | None:
+    """The operations demo's host (inventory.telemetry.simulator.operations_scenario), collected
+    by a simulator agent of its own (its `simulator` label, inventory.collection); None when it
+    exists already."""
+    spec = operations_host()
+    if Host.objects.filter(name=spec.name).exists():
+        return None
+    with open_change():
+        host = _create_host(spec, labels={"simulator": "operations"})
+        for name, priority in OPERATIONS_PRIORITIES.items():
+            ServedModel.objects.filter(name=name).update(priority=priority)
+        # Its agent serves no inference endpoints (the demo fleet's agent has the port).
+        host.deployments.update(endpoint_url="")
+        _record_seeded(host, snapshot(host), host=host,
+                       comment=f"operations demo: {host.gpus.count()} cards, "
+                       f"{host.deployments.count()} deployments")  # fmt: skip
+    return host
+
+
 def _record_seeded(obj, after: dict, *, host=None, comment: str = "") -> None:
     record(actor=None, action=Action.DEMO_SEED, obj=obj, before=None, after=after, host=host,
            comment=comment or "demo data")  # fmt: skip
 
 
-def _create_host(spec: HostSpec) -> Host:
+def _create_host(spec: HostSpec, *, labels: dict | None = None) -> Host:
     host = Host.objects.create(
         name=spec.name,
         address=f"{spec.name}.demo.internal",
         collector=Host.Collector.SIMULATED,
-        labels={"fleet": "demo"},
+        labels={"fleet": "demo", **(labels or {})},
         description=_DESCRIPTIONS.get(spec.name, ""),
     )
     gpus, slices = [], {}

@@ -21,7 +21,7 @@ from console.audit.changes import open_change, record
 from console.operations import services
 from console.operations.decisions import degradation as decisions
 from console.operations.models import DegradationRun, HostAction, StandingPolicy
-from inventory.models import Deployment, Event, Gpu
+from inventory.models import CardRefusal, Deployment, Event, Gpu
 from inventory.timeseries import queries
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,8 @@ def operations_user():
 
 def on_card_over_limit(card_pk: int, *, event_pk: int | None = None) -> DegradationRun | None:
     """Degrade a card past its limit (idempotent: a card already being degraded, or an event
-    already handled, starts nothing new). None when the card is within its limit."""
+        already handled, starts nothing new; nor does a card refusing new loads until a person
+    clears it). None when the card is within its limit."""
     gpu = Gpu.objects.select_related("host").get(pk=card_pk)
     event = Event.objects.filter(pk=event_pk).first() if event_pk else None
     open_run = DegradationRun.objects.filter(
@@ -93,6 +94,10 @@ def on_card_over_limit(card_pk: int, *, event_pk: int | None = None) -> Degradat
     ).first()
     if open_run is not None:
         return open_run
+    if CardRefusal.objects.filter(gpu=gpu, cleared_at__isnull=True).exists():
+        # An earlier run did all its policy allows and the card waits for a person: another
+        # run would shrink the same tenant again, each time below the last run's floor.
+        return None
     if event is not None and DegradationRun.objects.filter(event=event).exists():
         return None
     card = card_state(gpu, event)

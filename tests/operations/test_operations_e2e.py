@@ -25,9 +25,8 @@ from console.operations.models import (
     MpsRecovery,
     StandingPolicy,
 )
-from inventory.demo import _create_host
-from inventory.models import CardSample, Deployment, Event, ServedModel
-from inventory.telemetry.simulator.operations_scenario import operations_host
+from inventory.models import CardSample, Deployment, Event
+from tests.operations.support import publishing_to
 from tests.processes import Processes, database_url_for_processes, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -60,7 +59,7 @@ def _purge_shared_broker():
     if "data_folder_in" in options:
         return
     with app.connection_for_write() as conn:
-        for queue in ("ingest", "host.simulator", "celery"):
+        for queue in ("ingest", "host.simulator", "host.simulator.operations", "celery"):
             channel = conn.channel()
             try:
                 channel.queue_purge(queue)
@@ -70,7 +69,7 @@ def _purge_shared_broker():
                 channel.close()
 
 
-def _start(tmp_path, host, agent_env):
+def _start(tmp_path, host, agent_env, queue="host.simulator"):
     env = {
         "DATABASE_URL": database_url_for_processes(),
         "AGENT_FLUSH_INTERVAL_S": "2",
@@ -93,12 +92,14 @@ def _start(tmp_path, host, agent_env):
     processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
     processes.agent(
         "agent",
-        "host.simulator",
+        queue,
         {
             "AGENT_SOURCE": "simulator",
             "SIMULATOR_FLEET": "operations",
             "AGENT_SECRET_FILE": str(secrets),
             "AGENT_STATE_DIR": str(tmp_path / "agent-state"),
+            # No simulated inference endpoints: nothing here asks them, and the port may be taken.
+            "SIMULATOR_ENDPOINTS_PORT": "0",
             **agent_env,
         },
     )
@@ -110,15 +111,6 @@ def _logs(processes):
     return lambda: "\n".join(
         f"--- {name} ---\n{processes.log(name)[-2500:]}" for name in PROCESS_NAMES
     )
-
-
-@pytest.fixture
-def ops_host(settings):
-    settings.COLLECTION_PLAN_INTERVAL_S = 2.0
-    host = _create_host(operations_host())
-    ServedModel.objects.filter(name="chat-70b-awq").update(priority=1)
-    ServedModel.objects.filter(name="batch-8b").update(priority=3)
-    return host
 
 
 def _deployment(host, name):
@@ -140,19 +132,20 @@ def _approved(action_name, host, deployment, personas, **params):
 def test_without_an_actions_file_the_agent_refuses_every_action(ops_host, personas, tmp_path):
     processes = _start(tmp_path, ops_host, {})
     try:
-        wait_for(
-            lambda: CardSample.objects.filter(gpu__host=ops_host).exists(),
-            timeout=120,
-            what="samples from the operations host",
-            logs=_logs(processes),
-        )
-        action = _approved("restart", ops_host, _deployment(ops_host, "code-8b"), personas)
-        wait_for(
-            lambda: HostAction.objects.get(pk=action.pk).finished,
-            timeout=60,
-            what="the agent's answer",
-            logs=_logs(processes),
-        )
+        with publishing_to(processes.env):
+            wait_for(
+                lambda: CardSample.objects.filter(gpu__host=ops_host).exists(),
+                timeout=120,
+                what="samples from the operations host",
+                logs=_logs(processes),
+            )
+            action = _approved("restart", ops_host, _deployment(ops_host, "code-8b"), personas)
+            wait_for(
+                lambda: HostAction.objects.get(pk=action.pk).finished,
+                timeout=60,
+                what="the agent's answer",
+                logs=_logs(processes),
+            )
     finally:
         processes.stop()
     action.refresh_from_db()
@@ -176,89 +169,90 @@ def test_actions_degradation_mps_recovery_and_an_off_peak_reload(ops_host, perso
     )
     logs = _logs(processes)
     try:
-        # 1. An allowed action runs once however often it is delivered, and is audited.
-        chat = _deployment(ops_host, "chat-70b-awq")
-        action = _approved("start", ops_host, chat, personas)
-        messages.publish(action)  # the broker delivers it a second time
-        wait_for(
-            lambda: HostAction.objects.get(pk=action.pk).deliveries >= 2,
-            timeout=120,
-            what="both deliveries of the start request answered",
-            logs=logs,
-        )
-        action.refresh_from_db()
-        assert action.state == HostAction.State.SUCCEEDED
-        assert counter.read_text().splitlines() == ["start"]
-        outcomes = AuditEntry.objects.filter(
-            action=Action.HOST_ACTION_OUTCOME, object_id=str(action.pk)
-        )
-        assert outcomes.count() == 2
-        assert AuditEntry.objects.filter(
-            action=Action.HOST_ACTION_APPROVE, object_id=str(action.pk), actor_name="approver"
-        ).exists()
+        with publishing_to(processes.env):
+            # 1. An allowed action runs once however often it is delivered, and is audited.
+            chat = _deployment(ops_host, "chat-70b-awq")
+            action = _approved("start", ops_host, chat, personas)
+            messages.publish(action)  # the broker delivers it a second time
+            wait_for(
+                lambda: HostAction.objects.get(pk=action.pk).deliveries >= 2,
+                timeout=120,
+                what="both deliveries of the start request answered",
+                logs=logs,
+            )
+            action.refresh_from_db()
+            assert action.state == HostAction.State.SUCCEEDED
+            assert counter.read_text().splitlines() == ["start"]
+            outcomes = AuditEntry.objects.filter(
+                action=Action.HOST_ACTION_OUTCOME, object_id=str(action.pk)
+            )
+            assert outcomes.count() == 2
+            assert AuditEntry.objects.filter(
+                action=Action.HOST_ACTION_APPROVE, object_id=str(action.pk), actor_name="approver"
+            ).exists()
 
-        # 2. Card 0 at 96%: the batch model's KV is shrunk first and the card recovers.
-        run = wait_for(
-            lambda: DegradationRun.objects.filter(
-                gpu__host=ops_host, gpu__index=0, state=DegradationRun.State.RECOVERED
-            ).first(),
-            timeout=150,
-            what="card 0 degraded below its limit",
-            logs=logs,
-        )
-        first = run.plan[0]
-        assert (first["kind"], first["runtime_name"]) == ("shrink_kv", "batch-8b")
-        assert first["kv_to_bytes"] < first["kv_from_bytes"]
-        assert run.used_before_bytes >= 0.95 * run.total_bytes
-        assert run.used_after_bytes < 0.95 * run.total_bytes
-        shrink = run.actions.get()
-        assert (shrink.action, shrink.state, shrink.policy.kind) == (
-            "reload_with",
-            "succeeded",
-            "degradation",
-        )
-        batch = _deployment(ops_host, "batch-8b")
-        assert batch.kv_reservation_bytes == first["kv_to_bytes"]  # the inventory follows
-        assert AuditEntry.objects.filter(
-            action=Action.DEPLOYMENT_RESIZE, object_id=str(batch.pk)
-        ).exists()
+            # 2. Card 0 at 96%: the batch model's KV is shrunk first and the card recovers.
+            run = wait_for(
+                lambda: DegradationRun.objects.filter(
+                    gpu__host=ops_host, gpu__index=0, state=DegradationRun.State.RECOVERED
+                ).first(),
+                timeout=150,
+                what="card 0 degraded below its limit",
+                logs=logs,
+            )
+            first = run.plan[0]
+            assert (first["kind"], first["runtime_name"]) == ("shrink_kv", "batch-8b")
+            assert first["kv_to_bytes"] < first["kv_from_bytes"]
+            assert run.used_before_bytes >= 0.95 * run.total_bytes
+            assert run.used_after_bytes < 0.95 * run.total_bytes
+            shrink = run.actions.get()
+            assert (shrink.action, shrink.state, shrink.policy.kind) == (
+                "reload_with",
+                "succeeded",
+                "degradation",
+            )
+            batch = _deployment(ops_host, "batch-8b")
+            assert batch.kv_reservation_bytes == first["kv_to_bytes"]  # the inventory follows
+            assert AuditEntry.objects.filter(
+                action=Action.DEPLOYMENT_RESIZE, object_id=str(batch.pk)
+            ).exists()
 
-        # 3. The MPS server of card 1 crashes; it is restarted and both clients come back.
-        recovery = wait_for(
-            lambda: MpsRecovery.objects.filter(
-                host=ops_host, state=MpsRecovery.State.RECOVERED
-            ).first(),
-            timeout=200,
-            what="the MPS server restarted and its clients back",
-            logs=logs,
-        )
-        assert set(recovery.clients) == {"embed-mps-a", "embed-mps-b"}
-        for client in recovery.clients.values():
-            assert client["returned_pid"] and client["returned_pid"] != client["pid"]
-        restart = recovery.actions.get()
-        assert (restart.action, restart.state, restart.params) == (
-            "mps_restart",
-            "succeeded",
-            {"card_index": 1},
-        )
+            # 3. The MPS server of card 1 crashes; it is restarted and both clients come back.
+            recovery = wait_for(
+                lambda: MpsRecovery.objects.filter(
+                    host=ops_host, state=MpsRecovery.State.RECOVERED
+                ).first(),
+                timeout=200,
+                what="the MPS server restarted and its clients back",
+                logs=logs,
+            )
+            assert set(recovery.clients) == {"embed-mps-a", "embed-mps-b"}
+            for client in recovery.clients.values():
+                assert client["returned_pid"] and client["returned_pid"] != client["pid"]
+            restart = recovery.actions.get()
+            assert (restart.action, restart.state, restart.params) == (
+                "mps_restart",
+                "succeeded",
+                {"card_index": 1},
+            )
 
-        # 4. An approved off-peak reload runs in its window, fragmentation before and after.
-        now = timezone.now()
-        code = _deployment(ops_host, "code-8b")
-        plan = DefragPlan.objects.create(
-            host=ops_host, window_start=now, window_end=now + dt.timedelta(minutes=10)
-        )
-        DefragReload.objects.create(
-            plan=plan, deployment=code, gpu=code.gpus.get(), order=0, not_before=now,
-            reason="fragmentation_index", estimated_bytes=0,
-        )  # fmt: skip
-        off_peak.do_decide_plan(plan, acting_user=personas["approver"], approve=True)
-        reload = wait_for(
-            lambda: DefragReload.objects.filter(plan=plan, state="done").first(),
-            timeout=150,
-            what="the planned reload done and measured",
-            logs=logs,
-        )
+            # 4. An approved off-peak reload runs in its window, fragmentation before and after.
+            now = timezone.now()
+            code = _deployment(ops_host, "code-8b")
+            plan = DefragPlan.objects.create(
+                host=ops_host, window_start=now, window_end=now + dt.timedelta(minutes=10)
+            )
+            DefragReload.objects.create(
+                plan=plan, deployment=code, gpu=code.gpus.get(), order=0, not_before=now,
+                reason="fragmentation_index", estimated_bytes=0,
+            )  # fmt: skip
+            off_peak.do_decide_plan(plan, acting_user=personas["approver"], approve=True)
+            reload = wait_for(
+                lambda: DefragReload.objects.filter(plan=plan, state="done").first(),
+                timeout=150,
+                what="the planned reload done and measured",
+                logs=logs,
+            )
     finally:
         processes.stop()
     assert reload.action.state == HostAction.State.SUCCEEDED

@@ -2,7 +2,6 @@
 without a standing policy, the OOM trigger and the page (no worker processes)."""
 
 import json
-import time
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -16,43 +15,9 @@ from console.operations.tasks import record_action_outcome
 from console.proposals.models import Proposal
 from inventory.models import CardRefusal, Event
 from inventory.telemetry import signing
-from inventory.timeseries.ingest import ingest_batch
-from tests.batches import batch, card_row, process_row
-from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory
+from tests.factories import GIB
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def card():
-    """One 80 GiB card: a priority-1 model (40 GiB) and a priority-3 one (36.5 GiB) at 96%."""
-    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
-    important = DeploymentFactory(
-        host=gpu.host, gpus=[gpu], runtime_name="chat",
-        served_model=ServedModelFactory(name="chat-model", priority=1),
-        kv_reservation_bytes=8 * GIB,
-    )  # fmt: skip
-    cheap = DeploymentFactory(
-        host=gpu.host, gpus=[gpu], runtime_name="batch",
-        served_model=ServedModelFactory(name="batch-model", priority=3),
-        kv_reservation_bytes=12 * GIB,
-    )  # fmt: skip
-    now = time.time()
-    used = int(76.8 * GIB)
-    ingest_batch(
-        batch(
-            gpu.host,
-            start=now - 10,
-            end=now,
-            cards=[card_row(gpu, used_max=used, used_last=used, total=80 * GIB)],
-            processes=[
-                process_row(gpu, 100, used_max=40 * GIB, used_last=40 * GIB, deployment=important),
-                process_row(gpu, 200, used_max=int(36.8 * GIB), used_last=int(36.8 * GIB),
-                            deployment=cheap),
-            ],
-        )
-    )  # fmt: skip
-    return gpu, important, cheap
 
 
 def test_an_action_waits_for_a_second_person(personas, card):

@@ -1,0 +1,54 @@
+"""The card most operations tests start from."""
+
+import time
+
+import pytest
+
+from inventory.demo import _create_host
+from inventory.models import ServedModel
+from inventory.telemetry.simulator.operations_scenario import operations_host
+from inventory.timeseries.ingest import ingest_batch
+from tests.batches import batch, card_row, process_row
+from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory
+
+
+@pytest.fixture
+def card():
+    """One 80 GiB card: a priority-1 model (40 GiB) and a priority-3 one (36.5 GiB) at 96%."""
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    important = DeploymentFactory(
+        host=gpu.host, gpus=[gpu], runtime_name="chat",
+        served_model=ServedModelFactory(name="chat-model", priority=1),
+        kv_reservation_bytes=8 * GIB,
+    )  # fmt: skip
+    cheap = DeploymentFactory(
+        host=gpu.host, gpus=[gpu], runtime_name="batch",
+        served_model=ServedModelFactory(name="batch-model", priority=3),
+        kv_reservation_bytes=12 * GIB,
+    )  # fmt: skip
+    now = time.time()
+    used = int(76.8 * GIB)
+    ingest_batch(
+        batch(
+            gpu.host,
+            start=now - 10,
+            end=now,
+            cards=[card_row(gpu, used_max=used, used_last=used, total=80 * GIB)],
+            processes=[
+                process_row(gpu, 100, used_max=40 * GIB, used_last=40 * GIB, deployment=important),
+                process_row(gpu, 200, used_max=int(36.8 * GIB), used_last=int(36.8 * GIB),
+                            deployment=cheap),
+            ],
+        )
+    )  # fmt: skip
+    return gpu, important, cheap
+
+
+@pytest.fixture
+def ops_host(settings):
+    """The operations demo's host as the end-to-end tests collect it (on host.simulator)."""
+    settings.COLLECTION_PLAN_INTERVAL_S = 2.0
+    host = _create_host(operations_host())
+    ServedModel.objects.filter(name="chat-70b-awq").update(priority=1)
+    ServedModel.objects.filter(name="batch-8b").update(priority=3)
+    return host
