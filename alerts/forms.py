@@ -51,6 +51,19 @@ class RuleForm(forms.ModelForm):
         model = AlertRule
         fields = ["name", "severity", "enabled", "scope", "scope_label", "host", "deployment",
                   "for_s", "resolve_after_s", "repeat_interval_s", "runbook_slug"]  # fmt: skip
+        labels = {
+            "name": _("Name"),
+            "severity": _("Severity"),
+            "enabled": _("Enabled"),
+            "scope": _("Scope"),
+            "scope_label": _("Scope label"),
+            "host": _("Host"),
+            "deployment": _("Deployment"),
+            "for_s": _("Holding for (s)"),
+            "resolve_after_s": _("Resolve after (s)"),
+            "repeat_interval_s": _("Repeat every (s)"),
+            "runbook_slug": _("Runbook"),
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

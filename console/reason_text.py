@@ -22,6 +22,7 @@ REASON_MODULES = (
     "inventory.analytics.kv_advisor",
     "inventory.analytics.copeak",
     "inventory.analytics.interference",
+    "console.ingest_reasons",
 )
 for _module in REASON_MODULES:
     import_module(_module)

@@ -48,6 +48,7 @@ def _dead_letter_state(letter: DeadLetter) -> dict:
         "status": letter.status,
         "reason_code": letter.reason_code,
         "reason": letter.reason,
+        "reason_message": letter.reason_message,
         "replays": letter.replays,
         "batch_id": letter.batch_id,
         "host_name": letter.host_name,
@@ -84,7 +85,7 @@ def do_replay_dead_letter(letter: DeadLetter, *, acting_user) -> BatchRejected |
     try:
         outcome = dead_letters.replay(letter)
     except Exception as error:  # the same failure the worker met: it stays a dead letter
-        outcome = BatchRejected("write_failed", f"{type(error).__name__}: {error}")
+        outcome = BatchRejected("write_failed", "error", error=f"{type(error).__name__}: {error}")
     with (
         open_change(acting_user),
         _changing(letter, Action.DEAD_LETTER_REPLAY, acting_user) as locked,
@@ -93,6 +94,7 @@ def do_replay_dead_letter(letter: DeadLetter, *, acting_user) -> BatchRejected |
         if isinstance(outcome, BatchRejected):
             locked.reason_code, locked.reason_path = outcome.code, outcome.path
             locked.reason = outcome.message
+            locked.reason_message = dead_letters.storable(outcome)
         else:
             _resolve(locked, DeadLetter.Status.REPLAYED, acting_user)
     return outcome if isinstance(outcome, BatchRejected) else None

@@ -6,6 +6,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from console.access import VisibleQuerySet
 from inventory.telemetry import host_actions as ha
@@ -15,9 +16,9 @@ class StandingPolicy(models.Model):
     """An approver's standing permission for the console to act on a host by itself."""
 
     class Kind(models.TextChoices):
-        DEGRADATION = "degradation", "Degradation (shrink KV, evict, refuse)"
-        MPS_RESTART = "mps_restart", "MPS server restart"
-        DEFRAG = "defrag", "Off-peak reloads"
+        DEGRADATION = "degradation", _("Degradation (shrink KV, evict, refuse)")
+        MPS_RESTART = "mps_restart", _("MPS server restart")
+        DEFRAG = "defrag", _("Off-peak reloads")
 
     host = models.ForeignKey("inventory.Host", on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=16, choices=Kind)
@@ -52,19 +53,19 @@ class HostAction(models.Model):
     """One request to a host's agent, from the console's ask to the agent's outcome."""
 
     class State(models.TextChoices):
-        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
-        SENT = "sent", "Sent"
-        SUCCEEDED = ha.SUCCEEDED, "Succeeded"
-        FAILED = ha.FAILED, "Failed"
-        TIMED_OUT = ha.TIMED_OUT, "Timed out"
-        REFUSED = ha.REFUSED, "Refused by the agent"
-        REJECTED = "rejected", "Rejected by an approver"
+        AWAITING_APPROVAL = "awaiting_approval", _("Awaiting approval")
+        SENT = "sent", _("Sent")
+        SUCCEEDED = ha.SUCCEEDED, _("Succeeded")
+        FAILED = ha.FAILED, _("Failed")
+        TIMED_OUT = ha.TIMED_OUT, _("Timed out")
+        REFUSED = ha.REFUSED, _("Refused by the agent")
+        REJECTED = "rejected", _("Rejected by an approver")
 
     class Origin(models.TextChoices):
-        MANUAL = "manual", "Asked by a person"
-        DEGRADATION = "degradation", "Degradation"
-        MPS = "mps", "MPS recovery"
-        DEFRAG = "defrag", "Off-peak reload"
+        MANUAL = "manual", _("Asked by a person")
+        DEGRADATION = "degradation", _("Degradation")
+        MPS = "mps", _("MPS recovery")
+        DEFRAG = "defrag", _("Off-peak reload")
 
     FINAL = (
         State.SUCCEEDED,
@@ -133,14 +134,14 @@ class DegradationRun(models.Model):
     """A card past its limit: the plan computed, what was asked, memory before and after."""
 
     class State(models.TextChoices):
-        ACTING = "acting", "Acting"
-        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
-        RECOVERED = "recovered", "Below the limit again"
-        NOT_RECOVERED = "not_recovered", "Still over the limit"
+        ACTING = "acting", _("Acting")
+        AWAITING_APPROVAL = "awaiting_approval", _("Awaiting approval")
+        RECOVERED = "recovered", _("Below the limit again")
+        NOT_RECOVERED = "not_recovered", _("Still over the limit")
 
     class Trigger(models.TextChoices):
-        USAGE = "usage", "Memory use over the limit"
-        OOM = "oom", "Out of memory"
+        USAGE = "usage", _("Memory use over the limit")
+        OOM = "oom", _("Out of memory")
 
     host = models.ForeignKey("inventory.Host", on_delete=models.CASCADE, related_name="+")
     gpu = models.ForeignKey("inventory.Gpu", on_delete=models.CASCADE, related_name="+")
@@ -175,11 +176,11 @@ class MpsRecovery(models.Model):
     """An MPS server crash on a card, the restarts asked, and each client's return."""
 
     class State(models.TextChoices):
-        RESTARTING = "restarting", "Restarting the server"
-        AWAITING_CLIENTS = "awaiting_clients", "Waiting for the clients"
-        RECOVERED = "recovered", "Clients back"
-        CAPPED = "capped", "Restart cap reached"
-        NO_POLICY = "no_policy", "No standing policy: left to on-call"
+        RESTARTING = "restarting", _("Restarting the server")
+        AWAITING_CLIENTS = "awaiting_clients", _("Waiting for the clients")
+        RECOVERED = "recovered", _("Clients back")
+        CAPPED = "capped", _("Restart cap reached")
+        NO_POLICY = "no_policy", _("No standing policy: left to on-call")
 
     host = models.ForeignKey("inventory.Host", on_delete=models.CASCADE, related_name="+")
     gpu = models.ForeignKey("inventory.Gpu", on_delete=models.CASCADE, related_name="+")
@@ -207,12 +208,12 @@ class DefragPlan(models.Model):
     """Reloads proposed for a host's next traffic trough, one deployment at a time."""
 
     class State(models.TextChoices):
-        PROPOSED = "proposed", "Proposed"
-        APPROVED = "approved", "Approved"
-        RUNNING = "running", "Running"
-        DONE = "done", "Done"
-        REJECTED = "rejected", "Rejected"
-        MISSED = "missed", "Window missed"
+        PROPOSED = "proposed", _("Proposed")
+        APPROVED = "approved", _("Approved")
+        RUNNING = "running", _("Running")
+        DONE = "done", _("Done")
+        REJECTED = "rejected", _("Rejected")
+        MISSED = "missed", _("Window missed")
 
     host = models.ForeignKey("inventory.Host", on_delete=models.CASCADE, related_name="+")
     window_start = models.DateTimeField()
@@ -241,11 +242,11 @@ class DefragReload(models.Model):
     """One deployment's reload within a plan, with fragmentation before and after."""
 
     class State(models.TextChoices):
-        SCHEDULED = "scheduled", "Scheduled"
-        RUNNING = "running", "Running"
-        DONE = "done", "Done"
-        FAILED = "failed", "Failed"
-        SKIPPED = "skipped", "Skipped"
+        SCHEDULED = "scheduled", _("Scheduled")
+        RUNNING = "running", _("Running")
+        DONE = "done", _("Done")
+        FAILED = "failed", _("Failed")
+        SKIPPED = "skipped", _("Skipped")
 
     plan = models.ForeignKey(DefragPlan, on_delete=models.CASCADE, related_name="reloads")
     deployment = models.ForeignKey(

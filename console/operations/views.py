@@ -26,6 +26,15 @@ from console.operations.models import (
 from inventory.models import CardRefusal, Deployment, Host
 from inventory.telemetry import host_actions as ha
 
+# What the ask form calls each action the agent knows (the agent's names stay in the value).
+ACTION_LABELS = {
+    ha.RESTART: _("Restart a deployment"),
+    ha.STOP: _("Stop a deployment"),
+    ha.START: _("Start a deployment"),
+    ha.RELOAD_WITH: _("Reload a deployment with new settings"),
+    ha.MPS_RESTART: _("Restart the MPS server"),
+}
+
 PARAMETER_FIELDS = {"kv_bytes": int, "mem_fraction": float, "card_index": int}
 
 
@@ -63,7 +72,7 @@ def _page(request, host: Host, status: int = 200, errors=()):
             "deployments": host.deployments.exclude(status=Deployment.Status.STOPPED)
             .exclude(runtime_name="")
             .select_related("served_model"),
-            "action_names": ha.ACTIONS,
+            "action_names": [(name, ACTION_LABELS[name]) for name in ha.ACTIONS],
             "policy_kinds": StandingPolicy.Kind.choices,
             "can_ask": user.has_perm("operations.add_hostaction"),
             "can_approve": user.has_perm("operations.approve_hostaction"),

@@ -55,6 +55,7 @@ from inventory.models import Deployment, Gpu, MigSlice
 from inventory.models.refusal import refused_gpu_ids
 from inventory.placement_state import WORKSPACE_ALLOWANCE, estimated_bytes_per_card
 from inventory.reports import analysis
+from inventory.reports.capacity import WINDOW as CAPACITY_WINDOW
 from inventory.reports.capacity import card_capacity
 from inventory.reports.oom import oom_counts
 from inventory.timeseries import queries
@@ -132,7 +133,7 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
                 Tenant(
                     deployment.served_model.name,
                     measured,
-                    "P95 measured, 7 days, with what NVML counts outside the allocator",
+                    Reason("gate.memory.basis.measured", {"count": CAPACITY_WINDOW.days}),
                     capacity.context_p95.get(deployment.pk, 0),
                     context.source
                     if deployment.pk in capacity.context_estimated
@@ -145,7 +146,7 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
                     estimated_bytes_per_card(
                         deployment, len(deployment.gpus.all()), gpu.product_name
                     ),
-                    "estimate: weights + KV per card + CUDA context + workspace",
+                    Reason("gate.memory.basis.estimate"),
                     context.bytes,
                     context.source,
                 )
@@ -193,9 +194,11 @@ def slice_budget(mig_slice: MigSlice, leaving: int | None) -> CardBudget:
             Tenant(
                 d.served_model.name,
                 estimated_bytes_per_card(d, 1, mig_slice.gpu.product_name),
-                "estimate"
+                Reason("gate.memory.basis.slice_estimate")
                 if d.mig_slice_id == mig_slice.pk
-                else f"estimate, on {d.mig_slice.profile_name} of the same GPU instance",
+                else Reason(
+                    "gate.memory.basis.sibling_estimate", {"profile": d.mig_slice.profile_name}
+                ),
                 context.bytes,
                 context.source,
             )
@@ -244,18 +247,25 @@ def _solver_request(proposal: Proposal, budgets: dict[Gpu, CardBudget], share: S
     }
 
 
-def _solver_choice(proposal, budgets, share) -> tuple[list[Gpu], str, Reason | str]:
+def _solver_choice(proposal, budgets, share) -> tuple[list[Gpu], Reason | None, Reason | str]:
     """(cards chosen, how, why not placed)."""
     try:
         answer = solve(_solver_request(proposal, budgets, share))
     except PlacementInputError as error:
-        return [], "", Reason("gate.memory.solver_refused", {"error": str(error)})
+        return [], None, Reason("gate.memory.solver_refused", {"error": str(error)})
     if answer["unplaced"]:
         why = answer["unplaced"][0]["reason_detail"]
-        return [], "", Reason("gate.memory.solver_no_place", {"reason": Reason.from_json(why)})
+        return [], None, Reason("gate.memory.solver_no_place", {"reason": Reason.from_json(why)})
     by_id = {str(gpu): gpu for gpu in budgets}
     chosen = [by_id[card] for card in answer["assignments"][0]["gpus"]]
-    how = f"{answer['method']} ({answer['formulation']}), {answer['solve_ms']} ms"
+    how = Reason(
+        "gate.memory.chosen_by",
+        {
+            "method": Reason(f"gate.memory.method.{answer['method']}"),
+            "formulation": Reason(f"gate.memory.formulation.{answer['formulation']}"),
+            "solve_ms": answer["solve_ms"],
+        },
+    )
     return chosen, how, ""
 
 
@@ -525,10 +535,16 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
             card_bounds=bounds,
             run=run if run or not measured else LoadTestRun("measured", ()),
             run_label=(
-                f"{'run' if measured else 'attached'} by {latest.uploaded_by.get_username()} "
-                f"at {latest.uploaded_at:%Y-%m-%d %H:%M} ({', '.join(latest.files)})"
+                Reason(
+                    "gate.load_test.run_by" if measured else "gate.load_test.attached_by",
+                    {
+                        "user": latest.uploaded_by.get_username(),
+                        "at": f"{latest.uploaded_at:%Y-%m-%d %H:%M}",
+                        "files": latest.files,
+                    },
+                )
                 if latest
-                else ""
+                else None
             ),
             telemetry=_telemetry(measured_gpus, window, bounds),
             tested_placement=result.get("placement") if measured else None,

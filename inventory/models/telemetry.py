@@ -324,7 +324,15 @@ class DeadLetter(models.Model):
     )
     reason_code = models.CharField(max_length=32, db_index=True)
     reason_path = models.CharField(max_length=200, blank=True)
-    reason = models.TextField()
+    reason = models.TextField(help_text=_("In English, for the audit trail and the command line."))
+    reason_message = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=_(
+            "The reason as a message code and figures (console.reasons), read in the reader's "
+            "language."
+        ),
+    )
     replays = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status, default=Status.PENDING, db_index=True)
     resolved_by = models.ForeignKey(

@@ -46,14 +46,111 @@ CARD_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
 MIG_UUID = re.compile(r"MIG-[0-9A-Za-z/-]{8,80}")
 
 
-class BatchRejected(Exception):
-    """The batch can never be written as it is; retrying would not help."""
+def gettext_noop(message: str) -> str:
+    """Marks a message for makemessages (it looks for this name); this package imports no
+    Django nor console, so the console translates these where it shows them."""
+    return message
 
-    def __init__(self, code: str, message: str, path: str = "") -> None:
-        super().__init__(f"{path}: {message}" if path else message)
+
+# Why a batch was refused, by "<reason code>.<message>": English str.format templates. The
+# console registers them as reason codes (REASON_PREFIX + key) and reads them in the reader's
+# language; their parameters are plain JSON values, a value's kind a nested reason (KINDS).
+MESSAGES = {
+    "not_an_object.not_an_object": gettext_noop("a batch is a JSON object, not {kind}"),
+    "unknown_schema.unknown": gettext_noop("schema {schema}, expected {expected}"),
+    "bad_interval.end_before_start": gettext_noop("interval_end is before interval_start"),
+    "bad_uuid.not_mig": gettext_noop("{value} is no NVML MIG UUID"),
+    "bad_uuid.not_card": gettext_noop("{value} is no NVML card UUID"),
+    "bad_uuid.expected_uuid": gettext_noop("expected a UUID, got {kind}"),
+    "bad_uuid.not_uuid": gettext_noop("{value} is not a UUID"),
+    "bad_type.expected_list": gettext_noop("expected a list, got {kind}"),
+    "bad_type.expected_object": gettext_noop("expected an object, got {kind}"),
+    "bad_type.expected_boolean": gettext_noop("expected true or false, got {kind}"),
+    "bad_type.expected_number": gettext_noop("expected a number, got {kind}"),
+    "bad_type.expected_whole": gettext_noop("expected a whole number, got {value}"),
+    "bad_type.expected_text": gettext_noop("expected text, got {kind}"),
+    "bad_type.unexpected": gettext_noop("unexpected {kind}"),
+    "too_many.rows": gettext_noop("{count} rows, at most {limit}"),
+    "too_many.mps_servers": gettext_noop("{count} MPS servers, at most {limit}"),
+    "missing.required": gettext_noop("required"),
+    "missing.card": gettext_noop("card_uuid or card_index is required"),
+    "not_finite.not_finite": gettext_noop("{value} is not a finite number"),
+    "out_of_range.outside": gettext_noop("{value} is outside [{low:g}, {high:g}]"),
+    "out_of_range.digits_outside": gettext_noop(
+        "a number of {digits} digits is outside [{low:g}, {high:g}]"
+    ),
+    "out_of_range.beyond_64_bits": gettext_noop("an integer beyond 64 bits"),
+    "bad_length.between": gettext_noop("{length} characters, expected {low}-{high}"),
+    "bad_length.at_most": gettext_noop("{length} characters, at most {limit}"),
+    "nul_byte.nul_byte": gettext_noop("text holds a NUL byte"),
+    "too_deep.levels": gettext_noop("nested more than {limit} levels"),
+    "duplicate.card_index": gettext_noop("card index {index} twice"),
+    "duplicate.card_uuid": gettext_noop("card {uuid} twice"),
+    "duplicate.pid": gettext_noop("PID {pid} twice on card {card}"),
+    "over_total.over_total": gettext_noop("{key} {value} is above the total of {total} bytes"),
+    "too_old.too_old": gettext_noop("older than the raw samples still kept"),
+    "in_the_future.in_the_future": gettext_noop("later than now plus the clock skew allowed"),
+    # Refused before or after the check (inventory.timeseries: the worker, signatures, ingest).
+    "undecodable.error": gettext_noop("{error}"),
+    "too_large.bytes": gettext_noop("{size} bytes, at most {limit}"),
+    "too_large.cut": gettext_noop("only the first MiB of this message was kept"),
+    "not_json.error": gettext_noop("{error}"),
+    "write_failed.error": gettext_noop("{error}"),
+    "unsigned.unsigned": gettext_noop("{host} signs its batches; this one carries no {header}"),
+    "bad_signature.bad_signature": gettext_noop(
+        "the signature does not match {host}'s secret: another sender, an old secret, or a "
+        "body changed on its way"
+    ),
+    "unknown_host.unknown_host": gettext_noop(
+        "unknown host {host}: register it in the inventory first"
+    ),
+    "card_conflict.other_host": gettext_noop(
+        "{uuid} is card {index} of host id {host_id} in the inventory"
+    ),
+    "card_conflict.replaced": gettext_noop(
+        "card {index} is {known} in the inventory, not {uuid}: a replaced card is "
+        "re-registered in the admin"
+    ),
+    # What a refused value was (``kind``).
+    "kind.object": gettext_noop("an object"),
+    "kind.list": gettext_noop("a list"),
+    "kind.text": gettext_noop("text"),
+    "kind.boolean": gettext_noop("a boolean"),
+    "kind.null": gettext_noop("null"),
+    "kind.integer": gettext_noop("int"),
+    "kind.float": gettext_noop("float"),
+}
+REASON_PREFIX = "batch_rejected."
+
+
+class BatchRejected(Exception):
+    """The batch can never be written as it is; retrying would not help.
+
+    ``code`` is the machine-readable reason (``bad_type``: what alerts and scripts match on);
+    ``says`` which of its MESSAGES explains it, filled with ``params``.
+    """
+
+    def __init__(self, code: str, says: str, path: str = "", **params: Any) -> None:
         self.code = code
-        self.message = message
+        self.says = f"{code}.{says}"
+        self.params = params
         self.path = path
+        super().__init__(f"{path}: {self.message}" if path else self.message)
+
+    @property
+    def message(self) -> str:
+        """In English."""
+        params = {
+            name: MESSAGES[value["code"].removeprefix(REASON_PREFIX)]
+            if isinstance(value, dict)
+            else value
+            for name, value in self.params.items()
+        }
+        return MESSAGES[self.says].format(**params)
+
+    def reason(self) -> dict:
+        """As a stored reason (console.reasons' JSON form): code and parameters."""
+        return {"code": REASON_PREFIX + self.says, "params": self.params}
 
 
 @dataclass(frozen=True)
@@ -223,17 +320,21 @@ _HEADER = _spec(
 def check_batch(payload: Any, window: Window) -> None:
     """Raise BatchRejected with the first problem found; return None for a sound batch."""
     if not isinstance(payload, dict):
-        raise BatchRejected("not_an_object", f"a batch is a JSON object, not {_kind(payload)}")
+        raise BatchRejected("not_an_object", "not_an_object", kind=_kind(payload))
     if payload.get("schema") != SCHEMA:
         raise BatchRejected(
-            "unknown_schema", f"schema {payload.get('schema')!r}, expected {SCHEMA}", "schema"
+            "unknown_schema",
+            "unknown",
+            "schema",
+            schema=repr(payload.get("schema")),
+            expected=SCHEMA,
         )
     for key in ("batch_id", "sampler_id"):
         _uuid(payload.get(key), key)
     _fields(payload, _HEADER, "")
     start, end = payload["interval_start"], payload["interval_end"]
     if end < start:
-        raise BatchRejected("bad_interval", "interval_end is before interval_start")
+        raise BatchRejected("bad_interval", "end_before_start")
     _in_window(start, window, "interval_start")
     _in_window(end, window, "interval_end")
     if payload.get("agent") is not None:
@@ -248,7 +349,7 @@ def check_batch(payload: Any, window: Window) -> None:
     for position, row in enumerate(_rows(payload, "mig_devices", _MIG)):
         path = f"mig_devices[{position}]"
         if not MIG_UUID.fullmatch(row["uuid"]):
-            raise BatchRejected("bad_uuid", f"{row['uuid']!r} is no NVML MIG UUID", f"{path}.uuid")
+            raise BatchRejected("bad_uuid", "not_mig", f"{path}.uuid", value=repr(row["uuid"]))
         _used_within(row, row.get("total_bytes"), path)
     processes = _rows(payload, "processes", _PROCESS)
     _processes(processes, totals)
@@ -274,9 +375,9 @@ def _rows(payload: dict, key: str, fields: _Spec) -> list[dict]:
     if rows is None:
         return []
     if not isinstance(rows, list):
-        raise BatchRejected("bad_type", f"expected a list, got {_kind(rows)}", key)
+        raise BatchRejected("bad_type", "expected_list", key, kind=_kind(rows))
     if len(rows) > MAX_LIST[key]:
-        raise BatchRejected("too_many", f"{len(rows)} rows, at most {MAX_LIST[key]}", key)
+        raise BatchRejected("too_many", "rows", key, count=len(rows), limit=MAX_LIST[key])
     for position, row in enumerate(rows):
         if type(row) is not dict:
             _object(row, f"{key}[{position}]")
@@ -314,51 +415,52 @@ def _refuse(value: Any, field: _Field, where: str) -> None:
     if field.kind is str:
         _string(value, field, where)
     elif field.kind is bool:
-        raise BatchRejected("bad_type", f"expected true or false, got {_kind(value)}", where)
+        raise BatchRejected("bad_type", "expected_boolean", where, kind=_kind(value))
     else:
         _number(value, field, where)
-    raise BatchRejected("bad_type", f"unexpected {_kind(value)}", where)
+    raise BatchRejected("bad_type", "unexpected", where, kind=_kind(value))
 
 
 def _number(value: Any, field: _Field, where: str) -> None:
     # bool is an int in Python, never in a batch; a float cannot go into an integer column.
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BatchRejected("bad_type", f"expected a number, got {_kind(value)}", where)
+        raise BatchRejected("bad_type", "expected_number", where, kind=_kind(value))
     if field.kind is int and not isinstance(value, int):
-        raise BatchRejected("bad_type", f"expected a whole number, got {value!r}", where)
+        raise BatchRejected("bad_type", "expected_whole", where, value=repr(value))
     if isinstance(value, float) and not math.isfinite(value):
-        raise BatchRejected("not_finite", f"{value!r} is not a finite number", where)
+        raise BatchRejected("not_finite", "not_finite", where, value=repr(value))
     if not field.low <= value <= field.high:
-        shown = value if abs(value) < 1e30 else f"a number of {len(str(int(value)))} digits"
-        raise BatchRejected(
-            "out_of_range", f"{shown} is outside [{field.low:g}, {field.high:g}]", where
-        )
+        bounds = {"low": field.low, "high": field.high}
+        if abs(value) < 1e30:
+            raise BatchRejected("out_of_range", "outside", where, value=value, **bounds)
+        digits = len(str(int(value)))
+        raise BatchRejected("out_of_range", "digits_outside", where, digits=digits, **bounds)
 
 
 def _string(value: Any, field: _Field, where: str) -> None:
     if not isinstance(value, str):
-        raise BatchRejected("bad_type", f"expected text, got {_kind(value)}", where)
+        raise BatchRejected("bad_type", "expected_text", where, kind=_kind(value))
     if not field.low <= len(value) <= field.high:
         raise BatchRejected(
-            "bad_length", f"{len(value)} characters, expected {field.low}-{field.high}", where
+            "bad_length", "between", where, length=len(value), low=field.low, high=field.high
         )
     if "\x00" in value:
-        raise BatchRejected("nul_byte", "text holds a NUL byte", where)
+        raise BatchRejected("nul_byte", "nul_byte", where)
 
 
 def _strings(value: Any, where: str, depth: int) -> None:
     """Free-form JSON (event details): bounded depth, no NUL byte anywhere, keys included."""
     if depth > 8:
-        raise BatchRejected("too_deep", "nested more than 8 levels", where)
+        raise BatchRejected("too_deep", "levels", where, limit=8)
     if isinstance(value, str):
         if "\x00" in value:
-            raise BatchRejected("nul_byte", "text holds a NUL byte", where)
+            raise BatchRejected("nul_byte", "nul_byte", where)
         if len(value) > 65536:
-            raise BatchRejected("bad_length", f"{len(value)} characters, at most 65536", where)
+            raise BatchRejected("bad_length", "at_most", where, length=len(value), limit=65536)
     elif isinstance(value, float) and not math.isfinite(value):
-        raise BatchRejected("not_finite", f"{value!r} is not a finite number", where)
+        raise BatchRejected("not_finite", "not_finite", where, value=repr(value))
     elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > BIGINT:
-        raise BatchRejected("out_of_range", "an integer beyond 64 bits", where)
+        raise BatchRejected("out_of_range", "beyond_64_bits", where)
     elif isinstance(value, dict):
         for key, item in value.items():
             _strings(key, where, depth + 1)
@@ -371,9 +473,9 @@ def _strings(value: Any, where: str, depth: int) -> None:
 def _mps_servers(servers: Any) -> None:
     """The agent's live MPS state: a list of server objects, free-form inside but bounded."""
     if not isinstance(servers, list):
-        raise BatchRejected("bad_type", f"expected a list, got {_kind(servers)}", "agent.mps")
+        raise BatchRejected("bad_type", "expected_list", "agent.mps", kind=_kind(servers))
     if len(servers) > 64:
-        raise BatchRejected("too_many", f"{len(servers)} MPS servers, at most 64", "agent.mps")
+        raise BatchRejected("too_many", "mps_servers", "agent.mps", count=len(servers), limit=64)
     for position, server in enumerate(servers):
         _strings(_object(server, f"agent.mps[{position}]"), f"agent.mps[{position}]", depth=0)
 
@@ -383,15 +485,13 @@ def _cards(cards: list[dict]) -> None:
     for position, card in enumerate(cards):
         path = f"cards[{position}]"
         if card.get("uuid") and not CARD_UUID.fullmatch(card["uuid"]):
-            raise BatchRejected(
-                "bad_uuid", f"{card['uuid']!r} is no NVML card UUID", f"{path}.uuid"
-            )
+            raise BatchRejected("bad_uuid", "not_card", f"{path}.uuid", value=repr(card["uuid"]))
         if card["index"] in seen_index:
-            raise BatchRejected("duplicate", f"card index {card['index']} twice", path)
+            raise BatchRejected("duplicate", "card_index", path, index=card["index"])
         seen_index.add(card["index"])
         if card.get("uuid"):
             if card["uuid"] in seen_uuid:
-                raise BatchRejected("duplicate", f"card {card['uuid']} twice", path)
+                raise BatchRejected("duplicate", "card_uuid", path, uuid=card["uuid"])
             seen_uuid.add(card["uuid"])
         total = card.get("total_bytes")
         _used_within(card, total, path)
@@ -405,11 +505,11 @@ def _processes(rows: list[dict], totals: dict) -> None:
         path = f"processes[{position}]"
         card = row.get("card_uuid") or row.get("card_index")
         if card is None:
-            raise BatchRejected("missing", "card_uuid or card_index is required", path)
+            raise BatchRejected("missing", "card", path)
         # NVML lists an MPS client in its compute and its MPS list: one row of each kind.
         key = (card, row["pid"], row.get("kind"))
         if key in seen:
-            raise BatchRejected("duplicate", f"PID {row['pid']} twice on card {card}", path)
+            raise BatchRejected("duplicate", "pid", path, pid=row["pid"], card=card)
         seen.add(key)
         _used_within(row, totals.get(card), path)
 
@@ -424,33 +524,36 @@ def _not_above(value: int | None, total: int | None, key: str, path: str) -> Non
         return
     if value > total * (1 + USED_OVER_TOTAL_TOLERANCE):
         raise BatchRejected(
-            "over_total", f"{key} {value} is above the total of {total} bytes", f"{path}.{key}"
+            "over_total", "over_total", f"{path}.{key}", key=key, value=value, total=total
         )
 
 
 def _in_window(ts: float, window: Window, where: str) -> None:
     if ts < window.oldest:
-        raise BatchRejected("too_old", "older than the raw samples still kept", where)
+        raise BatchRejected("too_old", "too_old", where)
     if ts > window.newest:
-        raise BatchRejected("in_the_future", "later than now plus the clock skew allowed", where)
+        raise BatchRejected("in_the_future", "in_the_future", where)
 
 
 def _uuid(value: Any, where: str) -> None:
     if not isinstance(value, str) or len(value) > 64:
-        raise BatchRejected("bad_uuid", f"expected a UUID, got {_kind(value)}", where)
+        raise BatchRejected("bad_uuid", "expected_uuid", where, kind=_kind(value))
     try:
         uuid.UUID(value)
     except ValueError:
-        raise BatchRejected("bad_uuid", f"{value!r} is not a UUID", where) from None
+        raise BatchRejected("bad_uuid", "not_uuid", where, value=repr(value)) from None
 
 
 def _object(value: Any, where: str) -> dict:
     if not isinstance(value, dict):
-        raise BatchRejected("bad_type", f"expected an object, got {_kind(value)}", where)
+        raise BatchRejected("bad_type", "expected_object", where, kind=_kind(value))
     return value
 
 
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "text", bool: "a boolean"}.get(
-        type(value), "null" if value is None else type(value).__name__
-    )
+_KINDS = {dict: "object", list: "list", str: "text", bool: "boolean", type(None): "null",
+          int: "integer", float: "float"}  # fmt: skip
+
+
+def _kind(value: Any) -> dict:
+    """What JSON value this was, as a reason (JSON decodes to no other type)."""
+    return {"code": f"{REASON_PREFIX}kind.{_KINDS.get(type(value), 'object')}", "params": {}}

@@ -40,6 +40,7 @@ def keep(letters: list[Letter]) -> list[DeadLetter]:
                 reason_code=letter.rejected.code[:32],
                 reason_path=letter.rejected.path[:200],
                 reason=letter.rejected.message.replace("\x00", "\\x00")[:4000],
+                reason_message=storable(letter.rejected),
                 signature=(letter.signature or "")[:100],
             )
             for letter in letters
@@ -52,13 +53,27 @@ def replay(letter: DeadLetter) -> IngestResult | BatchRejected:
     propagate."""
     body = bytes(letter.body)
     if letter.size > len(body):
-        return BatchRejected("too_large", "only the first MiB of this message was kept")
+        return BatchRejected("too_large", "cut")
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as error:
-        return BatchRejected("not_json", str(error))
+        return BatchRejected("not_json", "error", error=str(error))
     (forged,) = check_signatures([Signed(payload, body, letter.signature or None)])
     return forged or ingest_batches([payload])[0]
+
+
+def storable(rejected: BatchRejected) -> dict:
+    """The rejection's reason as a JSON column takes it: PostgreSQL's jsonb holds no NUL, and
+    a quoted value is bounded as the text reason is."""
+    return _bounded(rejected.reason())
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\\x00")[:4000]
+    if isinstance(value, dict):
+        return {key: _bounded(item) for key, item in value.items()}
+    return value
 
 
 def decoded(letter: DeadLetter) -> Any:

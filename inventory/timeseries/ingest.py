@@ -93,9 +93,7 @@ def ingest_batches(
             check_batch(payload, window)
             if payload["host"] not in hosts:
                 raise BatchRejected(
-                    "unknown_host",
-                    f"unknown host {payload['host']!r}: register it in the inventory first",
-                    "host",
+                    "unknown_host", "unknown_host", "host", host=repr(payload["host"])
                 )
             _check_cards(payload, hosts[payload["host"]], cards)
         except BatchRejected as rejected:
@@ -146,20 +144,17 @@ def _check_cards(payload: dict, host: Host, known: dict[str, tuple[int, int]]) -
         where = known.get(card.get("uuid"))
         if where is not None and where != (host.pk, card["index"]):
             raise BatchRejected(
-                "card_conflict",
-                f"{card['uuid']} is card {where[1]} of host id {where[0]} in the inventory",
-                f"cards[{position}].uuid",
-            )
+                "card_conflict", "other_host", f"cards[{position}].uuid",
+                uuid=card["uuid"], index=where[1], host_id=where[0],
+            )  # fmt: skip
         if where is None and card.get("uuid"):
             if taken is None:
                 taken = dict(host.gpus.values_list("index", "uuid"))
             if card["index"] in taken:
                 raise BatchRejected(
-                    "card_conflict",
-                    f"card {card['index']} is {taken[card['index']]} in the inventory, not "
-                    f"{card['uuid']}: a replaced card is re-registered in the admin",
-                    f"cards[{position}].uuid",
-                )
+                    "card_conflict", "replaced", f"cards[{position}].uuid",
+                    index=card["index"], known=taken[card["index"]], uuid=card["uuid"],
+                )  # fmt: skip
 
 
 def _hosts_by_name(payloads: list[dict]) -> dict[str, Host]:

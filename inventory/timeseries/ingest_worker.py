@@ -150,16 +150,16 @@ class IngestWorker(ConsumerMixin):
         errors = getattr(message, "errors", None)
         undecodable = undecodable or (errors[0][1] if errors else None)
         if undecodable is not None:
-            item.rejected = BatchRejected("undecodable", str(undecodable)[:500])
+            item.rejected = BatchRejected("undecodable", "error", error=str(undecodable)[:500])
         elif len(body) > MAX_BATCH_BYTES:
             item.rejected = BatchRejected(
-                "too_large", f"{len(body)} bytes, at most {MAX_BATCH_BYTES}"
+                "too_large", "bytes", size=len(body), limit=MAX_BATCH_BYTES
             )
         else:
             try:
                 item.payload = orjson.loads(body)
             except orjson.JSONDecodeError as error:
-                item.rejected = BatchRejected("not_json", str(error))
+                item.rejected = BatchRejected("not_json", "error", error=str(error))
         if not self.pending:
             self._first_at = time.monotonic()
         self.pending.append(item)
@@ -231,7 +231,9 @@ class IngestWorker(ConsumerMixin):
             if _is_outage(error):
                 raise _Outage(str(error)) from error
             if len(items) == 1:
-                return [BatchRejected("write_failed", f"{type(error).__name__}: {error}")]
+                return [
+                    BatchRejected("write_failed", "error", error=f"{type(error).__name__}: {error}")
+                ]
             log.warning("a group of %d failed (%s: %s); writing its halves apart", len(items),
                         type(error).__name__, error)  # fmt: skip
             middle = len(items) // 2

@@ -43,15 +43,9 @@ def _check(batch: Signed, secrets: dict[str, str | None]) -> BatchRejected | Non
     if host not in secrets or secrets[host] is None or not settings.INGEST_REQUIRE_SIGNATURE:
         return None
     if not batch.signature:
-        return BatchRejected(
-            "unsigned", f"{host} signs its batches; this one carries no {signing.HEADER}"
-        )
+        return BatchRejected("unsigned", "unsigned", host=host, header=signing.HEADER)
     if not signing.verify(secrets[host], batch.body, batch.signature):
-        return BatchRejected(
-            "bad_signature",
-            f"the signature does not match {host}'s secret: another sender, an old secret, "
-            "or a body changed on its way",
-        )
+        return BatchRejected("bad_signature", "bad_signature", host=host)
     return None
 
 

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 
 from console.access import get_changeable_or_403, get_visible_or_404
 from console.pagination import page_of
+from console.reason_text import render_here
 from inventory.models import DeadLetter
 from inventory.services import AlreadyResolved, do_discard_dead_letter, do_replay_dead_letter
 from inventory.timeseries.dead_letters import decoded
@@ -70,13 +71,18 @@ def dead_letter_replay(request, pk: int):
         messages.error(
             request,
             _("Replay failed again (%(code)s): %(failure)s")
-            % {"code": failed.code, "failure": failed},
+            % {"code": failed.code, "failure": _failure(failed)},
         )
     else:
         messages.success(
             request, _("%(letter)s replayed: its batch is written.") % {"letter": letter}
         )
     return redirect("dead-letter-detail", pk=pk)
+
+
+def _failure(failed) -> str:
+    said = render_here(failed.reason())
+    return f"{failed.path}: {said}" if failed.path else said
 
 
 @require_POST

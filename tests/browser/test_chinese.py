@@ -12,12 +12,18 @@ import re
 import pytest
 from django.utils import timezone
 
+from alerts.models import AlertRule
+from console.proposals.models import LoadTest
 from inventory.analytics.oom_triage import triage_snapshot
 from inventory.models import DeadLetter, Deployment, Event
+from inventory.telemetry.batch_schema import BatchRejected
+from inventory.timeseries.dead_letters import storable
 from runbooks.models import MPS_NOTE_SLUG, RunbookNote
+from tests.alerts.support import matrix_objects as alert_objects
 from tests.batches import GIB, write_history
 from tests.console.test_i18n import TRUE_PEAK_SNAPSHOT
 from tests.factories import DeploymentFactory, GpuFactory, UserFactory
+from tests.operations.support import matrix_objects as operation_objects
 from tests.proposals.support import ready_proposal
 
 pytestmark = [
@@ -44,13 +50,22 @@ PAGES = [
     "/proposals/{proposal}/",
     "/ingest/dead-letters/",
     "/ingest/dead-letters/{letter}/",
+    "/alerts/",
+    "/alerts/{alert}/",
+    "/alerts/rules/",
+    "/alerts/rules/{rule}/edit/",
+    "/alerts/silences/new/",
+    "/hosts/{host}/operations/",
+    "/accounts/profile/",
+    "/proposals/{proposal}/load-tests/{load_test}/",
 ]
+PERSONAS = {"oncall": ["oncall"], "approver": ["approver"], "manager": ["manager"], "outsider": []}
 # Terms the Chinese console keeps as they are (docs/glossary-zh.md), and units.
 KEPT = {
     "GPU", "MIG", "MPS", "KV", "P95", "P99", "SLO", "OOM", "OOMs", "GiB", "MiB", "UUID", "CSV",
     "Xid", "NVML", "SM", "SMs", "ID", "token", "vLLM", "SGLang", "TGI", "Ollama", "JSON",
     "UTC", "ISO", "ms", "Webhook", "Markdown", "English", "NVIDIA", "SXM4", "HBM3", "PCIe",
-    "API",
+    "API", "TTFT", "ITL",
 }  # fmt: skip
 # Where the page chrome is: what the console itself says, not the data it shows.
 CHROME = (
@@ -83,21 +98,57 @@ def fleet():
                          cause_reason=triage.reason.to_json(), snapshot=TRUE_PEAK_SNAPSHOT,
                          at=timezone.now() - dt.timedelta(minutes=30),
                          batch_id="00000000-0000-4000-8000-0000000000e1", position=0)  # fmt: skip
-    author = UserFactory(username="oncall", password=PASSWORD, roles=["oncall"])
-    proposal = ready_proposal(author, host=gpu.host, gpus=[gpu])
+    users = {
+        name: UserFactory(username=name, password=PASSWORD, roles=roles)
+        for name, roles in PERSONAS.items()
+    }
+    proposal = ready_proposal(users["oncall"], host=gpu.host, gpus=[gpu])
+    rejected = BatchRejected("unknown_host", "unknown_host", "host", host="'nowhere'")
     letter = DeadLetter.objects.create(
-        body=b'{"host": "nowhere"}', size=19, reason_code="unknown_host", reason="unknown host"
-    )
+        body=b'{"host": "nowhere"}', size=19, reason_code=rejected.code, reason=rejected.message,
+        reason_path=rejected.path, reason_message=storable(rejected),
+    )  # fmt: skip
+    alerts = alert_objects(gpu.host)
+    operation_objects(users, gpu.host, deployments[0], gpu)
+    load_test = _finished_load_test(proposal, users["oncall"], gpu)
     data = {d.served_model.name for d in deployments} | {proposal.served_model.name}
     data |= {gpu.host.name, "oncall", "approver", "manager", "outsider", "admin"}
     data |= set(RunbookNote.objects.values_list("title", flat=True))
+    data |= set(AlertRule.objects.values_list("name", flat=True))  # rules are named by people
+    data |= {d.runtime_name for d in Deployment.objects.all()} - {""}
     return {
         "host": gpu.host.name,
         "model": deployments[0].served_model.pk,
         "proposal": proposal.pk,
         "letter": letter.pk,
+        "alert": alerts["alert"].pk,
+        "rule": alerts["alert_rule"].slug,
+        "load_test": load_test.pk,
         "data": data,
     }
+
+
+def _finished_load_test(proposal, user, gpu) -> LoadTest:
+    """A combined test the console ran to its end, memory the first bound it reached."""
+    end = timezone.now() - dt.timedelta(minutes=5)
+    start = end - dt.timedelta(minutes=3)
+    models = [
+        {"model": d.served_model.name, "rate_rps": 2.0, "target_share": 0.5, "failed": 0,
+         "errors": {}, "slo_ms": 800, "ttft_ms": {"p50": 40, "p95": 90, "p99": 120},
+         "e2e_ms": {"p50": 300, "p95": 520, "p99": 610}, "itl_ms": {"p99": 12.5}}
+        for d in proposal.host.deployments.all()
+    ]  # fmt: skip
+    bound = {"kind": "memory", "card": str(gpu), "peak_bytes": 44 * GIB,
+             "bound_bytes": 42 * GIB, "at": f"{end:%H:%M:%S}", "phase": "hold", "t_s": 150,
+             "load_rps": {m["model"]: 2.0 for m in models}}  # fmt: skip
+    return LoadTest.objects.create(
+        proposal=proposal, uploaded_by=user, source_format=LoadTest.Format.MEASURED,
+        files=["combined test"], status=LoadTest.Status.DONE, window_start=start,
+        window_end=end, result={
+            "models": models, "first_bound": bound, "cold_start": {"ran": True},
+            "cards": [{"card": str(gpu), "peak_bytes": 44 * GIB, "bound_bytes": 42 * GIB}],
+        },
+    )  # fmt: skip
 
 
 def _english_in_chrome(page, data: set[str]) -> list[str]:
@@ -125,10 +176,6 @@ def _switch_to(page, language: str) -> None:
 
 @pytest.mark.parametrize("persona", ["oncall", "approver", "manager", "outsider"])
 def test_every_page_in_chinese_as_each_persona(console_page, fleet, persona):
-    if persona != "oncall":
-        UserFactory(
-            username=persona, password=PASSWORD, roles=[persona] if persona != "outsider" else []
-        )
     page = console_page(f"zh-hans-{persona}")
     page.open("/accounts/login/")
     _switch_to(page, "zh-hans")

@@ -23,6 +23,7 @@ from console.proposals.loadtests import (
     parse_csv,
     parse_vllm_result,
 )
+from console.reason_text import render_in
 from console.reasons import Reason
 from inventory.models import Deployment
 from tests.factories import GIB, ServedModelFactory
@@ -166,7 +167,10 @@ def test_self_declared_peaks_above_the_measured_ones_fail_and_the_measured_count
     params = outcome.reasons[0].params
     assert (params["declared_bytes"], params["measured_bytes"]) == (round(74.5 * GIB), 60 * GIB)
     assert outcome.numbers["cards"][0]["peak_bytes"] == 60 * GIB
-    assert outcome.evidence["card_peaks"].startswith("the console's telemetry samples from")
+    sources = outcome.evidence
+    assert english(sources["card_peaks"]).startswith("the console's telemetry samples from")
+    assert render_in(sources["card_peaks"], "zh-hans").startswith("控制台在 ")
+    assert render_in(sources["declared_card_peaks"], "zh-hans") == "随导入一并填写，仅作核对"
 
 
 def test_a_typed_in_peak_below_the_bound_does_not_hide_a_measured_one_above_it():
@@ -295,7 +299,8 @@ def test_an_attached_single_model_result_fails_gate_4_of_the_seed_proposal(perso
     # the seed host has no engine history, so the co-tenants' real rates are unknown.
     assert outcome.status is GateStatus.FAIL
     assert set(codes(outcome)) == {"no_telemetry", "ratio_unverifiable"}
-    assert "attached by oncall" in outcome.numbers["run"]
+    assert english(outcome.numbers["run"]).startswith("attached by oncall at ")
+    assert render_in(outcome.numbers["run"], "zh-hans").startswith("由 oncall 于 ")
 
 
 @pytest.mark.django_db
@@ -315,8 +320,9 @@ def test_an_import_with_telemetry_of_its_window_passes_on_the_measured_peak(pers
     services.do_attach_load_test(proposal, acting_user=personas["oncall"], run=run, files=files)
     outcome = check_load_test(proposal, [card], timezone.now())
     assert outcome.status is GateStatus.PASS, outcome.reasons
-    assert outcome.numbers["cards"][0]["peak_source"] == "console telemetry"
-    assert outcome.evidence["latency"] == "imported: vllm-json"
+    assert english(outcome.numbers["cards"][0]["peak_source"]) == "console telemetry"
+    assert english(outcome.evidence["latency"]) == "imported: vllm-json"
+    assert render_in(outcome.evidence["latency"], "zh-hans") == "导入：vllm-json"
 
 
 def measured_run(rates: dict[str, float]) -> LoadTestRun:
@@ -349,7 +355,8 @@ def test_a_console_run_on_other_cards_or_isolation_is_not_the_placement_proposed
     }
     # The typed-in peaks of an import are checked; a console run has none to check.
     assert outcome.numbers["cards"][0]["declared_bytes"] is None
-    assert outcome.evidence["latency"] == "the console's runner"
+    assert english(outcome.evidence["latency"]) == "the console's runner"
+    assert render_in(outcome.evidence["rates"], "zh-hans") == "控制台的压测执行器（保持阶段）"
 
 
 @pytest.mark.parametrize("status", ["failed", "cancelled"])

@@ -13,6 +13,7 @@ from console.proposals.gates.memory import (
     evaluate_memory,
 )
 from console.proposals.services import do_record_gate_results, do_start_checks, do_submit
+from console.reason_text import render_in
 from inventory.analytics.context import cuda_context_estimate
 from inventory.analytics.kv import KvShape, kv_reservation_per_card
 from inventory.analytics.units import format_gib
@@ -203,7 +204,10 @@ def test_the_solver_places_a_smaller_model_and_apply_uses_its_cards(personas):
     assert memory.status is GateStatus.PASS, english(memory.summary)
     # A GPU group takes a card of its own: only a100-node:2 is free.
     assert [str(gpu) for gpu in checked.solver_gpus] == ["a100-node:2"]
-    assert "chosen by the solver" in english(memory.summary)
+    assert "chosen by the solver: greedy (best-fit-decreasing), " in english(memory.summary)
+    chosen_by = memory.numbers["chosen_by"]
+    assert render_in(chosen_by, "zh-hans").startswith("贪心（最佳适应递减），")
+    assert f"{chosen_by['params']['solve_ms']} ms" in render_in(chosen_by, "zh-hans")
     do_record_gate_results(proposal.pk, 1, checked)
     assert [str(gpu) for gpu in proposal.target_gpus()] == ["a100-node:2"]
 
@@ -247,11 +251,14 @@ def test_measured_p95_and_red_fragmentation_come_from_card_capacity(personas, mo
     assert by_name["qwen2-14b-q4"] == {
         "name": "qwen2-14b-q4",
         "demand_bytes": 21 * GIB,
-        "basis": "P95 measured, 7 days, with what NVML counts outside the allocator",
+        "basis": {"code": "gate.memory.basis.measured", "params": {"count": 7}},
         "context_bytes": CONTEXT,
         "context_source": "nvml_used_minus_allocator",
     }
-    assert by_name["bge-large-fp16"]["basis"].startswith("estimate")
+    measured = by_name["qwen2-14b-q4"]["basis"]
+    assert english(measured) == "P95 measured, 7 days, with what NVML counts outside the allocator"
+    assert render_in(measured, "zh-hans") == "实测 P95，7 天，含 NVML 统计的分配器之外的部分"
+    assert english(by_name["bge-large-fp16"]["basis"]).startswith("estimate")
     assert row["fragmentation_peak_bytes"] == 3 * GIB
     assert row["usable_bytes"] == 80 * GIB - 512 * 1024**2
     # 2 + 1 + 2 + (21 + 20 + 15) + 3 + 4 = 68 GiB fits in 79.5 GiB: red fragmentation fails it.
@@ -310,7 +317,9 @@ def test_sibling_compute_instances_share_one_gpu_instances_memory(personas):
     assert [t["name"] for t in row["tenants"]] == ["chat"]
     assert row["usable_bytes"] == 71424 * 1024**2
     assert outcome.status is GateStatus.FAIL
-    assert row["tenants"][0]["basis"] == "estimate, on 1c.3g.71gb of the same GPU instance"
+    basis = row["tenants"][0]["basis"]
+    assert english(basis) == "estimate, on 1c.3g.71gb of the same GPU instance"
+    assert render_in(basis, "zh-hans") == "估算，位于同一 GPU 实例的 1c.3g.71gb 上"
     alone = create_proposal(
         personas["oncall"], host=gpu.host, gpus=[],
         model=ServedModelFactory(name="small", weights_bytes=2 * GIB),

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus, then
 from console.proposals.loadtests import LoadTestRun, ModelRun
-from console.reasons import Reason, gettext_noop, register, render
+from console.reasons import Reason, as_stored, gettext_noop, register, render
 
 RATIO_TOLERANCE = 0.25
 MAX_FAILED_SHARE = 0.01
@@ -112,6 +112,22 @@ MESSAGES = register(
         "gate.load_test.closest_by_ratio": gettext_noop(
             "{card} came closest to its bound: {detail} ({ratio:.0%})."
         ),
+        # Who ran or attached the result (``run_label``), and where each figure came from.
+        "gate.load_test.run_by": gettext_noop("run by {user} at {at} ({files:comma})"),
+        "gate.load_test.attached_by": gettext_noop("attached by {user} at {at} ({files:comma})"),
+        "gate.load_test.source.runner": gettext_noop("the console's runner"),
+        "gate.load_test.source.imported": gettext_noop("imported: {format}"),
+        "gate.load_test.source.runner_hold": gettext_noop("the console's runner (hold phase)"),
+        "gate.load_test.source.imported_files": gettext_noop("the imported files"),
+        "gate.load_test.source.telemetry": gettext_noop("console telemetry"),
+        "gate.load_test.source.telemetry_window": gettext_noop(
+            "the console's telemetry samples from {start} to {end}"
+        ),
+        "gate.load_test.source.no_window": gettext_noop("none: the result has no time window"),
+        "gate.load_test.source.declared": gettext_noop("typed in beside the import; checked only"),
+        "gate.load_test.source.real_rates": gettext_noop(
+            "engine history of each deployment, or the proposal's expected rate"
+        ),
     }
 )
 
@@ -139,7 +155,7 @@ class LoadTestRequest:
     models: tuple[Colocated, ...]  # everyone on the target cards, the proposed model included
     card_bounds: dict[str, int]  # target card -> usable bytes minus headroom
     run: LoadTestRun | None
-    run_label: str = ""  # who attached or ran it, when
+    run_label: Reason | None = None  # who attached or ran it, when (run_by, attached_by)
     telemetry: Telemetry | None = None
     # Console runs only: what the test ran on ({"cards": [...], "isolation": {model: mode}}),
     # how it ended, and the first bound it found in time order.
@@ -246,7 +262,7 @@ def _memory(request: LoadTestRequest, reasons: _Reasons, bound_by_card: dict) ->
             "bound_bytes": bound,
             "peak_bytes": measured,
             "declared_bytes": declared,
-            "peak_source": "console telemetry" if measured is not None else "",
+            "peak_source": _source("telemetry") if measured is not None else "",
         }
         rows.append(row)
         if telemetry.window is not None and measured is None:
@@ -339,27 +355,31 @@ def _closest(entry: tuple[float, Reason]) -> tuple[float, str]:
     return ratio, render(detail)
 
 
+def _source(code: str, **params) -> dict:
+    return Reason(f"gate.load_test.source.{code}", params).to_json()
+
+
 def _sources(request: LoadTestRequest) -> dict:
     run = request.run
     measured = run.source_format == "measured"
     telemetry = request.telemetry
     window = telemetry.window if telemetry else None
     return {
-        "latency": "the console's runner" if measured else f"imported: {run.source_format}",
-        "rates": "the console's runner (hold phase)" if measured else "the imported files",
+        "latency": _source("runner") if measured else _source("imported", format=run.source_format),
+        "rates": _source("runner_hold") if measured else _source("imported_files"),
         "card_peaks": (
-            f"the console's telemetry samples from {window[0]} to {window[1]}"
+            _source("telemetry_window", start=window[0], end=window[1])
             if window
-            else "none: the result has no time window"
+            else _source("no_window")
         ),
-        "declared_card_peaks": "" if measured else "typed in beside the import; checked only",
-        "real_rates": "engine history of each deployment, or the proposal's expected rate",
+        "declared_card_peaks": "" if measured else _source("declared"),
+        "real_rates": _source("real_rates"),
     }
 
 
 def evaluate_load_test(request: LoadTestRequest) -> GateOutcome:
     names = [m.name for m in request.models]
-    numbers: dict = {"colocated": names, "run": request.run_label}
+    numbers: dict = {"colocated": names, "run": as_stored(request.run_label or "")}
     reasons = _Reasons()
 
     def outcome() -> GateOutcome:

@@ -29,7 +29,7 @@ totals say: "nvidia-smi total green, framework fragmentation red" means do not a
 from dataclasses import dataclass, field
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus, then
-from console.reasons import Reason, gettext_noop, register
+from console.reasons import Reason, as_stored, gettext_noop, ngettext_lazy, register
 from inventory.analytics.context import ContextOverhead
 from inventory.analytics.kv import CardKv
 
@@ -93,6 +93,25 @@ MESSAGES = register(
         "gate.memory.recent_ooms": gettext_noop(
             "Recent OOMs on the target cards ({ooms}): read the triage first."
         ),
+        # What a co-tenant's figure is (``Tenant.basis``).
+        "gate.memory.basis.measured": ngettext_lazy(
+            "P95 measured, {count} day, with what NVML counts outside the allocator",
+            "P95 measured, {count} days, with what NVML counts outside the allocator",
+        ),
+        "gate.memory.basis.estimate": gettext_noop(
+            "estimate: weights + KV per card + CUDA context + workspace"
+        ),
+        "gate.memory.basis.slice_estimate": gettext_noop("estimate"),
+        "gate.memory.basis.sibling_estimate": gettext_noop(
+            "estimate, on {profile} of the same GPU instance"
+        ),
+        # How the solver chose the cards (``chosen_by``): its method, formulation and time.
+        "gate.memory.chosen_by": gettext_noop("{method} ({formulation}), {solve_ms} ms"),
+        "gate.memory.method.greedy": gettext_noop("greedy"),
+        "gate.memory.method.exact": gettext_noop("exact"),
+        "gate.memory.formulation.best-fit-decreasing": gettext_noop("best-fit-decreasing"),
+        "gate.memory.formulation.arc-flow": gettext_noop("arc-flow"),
+        "gate.memory.formulation.cp-sat-assignment": gettext_noop("CP-SAT assignment"),
     }
 )
 
@@ -101,7 +120,7 @@ MESSAGES = register(
 class Tenant:
     name: str
     demand_bytes: int
-    basis: str  # "P95 measured" or "estimate: weights + KV + workspace"
+    basis: Reason | str  # gate.memory.basis.*: measured, or an estimate from its own figures
     # Of the demand, what the process holds outside its allocator (CUDA context, workspaces).
     context_bytes: int = 0
     context_source: str = ""  # a code of inventory.analytics.context.SOURCE_LABELS
@@ -187,7 +206,7 @@ class MemoryRequest:
     headroom_bytes: int
     targets: tuple[CardBudget, ...]  # empty when the solver found no place
     host_cards: tuple[CardBudget, ...]  # every card of the host, for the per-card picture
-    chosen_by: str = ""  # how the solver chose, when it did
+    chosen_by: Reason | None = None  # how the solver chose (gate.memory.chosen_by), if it did
     unplaced_reason: Reason | str = ""
     recent_ooms: dict[str, int] = field(default_factory=dict)  # card -> OOMs in the window
 
@@ -209,7 +228,7 @@ def _row(card: CardBudget, share: Share, headroom: int) -> dict:
             {
                 "name": t.name,
                 "demand_bytes": t.demand_bytes,
-                "basis": t.basis,
+                "basis": as_stored(t.basis),
                 "context_bytes": t.context_bytes,
                 "context_source": t.context_source,
             }
@@ -293,7 +312,7 @@ def evaluate_memory(request: MemoryRequest) -> GateOutcome:
         "headroom_bytes": headroom,
         # Shown beside the per-card rows to make the point: this sum is not a budget.
         "host_free_total_bytes": host_free,
-        "chosen_by": request.chosen_by,
+        "chosen_by": request.chosen_by.to_json() if request.chosen_by else "",
     }
     estimates = [card.card for card in request.host_cards if not card.measured]
     evidence = {
