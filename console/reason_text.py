@@ -23,6 +23,7 @@ REASON_MODULES = (
     "inventory.analytics.copeak",
     "inventory.analytics.interference",
     "console.ingest_reasons",
+    "console.proposals.loadtest_failures",
 )
 for _module in REASON_MODULES:
     import_module(_module)

@@ -4,6 +4,8 @@ its gates run again on what the console measured."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -15,6 +17,9 @@ from console.proposals.loadtest_plan import LoadTestPlan, PlanError
 from console.proposals.models import LoadTest, Proposal
 from console.proposals.services import _revise
 from console.proposals.transitions import Event, IllegalTransition, next_state
+
+# Past the task's hard time limit, before a running test counts as lost.
+LOST_GRACE_S = 60
 
 
 class LoadTestBusy(Exception):
@@ -87,7 +92,7 @@ def do_cancel_load_test(load_test: LoadTest, *, acting_user) -> LoadTest:
 def begin(load_test_id: int) -> LoadTest | None:
     """Queued -> running; None when there is nothing to run (cancelled, or run already)."""
     updated = LoadTest.objects.filter(pk=load_test_id, status=LoadTest.Status.QUEUED).update(
-        status=LoadTest.Status.RUNNING, progress={"phase": "starting"}
+        status=LoadTest.Status.RUNNING, progress={"phase": "starting"}, started_at=timezone.now()
     )
     return LoadTest.objects.get(pk=load_test_id) if updated else None
 
@@ -149,3 +154,33 @@ def do_finish_load_test(
     except IllegalTransition:
         pass  # decided meanwhile: the result stays on record, the decision stands
     return current
+
+
+def lost_tests(now) -> list[int]:
+    """Tests still running past their task's hard time limit: the worker that ran them was
+    killed or lost (the limit would have ended them otherwise)."""
+    cutoff = now - dt.timedelta(seconds=settings.LOADTEST_TASK_TIME_LIMIT_S + LOST_GRACE_S)
+    running = LoadTest.objects.filter(status=LoadTest.Status.RUNNING, started_at__lt=cutoff)
+    return list(running.values_list("pk", flat=True))
+
+
+@atomic_change
+def do_give_up_lost_test(load_test_id: int) -> LoadTest:
+    """A lost test recorded as failed, with the phase it had reached; the proposal is revised
+    as by any finished test, so its gates are checked again. One that finished meanwhile is
+    left as it is."""
+    current = LoadTest.objects.select_for_update().get(pk=load_test_id)
+    if current.status != LoadTest.Status.RUNNING:
+        return current
+    return do_finish_load_test(
+        load_test_id,
+        status=LoadTest.Status.FAILED,
+        run={},
+        result={},
+        window=None,
+        failure_code="worker_lost",
+        failure_params={
+            "limit_s": settings.LOADTEST_TASK_TIME_LIMIT_S,
+            "phase": current.progress.get("phase", ""),
+        },
+    )

@@ -3,7 +3,8 @@
 It takes the test's primary key and does nothing for a test that is not queued (a repeated or
 late message), so it is safe to deliver twice. It is acknowledged on receipt, not when done: a
 test runs longer than the broker's visibility timeout, and a test cut off by a lost worker is
-started again by a person, not replayed half-way. Whatever an endpoint does, the task ends
+not replayed half-way: `resume_stalled` records it failed (worker_lost) once it has run past
+this task's time limit, and a person starts it again. Whatever an endpoint does, the task ends
 with the test recorded: failed with a reason, never an exception out of the worker.
 """
 

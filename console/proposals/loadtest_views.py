@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 from console.access import get_changeable_or_403, get_visible_or_404
 from console.proposals import loadtest_inputs, loadtest_services
 from console.proposals.gates import then
+from console.proposals.loadtest_failures import failure_reason
 from console.proposals.loadtest_plan import Api, Phases, PlanError
 from console.proposals.models import LoadTest, Proposal
 from console.proposals.transitions import IllegalTransition
@@ -165,7 +166,7 @@ def load_test_result(request, pk: int, test_pk: int):
             detail = (failure["detail"],) if failure.get("detail") else ()
             reasons.append(render_here(then(failed, *detail)))
     elif test.failure_code:
-        reasons.append(f"{test.failure_code}: {test.failure_params}")
+        reasons.append(render_here(failure_reason(test.failure_code, test.failure_params)))
     return render(
         request,
         "proposals/loadtest_result.html",

@@ -359,6 +359,9 @@ class LoadTest(models.Model):
     result = models.JSONField(default=dict, blank=True)
     window_start = models.DateTimeField(null=True, blank=True)
     window_end = models.DateTimeField(null=True, blank=True)
+    # When a worker took it up: a test running for longer than the task's time limit has lost
+    # its worker (resume_stalled gives it up).
+    started_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
     failure_code = models.CharField(max_length=40, blank=True)
     failure_params = models.JSONField(default=dict, blank=True)

@@ -12,8 +12,8 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from console.proposals import notifications, progress, queue
-from console.proposals.models import Notification, Proposal
+from console.proposals import loadtest_services, notifications, progress, queue
+from console.proposals.models import LoadTest, Notification, Proposal
 from console.proposals.services import do_record_gate_results, do_start_checks
 from console.proposals.transitions import State
 
@@ -80,8 +80,9 @@ STALLED_AFTER = dt.timedelta(minutes=5)
 @shared_task(name="proposals.resume_stalled", time_limit=60, soft_time_limit=50, ignore_result=True)
 def resume_stalled() -> dict:
     """Queue again what a broker outage dropped: checks of proposals left submitted (or
-    checking, after a lost worker) and notifications never attempted. Idempotent: a check of
-    an old revision and a notification already sent do nothing."""
+    checking, after a lost worker), notifications never attempted and load tests still
+    queued; give up load tests whose worker was lost. Idempotent: a check of an old revision,
+    a notification already sent and a test already taken up do nothing."""
     cutoff = timezone.now() - STALLED_AFTER
     stalled = Proposal.objects.filter(
         state__in=[State.SUBMITTED, State.CHECKING], updated_at__lt=cutoff
@@ -93,7 +94,19 @@ def resume_stalled() -> dict:
     ).values_list("pk", flat=True)
     for notification_id in pending:
         queue.queue_notification(notification_id)
-    return {"checks": stalled.count(), "notifications": len(pending)}
+    lost = loadtest_services.lost_tests(timezone.now())
+    for load_test_id in lost:
+        loadtest_services.do_give_up_lost_test(load_test_id)
+    queued = LoadTest.objects.filter(status=LoadTest.Status.QUEUED, uploaded_at__lt=cutoff)
+    queued_ids = list(queued.values_list("pk", flat=True))
+    for load_test_id in queued_ids:  # begin() takes a queued test once, however often sent
+        queue.queue_load_test(load_test_id)
+    return {
+        "checks": stalled.count(),
+        "notifications": len(pending),
+        "load_tests_lost": len(lost),
+        "load_tests_queued": len(queued_ids),
+    }
 
 
 from console.proposals import loadtest_tasks  # noqa: E402, F401  (registers its task)
