@@ -191,15 +191,15 @@ def write_history(hosts: list[Host]) -> dict[str, float]:
             WHERE d.host_id = ANY(%s)""", [timed, ids, timed]),
         ("OOM events and collector status", """
             INSERT INTO inventory_event (host_id, kind, at, detail, snapshot, cause,
-                cause_explanation, batch_id, position)
+                cause_explanation, cause_reason, batch_id, position)
             SELECT (%s::bigint[])[1 + floor(random() * %s)::int], 'oom',
                    now() - random() * interval '30 days', '{}', '{}', 'true_peak',
-                   'needed 2.0 GiB; card free 0.4 GiB: true peak', gen_random_uuid(), 0
+                   'needed 2.0 GiB; card free 0.4 GiB: true peak', '{}', gen_random_uuid(), 0
             FROM generate_series(1, 3000);
             INSERT INTO inventory_collectorstatus (host_id, last_seq, last_sample_at,
                 last_batch_at, batches, missing_batches, faults_last_batch, faults_total,
-                outbox_depth, outbox_dropped, events_dropped)
-            SELECT id, 100, now(), now(), 100, 0, 0, 0, 0, 0, 0 FROM inventory_host
+                outbox_depth, outbox_dropped, events_dropped, mps_servers)
+            SELECT id, 100, now(), now(), 100, 0, 0, 0, 0, 0, 0, '[]' FROM inventory_host
             WHERE id = ANY(%s)""", [ids, len(ids), ids]),
     ]  # fmt: skip
     for label, statement, params in steps:
