@@ -36,6 +36,7 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from console.heap import settle  # noqa: E402
 from inventory.models import Deployment, Gpu, Host, ServedModel  # noqa: E402
 from inventory.timeseries import partitions  # noqa: E402
 
@@ -295,6 +296,7 @@ def main() -> None:
     client = Client()
     client.force_login(user)
     timed = [h.name for h in hosts[:TIMED_HOSTS]]
+    settle()  # as console.wsgi does in each web worker before its first request
     figures = {"hosts": args.hosts, "cards": args.hosts * CARDS, "generation_s": generation}
     pages = {
         "fleet board /": ["/"],
