@@ -9,6 +9,8 @@ start of their step, counted in whole steps from the epoch.
 
 import datetime as dt
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import NamedTuple
 
 from django.conf import settings
@@ -340,11 +342,11 @@ def engine_minutes(
         """,
         [deployment_ids, start, end],
     )
-    minutes: dict[int, list[EngineMinute]] = {}
-    make = EngineMinute._make
-    for row in rows:
-        minutes.setdefault(row[0], []).append(make(row))
-    return minutes
+    # Ordered by deployment: each one's minutes are one run of rows.
+    return {
+        deployment_id: list(map(EngineMinute._make, run))
+        for deployment_id, run in groupby(rows, key=itemgetter(0))
+    }
 
 
 def running_percentile(

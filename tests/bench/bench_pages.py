@@ -297,7 +297,9 @@ def main() -> None:
     client.force_login(user)
     timed = [h.name for h in hosts[:TIMED_HOSTS]]
     settle()  # as console.wsgi does in each web worker before its first request
-    figures = {"hosts": args.hosts, "cards": args.hosts * CARDS, "generation_s": generation}
+    figures = {"hosts": args.hosts, "cards": args.hosts * CARDS, "generation_s": generation,
+               "cores": os.cpu_count()}  # fmt: skip
+    began = os.getloadavg()[0]  # a shared machine slows every figure: say how busy it was
     pages = {
         "fleet board /": ["/"],
         "fleet board refresh (page 1)": ["/?partial=1"],
@@ -314,6 +316,7 @@ def main() -> None:
     for label, (median, size) in time_previews(timed).items():
         figures[label] = {"median_ms": round(median, 1), "bytes": size}
         print(f"  {label:28} median {median:7.1f} ms  {size:>9,} bytes", flush=True)
+    figures["load_average"] = [began, os.getloadavg()[0]]
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 
