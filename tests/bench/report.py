@@ -177,6 +177,15 @@ def pages_section(figures: dict) -> str:
     heatmap = figures["host charts 30d (JSON)"]["bytes"]
     lines += ["", f"- 30-day heatmap payload: {heatmap:,} bytes (target at most 500 KB: "
               f"{_ok(heatmap <= 500_000)})."]  # fmt: skip
+    if "baseline" in figures:
+        baseline = figures["baseline"]
+        lines.append(f"- Before {baseline['change']} (measured {baseline['measured_on']}, "
+                     f"{baseline['conditions']}):")  # fmt: skip
+        for label, before in baseline["pages"].items():
+            now = figures.get(label, {}).get("median_ms")
+            after = f"{now:.1f} ms now" if now is not None else "not measured now"
+            lines.append(f"  - {label}: {before['median_ms']:.1f} ms, {before['bytes']:,} "
+                         f"bytes; {after}")  # fmt: skip
     if "load_average" in figures:
         began, ended = figures["load_average"]
         lines.append(

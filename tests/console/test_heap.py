@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from console.heap import YOUNG_COLLECTION_EVERY
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
@@ -13,9 +15,11 @@ import gc, json, sys
 import django
 django.setup()
 from console.heap import settle
-before = ["inventory.views.fleet" in sys.modules, gc.get_freeze_count()]
+def state():
+    return ["inventory.views.fleet" in sys.modules, gc.get_freeze_count(), gc.get_threshold()[0]]
+before = state()
 settle()
-print(json.dumps([before, ["inventory.views.fleet" in sys.modules, gc.get_freeze_count()]]))
+print(json.dumps([before, state()]))
 """
 
 
@@ -27,7 +31,8 @@ def test_settle_loads_the_views_and_freezes_what_start_made():
         check=True, timeout=120,
     )  # fmt: skip
     before, after = json.loads(done.stdout.strip().splitlines()[-1])
-    assert before == [False, 0]
-    loaded, frozen = after
+    assert before == [False, 0, 700]  # CPython's default: a young collection every 700
+    loaded, frozen, young = after
     assert loaded
     assert frozen > 10_000  # Django, the apps and the views, not a handful
+    assert young == YOUNG_COLLECTION_EVERY
