@@ -3,6 +3,7 @@ import os
 from django.core.wsgi import get_wsgi_application
 
 from console.env import load_env_file
+from console.heap import settle
 from console.secret_key import ensure_local_key
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -11,3 +12,5 @@ load_env_file()
 ensure_local_key()
 
 application = get_wsgi_application()
+# Before the first request: what start loaded is never walked by the collector again.
+settle()

@@ -8,6 +8,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import Prefetch
 from django.utils import timezone
 
 from inventory.analytics.copeak import CoPeakReport, analyse_copeak
@@ -19,7 +20,7 @@ from inventory.analytics.kv_advisor import (
     advise_kv_reservation,
 )
 from inventory.analytics.stats import percentile
-from inventory.models import Deployment, Event, Host
+from inventory.models import Deployment, Event, Gpu, Host
 from inventory.timeseries import queries
 
 KV_WINDOW = dt.timedelta(days=7)
@@ -39,11 +40,19 @@ _POLICIES = {
 
 
 def _active(host: Host):
+    # A card names itself by its host: fetch the host with it, not once a card.
     return (
         host.deployments.exclude(status=Deployment.Status.STOPPED)
         .select_related("served_model")
-        .prefetch_related("gpus")
+        .prefetch_related(Prefetch("gpus", queryset=Gpu.objects.select_related("host")))
     )
+
+
+def engine_history(host: Host, now: dt.datetime) -> dict[int, list[queries.EngineMinute]]:
+    """The active deployments' engine minutes over the KV window, which holds the
+    interference one: the host page reads them once for both analyses."""
+    ids = list(_active(host).values_list("pk", flat=True))
+    return queries.engine_minutes(ids, now - KV_WINDOW, now)
 
 
 @dataclass(frozen=True)
@@ -53,10 +62,14 @@ class KvRow:
     reason: str  # why there is no advice
 
 
-def kv_advice(host: Host, now: dt.datetime | None = None) -> list[KvRow]:
+def kv_advice(
+    host: Host, now: dt.datetime | None = None, history: dict | None = None
+) -> list[KvRow]:
+    """`history`: what `engine_history` read at the same `now`, if the caller has it."""
     now = now or timezone.now()
     deployments = list(_active(host))
-    history = queries.engine_minutes([d.pk for d in deployments], now - KV_WINDOW, now)
+    if history is None:
+        history = queries.engine_minutes([d.pk for d in deployments], now - KV_WINDOW, now)
     rows = []
     for deployment in deployments:
         per_token = deployment.served_model.effective_kv_bytes_per_token
@@ -151,14 +164,20 @@ def _longest_shared_tenancy(per_deployment: dict[str, list]) -> dict[str, list]:
     }
 
 
-def interference(host: Host, now: dt.datetime | None = None) -> list[InterferenceReport]:
+def interference(
+    host: Host, now: dt.datetime | None = None, history: dict | None = None
+) -> list[InterferenceReport]:
+    """`history`: what `engine_history` read at the same `now` (a longer window, cut here)."""
     now = now or timezone.now()
     deployments = list(_active(host))
-    history = queries.engine_minutes([d.pk for d in deployments], now - INTERFERENCE_WINDOW, now)
+    start = now - INTERFERENCE_WINDOW
+    if history is None:
+        history = queries.engine_minutes([d.pk for d in deployments], start, now)
+    after = start.timestamp()
     label = {d.pk: f"{d.served_model.name} #{d.pk}" for d in deployments}
     latencies, load = {}, {}
     for deployment in deployments:
-        minutes = history.get(deployment.pk, [])
+        minutes = [m for m in history.get(deployment.pk, []) if m.at > after]
         running = [m.running_max for m in minutes if m.running_max is not None]
         if not running:
             continue

@@ -18,7 +18,7 @@ from inventory.timeseries.queries import CardPeaks
 RECENT = dt.timedelta(hours=2)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # one per card of the fleet: not frozen, see CardPeaks
 class CardHeadroom:
     peaks: CardPeaks
     headroom_bytes: int | None  # None: nothing measured in the window

@@ -117,13 +117,15 @@ def host_charts(request, name: str):
 def host_analysis(request, name: str):
     """KV advice, co-peaks and interference: slower to compute, loaded after the page."""
     host = get_visible_or_404(request.user, Host.objects, name=name)
+    now = timezone.now()
+    history = analysis.engine_history(host, now)
     return render(
         request,
         "inventory/host_analysis.html",
         {
             "host": host,
-            "kv_rows": analysis.kv_advice(host),
-            "copeaks": analysis.copeaks(host),
-            "interference": analysis.interference(host),
+            "kv_rows": analysis.kv_advice(host, now, history),
+            "copeaks": analysis.copeaks(host, now),
+            "interference": analysis.interference(host, now, history),
         },
     )

@@ -36,6 +36,7 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from console.heap import settle  # noqa: E402
 from inventory.models import Deployment, Gpu, Host, ServedModel  # noqa: E402
 from inventory.timeseries import partitions  # noqa: E402
 
@@ -191,15 +192,15 @@ def write_history(hosts: list[Host]) -> dict[str, float]:
             WHERE d.host_id = ANY(%s)""", [timed, ids, timed]),
         ("OOM events and collector status", """
             INSERT INTO inventory_event (host_id, kind, at, detail, snapshot, cause,
-                cause_explanation, batch_id, position)
+                cause_explanation, cause_reason, batch_id, position)
             SELECT (%s::bigint[])[1 + floor(random() * %s)::int], 'oom',
                    now() - random() * interval '30 days', '{}', '{}', 'true_peak',
-                   'needed 2.0 GiB; card free 0.4 GiB: true peak', gen_random_uuid(), 0
+                   'needed 2.0 GiB; card free 0.4 GiB: true peak', '{}', gen_random_uuid(), 0
             FROM generate_series(1, 3000);
             INSERT INTO inventory_collectorstatus (host_id, last_seq, last_sample_at,
                 last_batch_at, batches, missing_batches, faults_last_batch, faults_total,
-                outbox_depth, outbox_dropped, events_dropped)
-            SELECT id, 100, now(), now(), 100, 0, 0, 0, 0, 0, 0 FROM inventory_host
+                outbox_depth, outbox_dropped, events_dropped, mps_servers)
+            SELECT id, 100, now(), now(), 100, 0, 0, 0, 0, 0, 0, '[]' FROM inventory_host
             WHERE id = ANY(%s)""", [ids, len(ids), ids]),
     ]  # fmt: skip
     for label, statement, params in steps:
@@ -295,7 +296,10 @@ def main() -> None:
     client = Client()
     client.force_login(user)
     timed = [h.name for h in hosts[:TIMED_HOSTS]]
-    figures = {"hosts": args.hosts, "cards": args.hosts * CARDS, "generation_s": generation}
+    settle()  # as console.wsgi does in each web worker before its first request
+    figures = {"hosts": args.hosts, "cards": args.hosts * CARDS, "generation_s": generation,
+               "cores": os.cpu_count()}  # fmt: skip
+    began = os.getloadavg()[0]  # a shared machine slows every figure: say how busy it was
     pages = {
         "fleet board /": ["/"],
         "fleet board refresh (page 1)": ["/?partial=1"],
@@ -312,6 +316,7 @@ def main() -> None:
     for label, (median, size) in time_previews(timed).items():
         figures[label] = {"median_ms": round(median, 1), "bytes": size}
         print(f"  {label:28} median {median:7.1f} ms  {size:>9,} bytes", flush=True)
+    figures["load_average"] = [began, os.getloadavg()[0]]
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 

@@ -4,6 +4,8 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from inventory.analytics.fragmentation import Status
@@ -14,6 +16,7 @@ from inventory.reports.capacity import card_capacity
 from inventory.reports.fleet import fleet_rows
 from inventory.reports.ledger import card_views
 from inventory.reports.series import host_charts
+from inventory.timeseries import partitions
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
 
@@ -262,3 +265,31 @@ def test_a_mig_gpu_instance_has_one_ledger_for_its_compute_instances(client_as):
     page = client_as("oncall").get(f"/hosts/{gpu.host.name}/")
     cards = [card["card"] for card in page.context["ledger_data"]]
     assert cards == [view.label]  # the instance, not the whole card twice over
+
+
+def test_the_fragment_reads_the_engine_minutes_once_and_cuts_them_for_interference(
+    shared_card, client_as
+):
+    gpu, chat, code = shared_card
+    now = timezone.now()
+    # Three days ago both were busy and slow: inside the KV window, outside interference's.
+    old = now - dt.timedelta(days=3)
+    partitions.ensure_partitions(old - dt.timedelta(hours=1), old)
+    with connection.cursor() as cursor:
+        for deployment in (chat, code):
+            for minute in range(60):
+                cursor.execute(
+                    "INSERT INTO inventory_engine_rollup_1m (deployment_id, bucket, samples, "
+                    "running_max, running_sum, running_count, requests, latency_p99_max) "
+                    "VALUES (%s, %s, 6, 90, 540, 6, 120, 9.0)",
+                    [deployment.pk, old - dt.timedelta(minutes=minute)],
+                )
+    shared = analysis.engine_history(gpu.host, now)
+    assert min(minute.at for minute in shared[chat.pk]) < old.timestamp()
+    assert analysis.interference(gpu.host, now, shared) == analysis.interference(gpu.host, now)
+    assert analysis.kv_advice(gpu.host, now, shared) == analysis.kv_advice(gpu.host, now)
+    with CaptureQueriesContext(connection) as captured:
+        response = client_as("manager").get(f"/hosts/{gpu.host.name}/analysis/")
+    assert response.status_code == 200
+    reads = [q for q in captured.captured_queries if "inventory_engine_rollup_1m" in q["sql"]]
+    assert len(reads) == 1
