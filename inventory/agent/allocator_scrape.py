@@ -64,15 +64,22 @@ def _add(into: dict, key: str, value, *, biggest: bool = False) -> None:
 
 
 def read(fetch: Fetch, url: str, timeout: float = 2.0) -> dict[int, dict]:
-    """Every process behind the deployment's exporter URL; raises when the first port fails."""
+    """Every process behind the deployment's exporter URL, on its port and the ones after it;
+    raises when the first port fails."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or parts.port is None:
         return parse(fetch(url, timeout))  # one endpoint (the simulator's sim:// URLs)
     figures = parse(fetch(url, timeout))
+    failed_in_a_row = 0
     for port in range(parts.port + 1, parts.port + PORT_SPAN):
         netloc = f"{parts.hostname}:{port}"
         try:
             figures.update(parse(fetch(urlunsplit(parts._replace(netloc=netloc)), timeout)))
-        except Exception:  # the first port that does not answer ends the processes
-            break
+            failed_in_a_row = 0
+        except Exception:
+            # An exporter takes the next free port: one held by another program is passed
+            # over (the next exporter sits past it); two in a row end the processes.
+            failed_in_a_row += 1
+            if failed_in_a_row == 2:
+                break
     return figures
