@@ -44,6 +44,7 @@ from console.proposals.gates.memory import (
     evaluate_memory,
 )
 from console.proposals.gates.memory import refused as refused_outcome
+from console.proposals.loadtest_plan import LoadTestPlan
 from console.proposals.loadtest_results import card_peaks
 from console.proposals.loadtests import LoadTestRun
 from console.proposals.models import LoadTest, Proposal
@@ -501,11 +502,18 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
         window = (latest.window_start, latest.window_end)
     else:
         window = _import_window(run) if run and not measured else None
-    # A test the console ran took its mix from the real traffic as it was when it began: the
-    # ratio is checked against that, without the test's own requests (the engines count those
-    # too). An imported result's basis is unknown: the traffic as it is now.
+    # A test the console ran is held to the real traffic its plan was made from, not to the
+    # engine history since, which holds the test's own requests (the engines count those too);
+    # deployments its plan did not measure, to the traffic before the test began. An imported
+    # result's basis is unknown: the traffic as it is now.
     rates_at = min(now, window[0]) if measured and window else now
     rates = loadtest_inputs.real_rates(ids, rates_at)
+    if measured and latest.plan:
+        rates |= {
+            target.deployment_id: target.real_rps
+            for target in LoadTestPlan.from_json(latest.plan).targets
+            if target.deployment_id is not None and target.real_rps
+        }
     models = [
         Colocated(
             name=d.served_model.name,

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from console.proposals import loadtest_inputs
-from console.proposals.gates.loadtest import MAX_FAILED_SHARE
 from console.proposals.loadtest_plan import LoadTestPlan
 from console.proposals.loadtest_results import (
     as_run,
@@ -55,10 +54,14 @@ def wait_for_flush(gpus: list[Gpu], moment: dt.datetime, wait_s: float) -> bool:
 
 
 def endpoint_failures(summaries: list[dict]) -> dict:
-    """Per model that failed more than its share of requests: its errors by code."""
+    """Per model whose endpoint answered none of its requests (refused, timed out, garbage,
+    an error status): its errors by code. Such a run measured nothing of that model and
+    fails. A model that answered some and then failed (a replica that ran out of memory and
+    restarted under the combined load) is a finding of the test: gate 4 reports its failures
+    (requests_failed, over MAX_FAILED_SHARE)."""
     failing = {}
     for row in summaries:
-        if row["sent"] == 0 or row["failed"] / row["sent"] > MAX_FAILED_SHARE:
+        if row["sent"] == 0 or row["completed"] == 0:
             failing[row["model"]] = {
                 "sent": row["sent"],
                 "failed": row["failed"],

@@ -48,7 +48,13 @@ def _cotenants(host: Host, gpus: list[Gpu], leaving: int | None) -> list[Deploym
     return [d for d in active if not wanted or wanted & {g.pk for g in d.gpus.all()}]
 
 
-def _target(deployment: Deployment, rate: float | None, source: str, cards: list[str]) -> Target:
+def _target(
+    deployment: Deployment,
+    rate: float | None,
+    source: str,
+    cards: list[str],
+    real: float | None = None,
+) -> Target:
     if not deployment.endpoint_url:
         raise PlanError(
             "no_endpoint", deployment=f"{deployment.served_model.name} #{deployment.pk}"
@@ -70,6 +76,8 @@ def _target(deployment: Deployment, rate: float | None, source: str, cards: list
         # The simulated serving stack restarts a replica on request; a real host only through
         # an allow-listed host action, which a load test does not take.
         restart_url=deployment.endpoint_url.rstrip("/") + "/restart" if simulated else "",
+        deployment_id=deployment.pk,
+        real_rps=real,
     )
 
 
@@ -97,7 +105,7 @@ def plan_for_deployments(
             found = measured.get(deployment.pk)
             rate = None if found is None else found * rate_scale
             source = "telemetry" if rate_scale == 1 else f"telemetry x {rate_scale:g}"
-        targets.append(_target(deployment, rate, source, []))
+        targets.append(_target(deployment, rate, source, [], measured.get(deployment.pk)))
     return LoadTestPlan(
         host=host.name,
         targets=(*targets, *extra),

@@ -78,6 +78,10 @@ class Target:
     isolation: str
     engine_model: str = ""  # the "model" field the engine expects; the name when empty
     restart_url: str = ""
+    deployment_id: int | None = None  # the console's deployment; None for a proposed model
+    # Its busy-hour rate in the engine history when the plan was made (unscaled): the real
+    # traffic gate 4 holds the test's ratio to.
+    real_rps: float | None = None
 
     @property
     def request_url(self) -> str:

@@ -56,6 +56,9 @@ def model_summaries(plan: LoadTestPlan, outcome: RunOutcome) -> list[dict]:
             by_model[model_of[record.deployment]].append(record)
     hold_s = plan.phases.hold_s
     ratio = plan.ratio()
+    offered: dict[str, float] = {}
+    for target in plan.targets:  # the hold offers each target its busy-hour rate
+        offered[target.name] = offered.get(target.name, 0.0) + target.rate_rps
     rows = []
     for name, records in by_model.items():
         done = [r for r in records if not r.error]
@@ -71,6 +74,7 @@ def model_summaries(plan: LoadTestPlan, outcome: RunOutcome) -> list[dict]:
                 "errors": dict(errors),
                 "error_detail": next((r.detail for r in records if r.error and r.detail), ""),
                 "rate_rps": round(len(records) / hold_s, 4) if hold_s else None,
+                "offered_rps": round(offered[name], 4),
                 "ttft_ms": _percentiles([r.ttft_s for r in done]),
                 "e2e_ms": _percentiles([r.e2e_s for r in done]),
                 "itl_ms": _percentiles([r.itl_s for r in done if r.itl_s is not None]),
@@ -186,7 +190,12 @@ def as_run(
             source="console runner",
             p99_latency_ms=row["e2e_ms"]["p99"],
             p99_ttft_ms=row["ttft_ms"]["p99"],
-            request_rate=row["rate_rps"],
+            # What the test offered, as vLLM's request_rate is: an open-loop Poisson test's
+            # count in a short hold strays from it by chance alone (about 1/sqrt(n)).
+            request_rate=row["offered_rps"],
+            throughput_rps=round(row["completed"] / plan.phases.hold_s, 4)
+            if plan.phases.hold_s
+            else None,
             completed=row["completed"],
             failed=row["failed"],
             started_at=_iso(hold_start),

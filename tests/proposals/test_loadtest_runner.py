@@ -19,12 +19,13 @@ from console.proposals.loadtest_plan import (
 )
 from console.proposals.loadtest_results import (
     CardSample,
+    as_run,
     card_peaks,
     first_bound,
     latency_series,
     model_summaries,
 )
-from console.proposals.loadtest_runner import run_plan
+from console.proposals.loadtest_runner import RequestRecord, RunOutcome, run_plan
 from inventory.telemetry.simulator.endpoints import Answer, EndpointServer, FixedBehaviour
 from tests.processes import free_port
 
@@ -242,3 +243,28 @@ def test_the_series_buckets_latency_per_model_over_the_test():
     series = latency_series(plan, outcome)
     assert [point["t_s"] for point in series["a"]] == [0.0]
     assert series["a"][0]["count"] == sum(1 for r in outcome.records if not r.error)
+
+
+def test_the_gate_reads_the_rate_offered_and_the_count_achieved_apart():
+    plan = LoadTestPlan(
+        "h",
+        (target("chat", "http://x", rate=2.0), target("embed", "http://y", rate=8.0)),
+        MIX,
+        Phases(ramp_s=1.0, hold_s=10.0, cold_start=False),
+    )
+    # Poisson arrivals in a short hold: chat drew 15 where 20 were expected, two failed.
+    records = [
+        RequestRecord("chat #1", 1.0 + i * 0.6, False, ttft_s=0.05, e2e_s=0.2) for i in range(15)
+    ]
+    records += [
+        RequestRecord("embed #1", 1.0 + i * 0.12, False, ttft_s=0.02, e2e_s=0.1) for i in range(80)
+    ]
+    records[0].error = records[1].error = "timeout"
+    summaries = model_summaries(plan, RunOutcome(0.0, 11.0, records, {"ran": False}))
+    rows = {row["model"]: row for row in summaries}
+    assert (rows["chat"]["rate_rps"], rows["chat"]["offered_rps"]) == (1.5, 2.0)
+    run = {
+        m.model: m for m in as_run(plan, RunOutcome(0.0, 11.0, records, {}), summaries, {}).models
+    }
+    assert (run["chat"].request_rate, run["chat"].throughput_rps) == (2.0, 1.3)
+    assert (run["embed"].request_rate, run["embed"].throughput_rps) == (8.0, 8.0)
