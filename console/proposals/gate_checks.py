@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -99,16 +99,20 @@ def share_of(proposal: Proposal, cards: int) -> Share:
     )
 
 
-def _leaving(proposal: Proposal) -> int | None:
-    """The deployment the change replaces: it no longer counts as a co-tenant."""
-    return proposal.deployment_id if proposal.action != Proposal.Action.ADD else None
+def leaving_ids(proposal: Proposal) -> set[int]:
+    """The deployments the change takes over from: the one it moves, resizes or removes, and
+    those it replaces (stopped when it is applied). They no longer count as co-tenants."""
+    leaving = {proposal.deployment_id} if proposal.action != Proposal.Action.ADD else set()
+    if proposal.pk is not None:  # a what-if preview's unsaved proposal replaces nothing
+        leaving |= set(proposal.replaces.values_list("pk", flat=True))
+    return leaving - {None}
 
 
-def _tenants_by_card(host, leaving: int | None) -> dict[int, list[Deployment]]:
+def _tenants_by_card(host, leaving: Collection[int]) -> dict[int, list[Deployment]]:
     on_card: dict[int, list[Deployment]] = {}
     active = (
         host.deployments.exclude(status=Deployment.Status.STOPPED)
-        .exclude(pk=leaving)
+        .exclude(pk__in=leaving)
         .filter(mig_slice__isnull=True)
         .select_related("served_model")
         .prefetch_related("gpus")
@@ -119,7 +123,7 @@ def _tenants_by_card(host, leaving: int | None) -> dict[int, list[Deployment]]:
     return on_card
 
 
-def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
+def card_budgets(host, leaving: Collection[int]) -> dict[Gpu, CardBudget]:
     """Every card of the host that takes non-MIG work, with what is on it after the change."""
     on_card = _tenants_by_card(host, leaving)
     budgets = {}
@@ -169,19 +173,19 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
     return budgets
 
 
-def _gpu_instance_tenants(mig_slice: MigSlice, leaving: int | None):
+def _gpu_instance_tenants(mig_slice: MigSlice, leaving: Collection[int]):
     """Deployments on any compute instance of the slice's GPU instance: they share its memory
     (1c.3g.71gb and 2c.3g.71gb hold one 3g.71gb's memory between them)."""
     return (
         Deployment.objects.filter(mig_slice__in=mig_slice.gpu_instance_devices())
         .exclude(status=Deployment.Status.STOPPED)
-        .exclude(pk=leaving)
+        .exclude(pk__in=leaving)
         .select_related("served_model", "mig_slice")
         .prefetch_related("gpus")
     )
 
 
-def slice_budget(mig_slice: MigSlice, leaving: int | None) -> CardBudget:
+def slice_budget(mig_slice: MigSlice, leaving: Collection[int]) -> CardBudget:
     """The memory budget of the slice's GPU instance, counted once for all its compute
     instances, so siblings cannot book the same bytes twice."""
     context = cuda_context_estimate(mig_slice.gpu.product_name)
@@ -284,7 +288,7 @@ def _refused_cards(proposal: Proposal, gpus) -> set[int]:
 
 
 def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, list[Gpu]]:
-    leaving = _leaving(proposal)
+    leaving = leaving_ids(proposal)
     headroom = settings.GATE_HEADROOM_BYTES
     if proposal.isolation_mode == Deployment.Isolation.MIG:
         budget = slice_budget(proposal.mig_slice, leaving)
@@ -369,12 +373,12 @@ def check_kv(proposal: Proposal, now: dt.datetime) -> GateOutcome:
 
 
 def _target_tenants(proposal: Proposal, targets: list[Gpu]) -> list[Deployment]:
-    leaving = _leaving(proposal)
+    leaving = leaving_ids(proposal)
     if proposal.isolation_mode == Deployment.Isolation.MIG:
         return list(
             Deployment.objects.filter(mig_slice=proposal.mig_slice)
             .exclude(status=Deployment.Status.STOPPED)
-            .exclude(pk=leaving)
+            .exclude(pk__in=leaving)
             .select_related("served_model")
             .prefetch_related("gpus")
         )
@@ -393,7 +397,7 @@ def check_isolation(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
     siblings = (
         [
             d
-            for d in _gpu_instance_tenants(proposal.mig_slice, _leaving(proposal))
+            for d in _gpu_instance_tenants(proposal.mig_slice, leaving_ids(proposal))
             if d.mig_slice_id != proposal.mig_slice_id
         ]
         if mig
@@ -479,12 +483,12 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
     target_labels = {gpu.pk: str(gpu) for gpu in targets}
     headroom = settings.GATE_HEADROOM_BYTES
     if proposal.isolation_mode == Deployment.Isolation.MIG:
-        budget = slice_budget(proposal.mig_slice, _leaving(proposal))
+        budget = slice_budget(proposal.mig_slice, leaving_ids(proposal))
         bounds = {budget.card: budget.usable_bytes - headroom}
         target_cards = (budget.card,)
         measured_gpus = [proposal.mig_slice.gpu]
     else:
-        budgets = card_budgets(proposal.host, _leaving(proposal))
+        budgets = card_budgets(proposal.host, leaving_ids(proposal))
         bounds = {str(gpu): budgets[gpu].usable_bytes - headroom for gpu in targets}
         target_cards = tuple(target_labels.values())
         measured_gpus = targets
@@ -587,7 +591,7 @@ def _engine_claim(record, model, cards: int, total: int, product: str, reported,
 
 
 def check_engine_settings(proposal: Proposal, targets: list[Gpu], now: dt.datetime) -> GateOutcome:
-    leaving = _leaving(proposal)
+    leaving = leaving_ids(proposal)
     model = proposal.served_model
     if proposal.isolation_mode == Deployment.Isolation.MIG:
         piece = proposal.mig_slice

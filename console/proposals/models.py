@@ -75,6 +75,16 @@ class Proposal(EngineSettings):
         verbose_name=_("cards"),
         help_text=_("The target cards; leave empty when the solver chooses."),
     )
+    replaces = models.ManyToManyField(
+        "inventory.Deployment",
+        blank=True,
+        related_name="replaced_by",
+        verbose_name=_("replaces"),
+        help_text=_(
+            "Deployments on this host the change takes over from: stopped when it is applied, "
+            "and no longer counted on their cards by the checks."
+        ),
+    )
     let_solver_choose = models.BooleanField(
         _("let the solver choose the cards"),
         default=False,
@@ -229,6 +239,21 @@ class Proposal(EngineSettings):
         if self.mps_active_thread_percentage is not None or deployment is None:
             return self.mps_active_thread_percentage
         return deployment.mps_active_thread_percentage
+
+    def validate_replaced(self, replaced) -> None:
+        """The M2M replaced deployments: running ones of this host, never the one it changes."""
+        wrong = [
+            str(d)
+            for d in replaced
+            if d.host_id != self.host_id
+            or d.status == Deployment.Status.STOPPED
+            or d.pk == self.deployment_id
+        ]
+        if wrong:
+            raise ValidationError(
+                {"replaces": f"Only running deployments of {self.host} can be replaced: "
+                 f"{', '.join(wrong)}."}
+            )  # fmt: skip
 
     def validate_cards(self, gpus) -> None:
         """The M2M cards, which clean() cannot see before they are saved."""

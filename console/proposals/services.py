@@ -119,7 +119,13 @@ def _acknowledge(proposal: Proposal, acting_user, acknowledged: bool | None) -> 
 
 @atomic_change
 def do_create_proposal(
-    *, acting_user, gpus=(), mps_acknowledged: bool = False, submit: bool = False, **fields
+    *,
+    acting_user,
+    gpus=(),
+    replaces=(),
+    mps_acknowledged: bool = False,
+    submit: bool = False,
+    **fields,
 ) -> Proposal:
     unknown = set(fields) - set(EDITABLE)
     if unknown:
@@ -128,8 +134,10 @@ def do_create_proposal(
     _acknowledge(proposal, acting_user, mps_acknowledged)
     proposal.full_clean()
     proposal.validate_cards(list(gpus))
+    proposal.validate_replaced(list(replaces))
     proposal.save()
     proposal.gpus.set(gpus)
+    proposal.replaces.set(replaces)
     _record(proposal, actor=acting_user, action=Action.PROPOSAL_CREATE, before=None)
     if submit:
         _submit(proposal, acting_user)
@@ -429,12 +437,27 @@ def do_apply(proposal: Proposal, *, acting_user) -> Proposal:
         }[current.action]
         _record_deployment(deployment, actor=acting_user, action=action,
                            before=deployment_before, proposal=current)  # fmt: skip
+    _stop_replaced(current, acting_user)
     current.deployment = deployment
     current.deployment_before = deployment_before
     current.placement_after = _placement_json(current.host)
     current.save()
     _record(current, actor=acting_user, action=Action.PROPOSAL_APPLY, before=before)
     return current
+
+
+def _stop_replaced(proposal: Proposal, acting_user) -> None:
+    """The deployments the change took over from stop with it, each with its audit row."""
+    for replaced in (
+        Deployment.objects.select_for_update()
+        .filter(pk__in=proposal.replaces.values("pk"))
+        .exclude(status=Deployment.Status.STOPPED)
+    ):
+        before = snapshot(replaced)
+        replaced.status = Deployment.Status.STOPPED
+        replaced.save()
+        _record_deployment(replaced, actor=acting_user, action=Action.DEPLOYMENT_STOP,
+                           before=before, proposal=proposal)  # fmt: skip
 
 
 @atomic_change
@@ -478,6 +501,15 @@ def do_roll_back(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
         deployment.gpus.set(restored.get("gpus", []))
     _record_deployment(deployment, actor=acting_user, action=Action.DEPLOYMENT_ROLL_BACK,
                        before=deployment_before, proposal=current)  # fmt: skip
+    # What the change took over from runs again, as it did before it was applied.
+    for replaced in Deployment.objects.select_for_update().filter(
+        pk__in=current.replaces.values("pk"), status=Deployment.Status.STOPPED
+    ):
+        replaced_before = snapshot(replaced)
+        replaced.status = Deployment.Status.ACTIVE
+        replaced.save()
+        _record_deployment(replaced, actor=acting_user, action=Action.DEPLOYMENT_ROLL_BACK,
+                           before=replaced_before, proposal=current)  # fmt: skip
     current.save()
     _record(
         current, actor=acting_user, action=Action.PROPOSAL_ROLL_BACK, before=before, comment=comment
