@@ -123,12 +123,18 @@ def _tenants_by_card(host, leaving: Collection[int]) -> dict[int, list[Deploymen
     return on_card
 
 
-def card_budgets(host, leaving: Collection[int]) -> dict[Gpu, CardBudget]:
-    """Every card of the host that takes non-MIG work, with what is on it after the change."""
+def card_budgets(
+    host, leaving: Collection[int], now: dt.datetime | None = None
+) -> dict[Gpu, CardBudget]:
+    """Every card of the host that takes non-MIG work, with what is on it after the change
+    (its telemetry as of `now`)."""
     on_card = _tenants_by_card(host, leaving)
     budgets = {}
     for gpu in host.gpus.exclude(mig_mode=Gpu.MigMode.ENABLED).order_by("index"):
-        capacity = card_capacity(gpu)
+        capacity = card_capacity(gpu, now=now)
+        # A card no tenant stays on starts clean: the allocators whose fragmentation was
+        # measured there have stopped, or stop with the change.
+        cleared = not on_card.get(gpu.pk)
         tenants = []
         context = cuda_context_estimate(gpu.product_name)
         for deployment in on_card.get(gpu.pk, []):
@@ -160,14 +166,16 @@ def card_budgets(host, leaving: Collection[int]) -> dict[Gpu, CardBudget]:
             total_bytes=gpu.memory_total_bytes,
             driver_reserved_bytes=capacity.driver_reserved_bytes,
             tenants=tuple(tenants),
-            fragmentation_peak_bytes=capacity.allocator_held_peak_bytes,
-            fragmentation_index_peak=capacity.fragmentation_index_peak,
-            fragmentation_status=capacity.fragmentation_status,
+            fragmentation_peak_bytes=0 if cleared else capacity.allocator_held_peak_bytes,
+            fragmentation_index_peak=None if cleared else capacity.fragmentation_index_peak,
+            fragmentation_status="green" if cleared else capacity.fragmentation_status,
             measured=capacity.samples > 0,
             measured_joint_peak_bytes=capacity.joint_peak_of(
                 {d.pk for d in on_card.get(gpu.pk, []) if d.pk in capacity.demand_p95}
             ),
-            fragmentation_index_sustained=capacity.fragmentation_index_sustained,
+            fragmentation_index_sustained=(
+                None if cleared else capacity.fragmentation_index_sustained
+            ),
             fragmentation_scale=capacity.fragmentation_scale,
         )
     return budgets
@@ -298,7 +306,7 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
         return evaluate_memory(request), []
     if proposal.let_solver_choose:
         share = share_of(proposal, proposal.card_count)
-        budgets = card_budgets(proposal.host, leaving)
+        budgets = card_budgets(proposal.host, leaving, now)
         refused = _refused_cards(proposal, budgets)
         budgets = {gpu: budget for gpu, budget in budgets.items() if gpu.pk not in refused}
         chosen, how, unplaced = _solver_choice(proposal, budgets, share)
@@ -318,7 +326,7 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
     if refused:
         return refused_outcome([str(gpu) for gpu in targets if gpu.pk in refused]), []
     share = share_of(proposal, len(targets))
-    budgets = card_budgets(proposal.host, leaving)
+    budgets = card_budgets(proposal.host, leaving, now)
     request = MemoryRequest(
         proposal.served_model.name,
         share,
@@ -488,7 +496,7 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
         target_cards = (budget.card,)
         measured_gpus = [proposal.mig_slice.gpu]
     else:
-        budgets = card_budgets(proposal.host, leaving_ids(proposal))
+        budgets = card_budgets(proposal.host, leaving_ids(proposal), now)
         bounds = {str(gpu): budgets[gpu].usable_bytes - headroom for gpu in targets}
         target_cards = tuple(target_labels.values())
         measured_gpus = targets

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from console.audit import Action, changed_fields, snapshot
-from console.audit.changes import atomic_change, record
+from console.audit.changes import atomic_change, current_change, record
 from console.proposals import notifications, queue
 from console.proposals.gate_checks import Checked
 from console.proposals.gates import Gate
@@ -105,7 +105,10 @@ def _move(proposal: Proposal, event: Event) -> None:
 
 def _queue_checks(proposal: Proposal) -> None:
     pk, revision = proposal.pk, proposal.revision
-    transaction.on_commit(lambda: queue.queue_gate_checks(pk, revision))
+    # A change the demo replays at a past moment is checked as of that moment.
+    change = current_change()
+    at = (change.at.isoformat(),) if change and change.at else ()
+    transaction.on_commit(lambda: queue.queue_gate_checks(pk, revision, *at))
 
 
 def _acknowledge(proposal: Proposal, acting_user, acknowledged: bool | None) -> None:
