@@ -25,6 +25,20 @@ class ProposalQuerySet(VisibleQuerySet):
         """What an approver may decide: ready for approval and not their own (four eyes)."""
         return self.filter(state=State.READY).exclude(author=approver)
 
+    def failed_checks(self, approver) -> "ProposalQuerySet":
+        """Sent back by their own gates (not by an approver) and not their own: the approver
+        may reject them or comment, never approve them."""
+        failing = GateResult.objects.filter(
+            proposal=models.OuterRef("pk"),
+            revision=models.OuterRef("revision"),
+            status__in=[status.value for status in GateStatus if not status.passed],
+        )
+        return (
+            self.filter(state=State.CHANGES_REQUESTED)
+            .exclude(author=approver)
+            .filter(models.Exists(failing))
+        )
+
 
 # How pages and e-mails name a state (transitions.State is pure and stays English).
 STATE_LABELS = {
