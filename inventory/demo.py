@@ -4,7 +4,7 @@ The fleet is the simulator's own (inventory.telemetry.simulator.scenarios), so t
 shown and the telemetry collected describe the same cards, slices and deployments.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -19,9 +19,12 @@ from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel
 from inventory.telemetry.simulator.catalogue import MIB, device_uuid, gpu_type, mig_uuid
 from inventory.telemetry.simulator.host import DeploymentSpec, HostSpec
 from inventory.telemetry.simulator.operations_scenario import operations_host
-from inventory.telemetry.simulator.scenarios import demo_fleet_specs
+from inventory.telemetry.simulator.scenarios import before_host, demo_fleet_specs
 
 DEMO_ROLES = {"oncall": ONCALL, "approver": APPROVER, "manager": MANAGER}
+# The 8-card host that starts as the field report found it (inventory.demo_history switches it
+# to card groups through proposals, half-way through its history).
+SWITCHED_HOST = "infer-01"
 
 _ENGINES = {engine.value: engine for engine in ServedModel.Engine}
 _DTYPES = {1: "fp8_e4m3", 2: "bf16", 4: "fp32"}
@@ -31,8 +34,9 @@ _MIG_TYPES = {"H200": "H200-141GB", "H100-SXM5-80GB": "H100-80GB", "A100-SXM4-80
 _DESCRIPTIONS = {
     "infer-00": "The 8-card server as the field report found it: three models time-sharing "
     "all eight cards, KV reserved at mean concurrency, no admission policy.",
-    "infer-01": "The same server after the fix: each model bound to its own card group, KV "
-    "reserved at P95 concurrency plus 20%, the excess queued.",
+    "infer-01": "The same server, fixed half-way through its history by three proposals: "
+    "each model bound to its own card group, KV reserved at P95 concurrency plus 20%, the "
+    "excess queued.",
     "ops-a100": "The field report's 3 x A100 pool with its operations: card 0 at 96% gets its "
     "batch model's KV shrunk, card 1's MPS server crashes and is restarted, card 2's "
     "fragmented model is reloaded off-peak.",
@@ -67,6 +71,8 @@ def ensure_demo_fleet() -> list[str]:
         for spec in demo_fleet_specs():
             if Host.objects.filter(name=spec.name).exists():
                 continue
+            if spec.name == SWITCHED_HOST:
+                spec = replace(before_host(xid_per_card_day=0.02), name=spec.name)
             host = _create_host(spec)
             _record_seeded(host, snapshot(host), host=host,
                            comment=f"{host.gpus.count()} cards, "

@@ -4,8 +4,12 @@ The simulator runs faster than real time over the past few days, through the sam
 runtime the live agent uses (collector, sampler, process mapping), and the batches go through
 the same ingest as live ones. The 8-card host infer-01 starts the window as the field report
 found it (three models time-sharing all eight cards, KV reserved at the mean, no admission
-policy) and is switched half-way to its own card groups with P95 + 20% reservations: the
-switch is in the audit trail, so the OOM history shows OOMs before it and none after.
+policy) and is switched half-way to its own card groups with P95 + 20% reservations. The
+switch is a maintenance window: the card groups are rehearsed together for
+`REHEARSAL` (the combined load test the proposals attach), then `switch_due` asks the
+proposal workflow (console.proposals.demo: inventory sits below it) to file, check, approve
+and apply one proposal per group, dated then; the OOM history shows OOMs before it and none
+after. `history_written` tells it when the whole history is in.
 """
 
 from __future__ import annotations
@@ -15,13 +19,12 @@ import logging
 from dataclasses import replace
 
 from django.core.cache import cache
+from django.dispatch import Signal
 
-from console.audit import Action, snapshot
-from console.audit.changes import open_change, record
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.sources import FleetSimulator
 from inventory.collection import collection_plan
-from inventory.demo import create_deployment
+from inventory.demo import SWITCHED_HOST
 from inventory.models import Deployment, Host, IngestedBatch
 from inventory.telemetry.simulator.scenarios import before_host, demo_fleet_specs
 from inventory.timeseries import rollups
@@ -29,7 +32,14 @@ from inventory.timeseries.ingest import BatchRejected, ingest_batches
 
 log = logging.getLogger(__name__)
 
-SWITCHED_HOST = "infer-01"
+# The maintenance window before the switch: the card groups run alone, load-tested together;
+# the proposals are filed, checked, approved and applied in the minutes after it.
+REHEARSAL = (3600.0, 900.0)  # seconds before the switch: from, to
+# Sent with host, replicas (the time-shared deployments), spec (the card groups' HostSpec),
+# rehearsal (per group: its test's figures) and at (the switch, epoch seconds).
+switch_due = Signal()
+# Sent with hosts (the names given history) and now (epoch seconds) once all of it is in.
+history_written = Signal()
 # Coarser than live collection: history is for trends, and the backfill must stay quick.
 SAMPLE_S, FLUSH_S, SCRAPE_S, SIM_STEP_S = 60.0, 600.0, 300.0, 30.0
 GROUP = 200
@@ -61,16 +71,8 @@ def backfill(
     for host in hosts:
         report = progress.of(host.name, start, now)
         if host.name == SWITCHED_HOST:
-            switch = now - days * 86400 / 2
-            before = _before_deployments(host, _at(start))
-            written[host.name] = _simulate(
-                host, replace(before_host(xid_per_card_day=0.02), name=host.name), start,
-                switch, seed, plan=_plan_for(host, before), progress=report,
-            )  # fmt: skip
-            _record_switch(host, before, switch)
-            written[host.name] += _simulate(
-                host, specs[host.name], switch, now, seed, progress=report
-            )
+            written[host.name] = _switched_history(host, specs[host.name], start, now, seed,
+                                                   days, report)  # fmt: skip
         else:
             written[host.name] = _simulate(
                 host, specs[host.name], start, now, seed, progress=report
@@ -78,7 +80,27 @@ def backfill(
         progress.done(host.name)
         log.info("demo history: %s, %d batches", host.name, written[host.name])
     progress.finish()
+    if hosts:
+        history_written.send(sender=backfill, hosts=[host.name for host in hosts], now=now)
     return written
+
+
+def _switched_history(host, after, start, now, seed, days, report) -> int:
+    switch = now - days * 86400 / 2
+    replicas = list(host.deployments.exclude(status=Deployment.Status.STOPPED))
+    before = replace(before_host(xid_per_card_day=0.02), name=host.name)
+    rehearsal_start, rehearsal_end = switch - REHEARSAL[0], switch - REHEARSAL[1]
+    written = _simulate(host, before, start, rehearsal_start, seed,
+                        plan=_plan_for(host, replicas), progress=report)  # fmt: skip
+    # The groups' engines are no deployment of the inventory yet: only their cards are mapped.
+    rehearsal: dict[str, dict] = {}
+    written += _simulate(host, after, rehearsal_start, rehearsal_end, seed,
+                         plan=_plan_for(host, []), rehearsal=rehearsal)  # fmt: skip
+    answers = switch_due.send(sender=backfill, host=host, replicas=replicas, spec=after,
+                              rehearsal=rehearsal, at=switch)  # fmt: skip
+    if not answers:
+        raise RuntimeError("nothing switches the demo's 8-card host (console.proposals.demo)")
+    return written + _simulate(host, after, switch, now, seed, progress=report)
 
 
 class BackfillProgress:
@@ -133,8 +155,17 @@ def _plan_for(host: Host, deployments: list[Deployment]) -> dict:
 
 
 def _simulate(
-    host, spec, start: float, end: float, seed: int, plan: dict | None = None, progress=None
+    host,
+    spec,
+    start: float,
+    end: float,
+    seed: int,
+    plan: dict | None = None,
+    progress=None,
+    rehearsal: dict | None = None,
 ) -> int:
+    """Simulate and ingest [start, end); `rehearsal`, when given, receives each deployment's
+    figures over the window, as the load test of its card group reports them."""
     clock = _Clock(start)
     simulator = FleetSimulator(seed, clock, specs=[spec], max_step_s=SIM_STEP_S)
     batches: list[dict] = []
@@ -145,9 +176,12 @@ def _simulate(
     )  # fmt: skip
     total = 0
     next_report = start + REPORT_EVERY_S
+    at_start = None
     while clock.t < end:
         clock.t += SAMPLE_S
         runtime.tick()
+        if at_start is None:  # the simulator has caught up with the window's start
+            at_start = _replica_totals(simulator, host.name)
         runtime.publish_pending()
         if len(batches) >= GROUP:
             total += _write(batches, clock.t)
@@ -156,7 +190,34 @@ def _simulate(
             next_report += REPORT_EVERY_S
     total += _write(batches, clock.t)
     rollups.refresh_all()
+    if rehearsal is not None:
+        rehearsal.update(_window_figures(simulator, host.name, at_start, start, clock.t))
     return total
+
+
+def _replica_totals(simulator: FleetSimulator, host: str) -> dict:
+    return {
+        replica.spec.deployment_id: (replica.histogram.copy(), replica.requests_total)
+        for replica in simulator.fleet.hosts[host].replicas
+    }
+
+
+def _window_figures(simulator, host: str, at_start: dict, start: float, end: float) -> dict:
+    figures = {}
+    for replica in simulator.fleet.hosts[host].replicas:
+        histogram, requests = at_start[replica.spec.deployment_id]
+        window = replica.histogram.since(histogram)
+        completed = replica.requests_total - requests
+        p99 = window.quantile(0.99)
+        figures[replica.spec.deployment_id] = {
+            "model": replica.spec.workload.model,
+            "p99_ms": None if p99 is None else round(p99 * 1000, 1),
+            "completed": int(completed),
+            "rate": completed / (end - start),
+            "start": start,
+            "end": end,
+        }
+    return figures
 
 
 def _sim_plan(host: Host) -> dict:
@@ -175,48 +236,3 @@ def _write(batches: list[dict], now: float) -> int:
     for result in refused[:1]:  # one says why; they would all say the same
         log.warning("demo history: %d batches refused: %s", len(refused), result)
     return len(results) - len(refused)
-
-
-def _before_deployments(host: Host, start: dt.datetime) -> list[Deployment]:
-    """The time-shared replicas of the field report's starting point, stopped since the switch."""
-    existing = list(host.deployments.filter(status=Deployment.Status.STOPPED))
-    if existing:
-        return existing
-    spec = before_host()
-    gpus = list(host.gpus.order_by("index"))
-    shared = {card for deployment in spec.deployments for card in deployment.cards}
-    # Seeded as they stood at the window's start, in one change dated then.
-    with open_change(at=start):
-        created = [
-            create_deployment(host, gpus, {}, deployment, shared) for deployment in spec.deployments
-        ]
-        stopped = Deployment.objects.filter(pk__in=[d.pk for d in created])
-        stopped.update(status=Deployment.Status.STOPPED)
-        for deployment in stopped:
-            record(
-                actor=None,
-                action=Action.DEMO_SEED,
-                obj=deployment,
-                before=None,
-                after=snapshot(deployment),
-                host=host,
-                comment="time-shared replica of the field report, stopped since the switch",
-            )
-    return list(stopped)
-
-
-def _record_switch(host: Host, before: list[Deployment], at: float) -> None:
-    """The switch as the audit trail would have it: each model's placement before and after,
-    as one change dated when it happened."""
-    with open_change(at=_at(at)):
-        for deployment in host.deployments.exclude(status=Deployment.Status.STOPPED):
-            replaced = [d for d in before if d.served_model_id == deployment.served_model_id]
-            record(
-                actor=None,
-                action=Action.DEPLOYMENT_CHANGE,
-                obj=deployment,
-                before=snapshot(replaced[0]) if replaced else None,
-                after=snapshot(deployment),
-                host=host,
-                comment="isolated to its own GPU group; KV reserved at P95 + 20%, excess queued",
-            )

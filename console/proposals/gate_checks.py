@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -100,16 +100,20 @@ def share_of(proposal: Proposal, cards: int) -> Share:
     )
 
 
-def _leaving(proposal: Proposal) -> int | None:
-    """The deployment the change replaces: it no longer counts as a co-tenant."""
-    return proposal.deployment_id if proposal.action != Proposal.Action.ADD else None
+def leaving_ids(proposal: Proposal) -> set[int]:
+    """The deployments the change takes over from: the one it moves, resizes or removes, and
+    those it replaces (stopped when it is applied). They no longer count as co-tenants."""
+    leaving = {proposal.deployment_id} if proposal.action != Proposal.Action.ADD else set()
+    if proposal.pk is not None:  # a what-if preview's unsaved proposal replaces nothing
+        leaving |= set(proposal.replaces.values_list("pk", flat=True))
+    return leaving - {None}
 
 
-def _tenants_by_card(host, leaving: int | None) -> dict[int, list[Deployment]]:
+def _tenants_by_card(host, leaving: Collection[int]) -> dict[int, list[Deployment]]:
     on_card: dict[int, list[Deployment]] = {}
     active = (
         host.deployments.exclude(status=Deployment.Status.STOPPED)
-        .exclude(pk=leaving)
+        .exclude(pk__in=leaving)
         .filter(mig_slice__isnull=True)
         .select_related("served_model")
         .prefetch_related("gpus")
@@ -120,12 +124,18 @@ def _tenants_by_card(host, leaving: int | None) -> dict[int, list[Deployment]]:
     return on_card
 
 
-def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
-    """Every card of the host that takes non-MIG work, with what is on it after the change."""
+def card_budgets(
+    host, leaving: Collection[int], now: dt.datetime | None = None
+) -> dict[Gpu, CardBudget]:
+    """Every card of the host that takes non-MIG work, with what is on it after the change
+    (its telemetry as of `now`)."""
     on_card = _tenants_by_card(host, leaving)
     budgets = {}
     for gpu in host.gpus.exclude(mig_mode=Gpu.MigMode.ENABLED).order_by("index"):
-        capacity = card_capacity(gpu)
+        capacity = card_capacity(gpu, now=now)
+        # A card no tenant stays on starts clean: the allocators whose fragmentation was
+        # measured there have stopped, or stop with the change.
+        cleared = not on_card.get(gpu.pk)
         tenants = []
         context = cuda_context_estimate(gpu.product_name)
         for deployment in on_card.get(gpu.pk, []):
@@ -157,32 +167,34 @@ def card_budgets(host, leaving: int | None) -> dict[Gpu, CardBudget]:
             total_bytes=gpu.memory_total_bytes,
             driver_reserved_bytes=capacity.driver_reserved_bytes,
             tenants=tuple(tenants),
-            fragmentation_peak_bytes=capacity.allocator_held_peak_bytes,
-            fragmentation_index_peak=capacity.fragmentation_index_peak,
-            fragmentation_status=capacity.fragmentation_status,
+            fragmentation_peak_bytes=0 if cleared else capacity.allocator_held_peak_bytes,
+            fragmentation_index_peak=None if cleared else capacity.fragmentation_index_peak,
+            fragmentation_status="green" if cleared else capacity.fragmentation_status,
             measured=capacity.samples > 0,
             measured_joint_peak_bytes=capacity.joint_peak_of(
                 {d.pk for d in on_card.get(gpu.pk, []) if d.pk in capacity.demand_p95}
             ),
-            fragmentation_index_sustained=capacity.fragmentation_index_sustained,
+            fragmentation_index_sustained=(
+                None if cleared else capacity.fragmentation_index_sustained
+            ),
             fragmentation_scale=capacity.fragmentation_scale,
         )
     return budgets
 
 
-def _gpu_instance_tenants(mig_slice: MigSlice, leaving: int | None):
+def _gpu_instance_tenants(mig_slice: MigSlice, leaving: Collection[int]):
     """Deployments on any compute instance of the slice's GPU instance: they share its memory
     (1c.3g.71gb and 2c.3g.71gb hold one 3g.71gb's memory between them)."""
     return (
         Deployment.objects.filter(mig_slice__in=mig_slice.gpu_instance_devices())
         .exclude(status=Deployment.Status.STOPPED)
-        .exclude(pk=leaving)
+        .exclude(pk__in=leaving)
         .select_related("served_model", "mig_slice")
         .prefetch_related("gpus")
     )
 
 
-def slice_budget(mig_slice: MigSlice, leaving: int | None) -> CardBudget:
+def slice_budget(mig_slice: MigSlice, leaving: Collection[int]) -> CardBudget:
     """The memory budget of the slice's GPU instance, counted once for all its compute
     instances, so siblings cannot book the same bytes twice."""
     context = cuda_context_estimate(mig_slice.gpu.product_name)
@@ -285,7 +297,7 @@ def _refused_cards(proposal: Proposal, gpus) -> set[int]:
 
 
 def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, list[Gpu]]:
-    leaving = _leaving(proposal)
+    leaving = leaving_ids(proposal)
     headroom = settings.GATE_HEADROOM_BYTES
     if proposal.isolation_mode == Deployment.Isolation.MIG:
         budget = slice_budget(proposal.mig_slice, leaving)
@@ -295,7 +307,7 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
         return evaluate_memory(request), []
     if proposal.let_solver_choose:
         share = share_of(proposal, proposal.card_count)
-        budgets = card_budgets(proposal.host, leaving)
+        budgets = card_budgets(proposal.host, leaving, now)
         refused = _refused_cards(proposal, budgets)
         budgets = {gpu: budget for gpu, budget in budgets.items() if gpu.pk not in refused}
         chosen, how, unplaced = _solver_choice(proposal, budgets, share)
@@ -315,7 +327,7 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
     if refused:
         return refused_outcome([str(gpu) for gpu in targets if gpu.pk in refused]), []
     share = share_of(proposal, len(targets))
-    budgets = card_budgets(proposal.host, leaving)
+    budgets = card_budgets(proposal.host, leaving, now)
     request = MemoryRequest(
         proposal.served_model.name,
         share,
@@ -370,12 +382,12 @@ def check_kv(proposal: Proposal, now: dt.datetime) -> GateOutcome:
 
 
 def _target_tenants(proposal: Proposal, targets: list[Gpu]) -> list[Deployment]:
-    leaving = _leaving(proposal)
+    leaving = leaving_ids(proposal)
     if proposal.isolation_mode == Deployment.Isolation.MIG:
         return list(
             Deployment.objects.filter(mig_slice=proposal.mig_slice)
             .exclude(status=Deployment.Status.STOPPED)
-            .exclude(pk=leaving)
+            .exclude(pk__in=leaving)
             .select_related("served_model")
             .prefetch_related("gpus")
         )
@@ -394,7 +406,7 @@ def check_isolation(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
     siblings = (
         [
             d
-            for d in _gpu_instance_tenants(proposal.mig_slice, _leaving(proposal))
+            for d in _gpu_instance_tenants(proposal.mig_slice, leaving_ids(proposal))
             if d.mig_slice_id != proposal.mig_slice_id
         ]
         if mig
@@ -480,12 +492,12 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
     target_labels = {gpu.pk: str(gpu) for gpu in targets}
     headroom = settings.GATE_HEADROOM_BYTES
     if proposal.isolation_mode == Deployment.Isolation.MIG:
-        budget = slice_budget(proposal.mig_slice, _leaving(proposal))
+        budget = slice_budget(proposal.mig_slice, leaving_ids(proposal))
         bounds = {budget.card: budget.usable_bytes - headroom}
         target_cards = (budget.card,)
         measured_gpus = [proposal.mig_slice.gpu]
     else:
-        budgets = card_budgets(proposal.host, _leaving(proposal))
+        budgets = card_budgets(proposal.host, leaving_ids(proposal), now)
         bounds = {str(gpu): budgets[gpu].usable_bytes - headroom for gpu in targets}
         target_cards = tuple(target_labels.values())
         measured_gpus = targets
@@ -595,7 +607,7 @@ def _engine_claim(record, model, cards: int, total: int, product: str, reported,
 
 
 def check_engine_settings(proposal: Proposal, targets: list[Gpu], now: dt.datetime) -> GateOutcome:
-    leaving = _leaving(proposal)
+    leaving = leaving_ids(proposal)
     model = proposal.served_model
     if proposal.isolation_mode == Deployment.Isolation.MIG:
         piece = proposal.mig_slice

@@ -25,6 +25,20 @@ class ProposalQuerySet(VisibleQuerySet):
         """What an approver may decide: ready for approval and not their own (four eyes)."""
         return self.filter(state=State.READY).exclude(author=approver)
 
+    def failed_checks(self, approver) -> "ProposalQuerySet":
+        """Sent back by their own gates (not by an approver) and not their own: the approver
+        may reject them or comment, never approve them."""
+        failing = GateResult.objects.filter(
+            proposal=models.OuterRef("pk"),
+            revision=models.OuterRef("revision"),
+            status__in=[status.value for status in GateStatus if not status.passed],
+        )
+        return (
+            self.filter(state=State.CHANGES_REQUESTED)
+            .exclude(author=approver)
+            .filter(models.Exists(failing))
+        )
+
 
 # How pages and e-mails name a state (transitions.State is pure and stays English).
 STATE_LABELS = {
@@ -74,6 +88,16 @@ class Proposal(EngineSettings):
         related_name="+",
         verbose_name=_("cards"),
         help_text=_("The target cards; leave empty when the solver chooses."),
+    )
+    replaces = models.ManyToManyField(
+        "inventory.Deployment",
+        blank=True,
+        related_name="replaced_by",
+        verbose_name=_("replaces"),
+        help_text=_(
+            "Deployments on this host the change takes over from: stopped when it is applied, "
+            "and no longer counted on their cards by the checks."
+        ),
     )
     let_solver_choose = models.BooleanField(
         _("let the solver choose the cards"),
@@ -229,6 +253,21 @@ class Proposal(EngineSettings):
         if self.mps_active_thread_percentage is not None or deployment is None:
             return self.mps_active_thread_percentage
         return deployment.mps_active_thread_percentage
+
+    def validate_replaced(self, replaced) -> None:
+        """The M2M replaced deployments: running ones of this host, never the one it changes."""
+        wrong = [
+            str(d)
+            for d in replaced
+            if d.host_id != self.host_id
+            or d.status == Deployment.Status.STOPPED
+            or d.pk == self.deployment_id
+        ]
+        if wrong:
+            raise ValidationError(
+                {"replaces": f"Only running deployments of {self.host} can be replaced: "
+                 f"{', '.join(wrong)}."}
+            )  # fmt: skip
 
     def validate_cards(self, gpus) -> None:
         """The M2M cards, which clean() cannot see before they are saved."""

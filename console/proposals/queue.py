@@ -17,9 +17,10 @@ DELIVER_NOTIFICATION = "proposals.deliver_notification"
 RUN_LOAD_TEST = "proposals.run_load_test"
 
 
-def queue_gate_checks(proposal_id: int, revision: int) -> None:
+def queue_gate_checks(proposal_id: int, revision: int, at: str | None = None) -> None:
+    args = (proposal_id, revision) if at is None else (proposal_id, revision, at)
     try:
-        current_app.signature(RUN_GATES, args=(proposal_id, revision)).delay()
+        current_app.signature(RUN_GATES, args=args).delay()
     except Exception:  # the author's next edit or submit, or resume_stalled, queues them again
         log.exception("could not queue the gate checks of proposal %s", proposal_id)
 

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from console.audit import Action, changed_fields, snapshot
-from console.audit.changes import atomic_change, record
+from console.audit.changes import atomic_change, current_change, record
 from console.proposals import notifications, queue
 from console.proposals.gate_checks import Checked
 from console.proposals.gates import Gate
@@ -105,7 +105,10 @@ def _move(proposal: Proposal, event: Event) -> None:
 
 def _queue_checks(proposal: Proposal) -> None:
     pk, revision = proposal.pk, proposal.revision
-    transaction.on_commit(lambda: queue.queue_gate_checks(pk, revision))
+    # A change the demo replays at a past moment is checked as of that moment.
+    change = current_change()
+    at = (change.at.isoformat(),) if change and change.at else ()
+    transaction.on_commit(lambda: queue.queue_gate_checks(pk, revision, *at))
 
 
 def _acknowledge(proposal: Proposal, acting_user, acknowledged: bool | None) -> None:
@@ -119,7 +122,13 @@ def _acknowledge(proposal: Proposal, acting_user, acknowledged: bool | None) -> 
 
 @atomic_change
 def do_create_proposal(
-    *, acting_user, gpus=(), mps_acknowledged: bool = False, submit: bool = False, **fields
+    *,
+    acting_user,
+    gpus=(),
+    replaces=(),
+    mps_acknowledged: bool = False,
+    submit: bool = False,
+    **fields,
 ) -> Proposal:
     unknown = set(fields) - set(EDITABLE)
     if unknown:
@@ -128,8 +137,10 @@ def do_create_proposal(
     _acknowledge(proposal, acting_user, mps_acknowledged)
     proposal.full_clean()
     proposal.validate_cards(list(gpus))
+    proposal.validate_replaced(list(replaces))
     proposal.save()
     proposal.gpus.set(gpus)
+    proposal.replaces.set(replaces)
     _record(proposal, actor=acting_user, action=Action.PROPOSAL_CREATE, before=None)
     if submit:
         _submit(proposal, acting_user)
@@ -429,12 +440,27 @@ def do_apply(proposal: Proposal, *, acting_user) -> Proposal:
         }[current.action]
         _record_deployment(deployment, actor=acting_user, action=action,
                            before=deployment_before, proposal=current)  # fmt: skip
+    _stop_replaced(current, acting_user)
     current.deployment = deployment
     current.deployment_before = deployment_before
     current.placement_after = _placement_json(current.host)
     current.save()
     _record(current, actor=acting_user, action=Action.PROPOSAL_APPLY, before=before)
     return current
+
+
+def _stop_replaced(proposal: Proposal, acting_user) -> None:
+    """The deployments the change took over from stop with it, each with its audit row."""
+    for replaced in (
+        Deployment.objects.select_for_update()
+        .filter(pk__in=proposal.replaces.values("pk"))
+        .exclude(status=Deployment.Status.STOPPED)
+    ):
+        before = snapshot(replaced)
+        replaced.status = Deployment.Status.STOPPED
+        replaced.save()
+        _record_deployment(replaced, actor=acting_user, action=Action.DEPLOYMENT_STOP,
+                           before=before, proposal=proposal)  # fmt: skip
 
 
 @atomic_change
@@ -478,6 +504,15 @@ def do_roll_back(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
         deployment.gpus.set(restored.get("gpus", []))
     _record_deployment(deployment, actor=acting_user, action=Action.DEPLOYMENT_ROLL_BACK,
                        before=deployment_before, proposal=current)  # fmt: skip
+    # What the change took over from runs again, as it did before it was applied.
+    for replaced in Deployment.objects.select_for_update().filter(
+        pk__in=current.replaces.values("pk"), status=Deployment.Status.STOPPED
+    ):
+        replaced_before = snapshot(replaced)
+        replaced.status = Deployment.Status.ACTIVE
+        replaced.save()
+        _record_deployment(replaced, actor=acting_user, action=Action.DEPLOYMENT_ROLL_BACK,
+                           before=replaced_before, proposal=current)  # fmt: skip
     current.save()
     _record(
         current, actor=acting_user, action=Action.PROPOSAL_ROLL_BACK, before=before, comment=comment

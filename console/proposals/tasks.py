@@ -12,6 +12,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from console.audit.changes import open_change
 from console.proposals import loadtest_services, notifications, progress, queue
 from console.proposals.models import LoadTest, Notification, Proposal
 from console.proposals.services import do_record_gate_results, do_start_checks
@@ -25,10 +26,13 @@ RETRY_MAX_S = 1800
 
 
 @shared_task(name=queue.RUN_GATES, time_limit=120, soft_time_limit=110, ignore_result=True)
-def run_gates(proposal_id: int, revision: int) -> str:
+def run_gates(proposal_id: int, revision: int, at: str | None = None) -> str:
+    """`at` (ISO 8601): the demo's history replays a submission then; checked as of then."""
     from console.proposals.gate_checks import check
 
-    proposal = do_start_checks(proposal_id, revision)
+    moment = dt.datetime.fromisoformat(at) if at else None
+    with open_change(at=moment):
+        proposal = do_start_checks(proposal_id, revision)
     if proposal is None:
         return "stale"
     proposal = Proposal.objects.select_related("served_model", "host", "mig_slice__gpu").get(
@@ -36,9 +40,12 @@ def run_gates(proposal_id: int, revision: int) -> str:
     )
     progress.started(proposal_id, revision)
     checked = check(
-        proposal, on_outcome=lambda outcome: progress.finished(proposal_id, revision, outcome)
+        proposal,
+        now=moment,
+        on_outcome=lambda outcome: progress.finished(proposal_id, revision, outcome),
     )
-    recorded = do_record_gate_results(proposal_id, revision, checked)
+    with open_change(at=moment):
+        recorded = do_record_gate_results(proposal_id, revision, checked)
     return recorded.state if recorded else "stale"
 
 

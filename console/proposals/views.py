@@ -17,7 +17,8 @@ from console.pagination import page_of
 from console.proposals import guided, placement, progress, services, whatif
 from console.proposals.filters import ProposalFilter
 from console.proposals.forms import CommentForm, DecisionForm, LoadTestForm, ProposalForm
-from console.proposals.models import Decision, Proposal
+from console.proposals.gates import GateStatus
+from console.proposals.models import Decision, GateResult, Proposal
 from console.proposals.transitions import Event, IllegalTransition, State, allowed
 
 _DETAIL = Proposal.objects.select_related(
@@ -78,6 +79,10 @@ def proposal_export(request):
     return csv_response("proposals", header, rows)
 
 
+# The inbox shows the oldest of the proposals whose checks failed; the list has them all.
+FAILED_SHOWN = 50
+
+
 def inbox(request):
     require_permission(request.user, Proposal, "approve")
     waiting = (
@@ -86,10 +91,23 @@ def inbox(request):
         .select_related("served_model", "host", "author")
         .order_by("updated_at", "id")
     )
+    failed = list(
+        Proposal.objects.visible_to(request.user)
+        .failed_checks(request.user)
+        .select_related("served_model", "host", "author")
+        .order_by("updated_at", "id")[:FAILED_SHOWN]
+    )
+    # Each with its failing gates of the current revision, which say why.
+    failing = GateResult.objects.filter(
+        proposal__in=failed, status__in=[s.value for s in GateStatus if not s.passed]
+    ).order_by("id")
+    for proposal in failed:
+        proposal.failing = [r for r in failing if r.proposal_id == proposal.pk and
+                            r.revision == proposal.revision]  # fmt: skip
     # ?partial=1: only the rows, for the page's own poll.
     partial = bool(request.GET.get("partial"))
     template = "proposals/_inbox_rows.html" if partial else "proposals/inbox.html"
-    return render(request, template, {"page": page_of(request, waiting)})
+    return render(request, template, {"page": page_of(request, waiting), "failed": failed})
 
 
 def _form_context(request, form: ProposalForm, proposal: Proposal | None, whatif=None) -> dict:

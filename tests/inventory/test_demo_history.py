@@ -19,24 +19,32 @@ def test_ooms_before_the_switch_and_none_after():
     written = backfill(days=3, now=now, only={"infer-01"})
     assert written["infer-01"] > 0
     host = Host.objects.get(name="infer-01")
-    switches = AuditEntry.objects.filter(host=host, action="deployment.change")
+    # The switch: one proposal per card group, each applied as a change of its own, the last
+    # just before half-way through the window rather than when it ran.
+    switches = AuditEntry.objects.filter(host=host, action="deployment.create")
     assert switches.count() == 3  # one per model
-    # Written as one change, dated half-way through the window rather than when it ran.
-    assert switches.values("change_id").distinct().count() == 1
+    assert switches.values("change_id").distinct().count() == 3
     half_way = dt.datetime.fromtimestamp(now - 3 * 86400 / 2, tz=dt.UTC)
-    assert {entry.at for entry in switches} == {half_way}
-    switch = switches.first()
-    assert switch.before["isolation_mode"] == "time_slicing"
-    assert switch.before["kv_reservation_basis"] == "mean"
-    assert switch.after["isolation_mode"] == "gpu_group"
-    assert switch.after["kv_reservation_basis"] == "p95"
+    last = max(entry.at for entry in switches)
+    assert half_way - dt.timedelta(minutes=15) < last < half_way
+    for switch in switches:
+        assert switch.after["isolation_mode"] == "gpu_group"
+        assert switch.after["kv_reservation_basis"] == "p95"
+    stops = AuditEntry.objects.filter(host=host, action="deployment.stop")
+    assert {stop.before["isolation_mode"] for stop in stops} == {"time_slicing"}
+    assert {stop.before["kv_reservation_basis"] for stop in stops} == {"mean"}
+    first = min(entry.at for entry in switches)
     ooms = Event.objects.filter(host=host, kind=Event.Kind.OOM)
-    assert ooms.filter(at__lt=switch.at).exists()
-    assert not ooms.filter(at__gte=switch.at).exists()
+    assert ooms.filter(at__lt=first).exists()
+    assert not ooms.filter(at__gte=first).exists()
     assert all(oom.cause for oom in ooms), "every OOM is triaged at ingest"
     # Before the switch the memory belongs to the stopped, time-shared replicas.
     stopped = host.deployments.filter(status=Deployment.Status.STOPPED)
-    assert ProcessSample.objects.filter(deployment__in=stopped, ts__lt=switch.at).exists()
+    assert stopped.count() == stops.count() == 8
+    assert ProcessSample.objects.filter(deployment__in=stopped, ts__lt=first).exists()
+    # After it, to the card groups the proposals created.
+    groups = host.deployments.filter(status=Deployment.Status.ACTIVE)
+    assert ProcessSample.objects.filter(deployment__in=groups, ts__gt=half_way).exists()
 
 
 def test_a_host_with_history_is_left_alone():

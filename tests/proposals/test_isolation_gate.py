@@ -148,3 +148,14 @@ def test_sibling_compute_instances_are_named_as_sharing_the_gpu_instances_memory
         outcome.summary
     )
     assert outcome.numbers["gpu_instance_siblings"] == ["embed"]
+
+
+def test_a_replaced_deployment_is_no_co_tenant(personas):
+    gpu = GpuFactory()
+    replica = DeploymentFactory(
+        host=gpu.host, gpus=[gpu], isolation_mode=Deployment.Isolation.TIME_SLICING
+    )
+    kept = create_proposal(personas["oncall"], host=gpu.host, gpus=[gpu])
+    assert check_isolation(kept, [gpu], timezone.now()).status is GateStatus.FAIL
+    replacing = create_proposal(personas["oncall"], host=gpu.host, gpus=[gpu], replaces=[replica])
+    assert check_isolation(replacing, [gpu], timezone.now()).status is GateStatus.PASS

@@ -8,6 +8,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from console.audit import Action
 from console.audit.changes import record
 from console.models import AuditEntry
+from console.proposals import services
+from console.proposals.gates import Gate
 from console.proposals.models import LoadTest, Proposal
 from console.proposals.transitions import State
 from inventory.models import Deployment
@@ -134,6 +136,44 @@ def test_the_inbox_holds_what_waits_and_never_ones_own(client_as, personas):
     response = client_as("approver").get("/proposals/inbox/")
     assert [p.pk for p in response.context["page"]] == [theirs.pk]
     assert own.pk not in [p.pk for p in response.context["page"]]
+
+
+def test_the_inbox_shows_what_failed_its_checks_apart_with_the_gate_and_why(client_as, personas):
+    failed = checked(create_proposal(personas["oncall"]), failing=(Gate.MEMORY,))
+    checked(create_proposal(personas["approver"]), failing=(Gate.MEMORY,))  # their own
+    sent_back = services.do_request_changes(
+        ready_proposal(personas["oncall"]), acting_user=personas["approver"], comment="Why 4?"
+    )
+    waiting = ready_proposal(personas["oncall"])
+    response = client_as("approver").get("/proposals/inbox/")
+    assert [p.pk for p in response.context["page"]] == [waiting.pk]
+    # Only what its gates sent back: not one an approver did, nor the approver's own.
+    assert [p.pk for p in response.context["failed"]] == [failed.pk]
+    assert sent_back.pk not in [p.pk for p in response.context["failed"]]
+    body = response.content.decode()
+    section = body.split('id="inbox-failed"', 1)[1]
+    assert "Failed its checks" in section
+    row = section.split(f'data-proposal="{failed.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert 'data-gate="memory"' in section and "Memory ledger" in row
+    assert "fails (test figures)" in row
+    assert f'data-proposal="{waiting.pk}"' not in section
+
+
+def test_an_approver_rejects_a_failed_proposal_but_cannot_approve_it(client_as, personas):
+    failed = checked(create_proposal(personas["oncall"]), failing=(Gate.MEMORY,))
+    approver = client_as("approver")
+    page = approver.get(f"/proposals/{failed.pk}/?from=inbox")
+    assert page.context["can_decide"] is False and page.context["can_reject"] is True
+    refused = approver.post(f"/proposals/{failed.pk}/decide/", {"decision": "approve"})
+    assert refused.status_code == 409
+    failed.refresh_from_db()
+    assert failed.state == State.CHANGES_REQUESTED
+    approver.post(
+        f"/proposals/{failed.pk}/decide/",
+        {"decision": "reject", "comment": "No A100 holds a 70B model whole."},
+    )
+    failed.refresh_from_db()
+    assert failed.state == State.REJECTED
 
 
 def test_the_detail_shows_gates_with_runbook_links_and_both_diagrams(client_as, personas):

@@ -316,3 +316,35 @@ def test_a_mig_proposal_cannot_leave_the_cards_to_the_solver(personas):
         "let_solver_choose": ["Pick the MIG slice; the solver does not create one."],
         "mps_active_thread_percentage": ["Only MPS deployments take a thread share."],
     }
+
+
+def test_a_replacement_stops_what_it_replaces_and_a_roll_back_restarts_it(personas):
+    gpu = GpuFactory()
+    shared = DeploymentFactory(
+        host=gpu.host, gpus=[gpu], isolation_mode=Deployment.Isolation.TIME_SLICING
+    )
+    proposal = applied_proposal(
+        personas["oncall"], personas["approver"], host=gpu.host, gpus=[gpu], replaces=[shared]
+    )
+    shared.refresh_from_db()
+    assert shared.status == Deployment.Status.STOPPED
+    stop = AuditEntry.objects.get(action="deployment.stop", object_id=str(shared.pk))
+    assert stop.actor_name == "oncall"
+    assert stop.comment.startswith(f"Proposal #{proposal.pk}:")
+    # One change: the new deployment and the stop of what it took over from commit together.
+    created = AuditEntry.objects.get(action="deployment.create")
+    assert created.change_id == stop.change_id
+    services.do_roll_back(proposal, acting_user=personas["oncall"], comment="P99 worse")
+    shared.refresh_from_db()
+    assert shared.status == Deployment.Status.ACTIVE
+    proposal.deployment.refresh_from_db()
+    assert proposal.deployment.status == Deployment.Status.STOPPED
+
+
+def test_only_running_deployments_of_the_host_can_be_replaced(personas):
+    gpu = GpuFactory()
+    elsewhere = DeploymentFactory()
+    stopped = DeploymentFactory(host=gpu.host, status=Deployment.Status.STOPPED)
+    for wrong in (elsewhere, stopped):
+        with pytest.raises(ValidationError, match="can be replaced"):
+            create_proposal(personas["oncall"], host=gpu.host, gpus=[gpu], replaces=[wrong])

@@ -74,6 +74,19 @@ class LatencyHistogram:
         self.count += other.count
         self.sum_s += other.sum_s
 
+    def since(self, earlier: LatencyHistogram) -> LatencyHistogram:
+        """What was added after `earlier` (a copy of this histogram then): one window's own."""
+        window = LatencyHistogram()
+        window._raw = [now - then for now, then in zip(self._raw, earlier._raw, strict=True)]
+        window.count = self.count - earlier.count
+        window.sum_s = self.sum_s - earlier.sum_s
+        return window
+
+    def copy(self) -> LatencyHistogram:
+        copied = LatencyHistogram()
+        copied.merge(self)
+        return copied
+
     @property
     def bins(self) -> list[float]:
         if self._bins is None:

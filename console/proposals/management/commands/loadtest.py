@@ -71,7 +71,7 @@ class Command(BaseCommand):
                 )
             else:
                 gpus = list(found.gpus.exclude(mig_mode=Gpu.MigMode.ENABLED).order_by("index"))
-                budgets = card_budgets(found, None)
+                budgets = card_budgets(found, ())
                 headroom = settings.GATE_HEADROOM_BYTES
                 bounds = {str(g): budgets[g].usable_bytes - headroom for g in gpus}
                 plan = loadtest_inputs.plan_for_host(
