@@ -70,15 +70,19 @@ def backfill(
     progress = BackfillProgress(days, [host.name for host in hosts])
     for host in hosts:
         report = progress.of(host.name, start, now)
-        if host.name == SWITCHED_HOST:
-            written[host.name] = _switched_history(host, specs[host.name], start, now, seed,
-                                                   days, report)  # fmt: skip
+        try:
+            if host.name == SWITCHED_HOST:
+                written[host.name] = _switched_history(host, specs[host.name], start, now, seed,
+                                                       days, report)  # fmt: skip
+            else:
+                written[host.name] = _simulate(
+                    host, specs[host.name], start, now, seed, progress=report
+                )
+        except Exception:  # one host's story going wrong must not cost the others theirs
+            log.exception("demo history: %s failed", host.name)
         else:
-            written[host.name] = _simulate(
-                host, specs[host.name], start, now, seed, progress=report
-            )
+            log.info("demo history: %s, %d batches", host.name, written[host.name])
         progress.done(host.name)
-        log.info("demo history: %s, %d batches", host.name, written[host.name])
     progress.finish()
     if hosts:
         history_written.send(sender=backfill, hosts=[host.name for host in hosts], now=now)

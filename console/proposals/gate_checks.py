@@ -288,12 +288,12 @@ def _recent_ooms(gpus: list[Gpu], now: dt.datetime) -> dict[str, int]:
     return {labels[gpu_id]: n for gpu_id, n in counts.items()}
 
 
-def _refused_cards(proposal: Proposal, gpus) -> set[int]:
-    """Cards refusing new loads (degradation set them): only a change that brings a model
-    onto a card is refused; a resize or removal on it is what may clear it."""
+def _refused_cards(proposal: Proposal, gpus, now: dt.datetime) -> set[int]:
+    """Cards refusing new loads at `now` (degradation set them): only a change that brings a
+    model onto a card is refused; a resize or removal on it is what may clear it."""
     if proposal.action not in (Proposal.Action.ADD, Proposal.Action.MOVE):
         return set()
-    return refused_gpu_ids(gpu.pk for gpu in gpus)
+    return refused_gpu_ids((gpu.pk for gpu in gpus), at=now)
 
 
 def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, list[Gpu]]:
@@ -308,7 +308,7 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
     if proposal.let_solver_choose:
         share = share_of(proposal, proposal.card_count)
         budgets = card_budgets(proposal.host, leaving, now)
-        refused = _refused_cards(proposal, budgets)
+        refused = _refused_cards(proposal, budgets, now)
         budgets = {gpu: budget for gpu, budget in budgets.items() if gpu.pk not in refused}
         chosen, how, unplaced = _solver_choice(proposal, budgets, share)
         request = MemoryRequest(
@@ -323,7 +323,7 @@ def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, lis
         )
         return evaluate_memory(request), chosen
     targets = proposal.target_gpus()
-    refused = _refused_cards(proposal, targets)
+    refused = _refused_cards(proposal, targets, now)
     if refused:
         return refused_outcome([str(gpu) for gpu in targets if gpu.pk in refused]), []
     share = share_of(proposal, len(targets))

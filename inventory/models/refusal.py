@@ -36,10 +36,14 @@ class CardRefusal(models.Model):
         return f"{self.gpu} refuses new loads ({self.reason_code})"
 
 
-def refused_gpu_ids(gpu_ids) -> set[int]:
-    """Which of these cards refuse new loads now."""
-    return set(
-        CardRefusal.objects.filter(gpu_id__in=list(gpu_ids), cleared_at__isnull=True).values_list(
-            "gpu_id", flat=True
+def refused_gpu_ids(gpu_ids, at=None) -> set[int]:
+    """Which of these cards refuse new loads now, or at the moment `at` (a check run as of
+    then: a refusal set since did not hold, one cleared since still did)."""
+    refusals = CardRefusal.objects.filter(gpu_id__in=list(gpu_ids))
+    if at is None:
+        refusals = refusals.filter(cleared_at__isnull=True)
+    else:
+        refusals = refusals.filter(set_at__lte=at).filter(
+            Q(cleared_at__isnull=True) | Q(cleared_at__gt=at)
         )
-    )
+    return set(refusals.values_list("gpu_id", flat=True))

@@ -64,3 +64,16 @@ def test_history_longer_than_the_raw_samples_kept_still_lands(settings):
     oldest = IngestedBatch.objects.filter(host=host).order_by("interval_end").first()
     assert written["a100-node"] == IngestedBatch.objects.filter(host=host).count()
     assert oldest.interval_end < dt.datetime.fromtimestamp(now - 2 * 86400, tz=dt.UTC)
+
+
+def test_one_hosts_story_going_wrong_leaves_the_others_their_history(monkeypatch, caplog):
+    ensure_demo_fleet()
+    now = time.time()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the switch did not pass its gates")
+
+    monkeypatch.setattr("inventory.demo_history._switched_history", broken)
+    written = backfill(days=0.5, now=now, only={"infer-01", "a100-node"})
+    assert set(written) == {"a100-node"} and written["a100-node"] > 0
+    assert "demo history: infer-01 failed" in caplog.text

@@ -50,3 +50,27 @@ def test_a_refused_card_fails_the_gate_and_the_solver_leaves_it_out(personas):
     assert outcome.status is GateStatus.PASS, outcome.summary
     _, chosen = check_memory(_solver_proposal(personas, host), timezone.now())
     assert chosen == [free]
+
+
+def test_a_check_as_of_an_earlier_moment_sees_the_refusals_of_that_moment(personas):
+    import datetime as dt
+
+    host = seed_host()
+    card = host.gpus.get(index=2)
+    named = create_proposal(
+        personas["oncall"],
+        host=host,
+        gpus=[card],
+        model=ServedModelFactory(name="tiny", weights_bytes=2 * GIB),
+        kv_reservation_bytes=GIB,
+    )
+    before = timezone.now() - dt.timedelta(minutes=10)
+    refusal = do_set_refusal(card, reason_code="degradation")
+    # The demo's history checks its proposals as of days ago: a refusal set since did not hold.
+    assert check_memory(named, before)[0].status is GateStatus.PASS
+    assert check_memory(named, timezone.now())[0].status is GateStatus.FAIL
+    during = timezone.now()
+    do_clear_refusal(refusal, acting_user=personas["approver"])
+    # Cleared since: a check as of when it held still fails.
+    assert check_memory(named, during)[0].status is GateStatus.FAIL
+    assert check_memory(named, timezone.now())[0].status is GateStatus.PASS
