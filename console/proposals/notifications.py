@@ -93,7 +93,7 @@ def notify_approvers(proposal: Proposal) -> None:
     with translation.override(settings.NOTIFICATION_LANGUAGE):
         subject = _("Ready for approval: %(proposal)s") % {"proposal": proposal}
         body = _(
-            "%(author)s's proposal %(proposal)s passed all four gates and waits for an approver."
+            "%(author)s's proposal %(proposal)s passed all its gates and waits for an approver."
         ) % {"author": proposal.author.get_username(), "proposal": proposal}
     body += f"\n\n{proposal.rationale}\n\n{proposal_url(proposal)}\n"
     _queue(

@@ -1,4 +1,4 @@
-"""The what-if of a proposal not yet filed: its placement before and after, and the four gates
+"""The what-if of a proposal not yet filed: its placement before and after, and the gates
 run on it, with nothing kept.
 
 The gates and the drawings read a proposal the way it is stored (its cards are a many-to-many,

@@ -240,7 +240,7 @@ def median_post_ms(client: Client, url: str, bodies: list[dict], repeats: int):
 
 
 def time_previews(timed: list[str], repeats: int = 9) -> dict[str, tuple[float, int]]:
-    """The guided form's what-if (the four gates run dry, the placement drawn before and
+    """The guided form's what-if (the gates run dry, the placement drawn before and
     after) for a newcomer on an 8-card host with 30 days of history: on a card the author
     picks, and with the solver choosing among the host's cards."""
     author, _ = get_user_model().objects.get_or_create(username="bench-author")

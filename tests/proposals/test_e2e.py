@@ -1,6 +1,6 @@
 """End to end: a real Celery worker process runs the gates on the test database.
 
-Create and submit here, the worker checks the four gates, a second person approves, apply, and
+Create and submit here, the worker checks the gates, a second person approves, apply, and
 the host's deployments and audit trail change.
 """
 
