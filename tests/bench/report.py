@@ -65,15 +65,17 @@ def ingest_section(figures: dict) -> str:
             f"least 50%: {_ok(fraction >= 0.5)})."
         )
     for broker in figures.get("brokers", []):
-        best_through = max(broker["rows_per_s"], broker.get("parallel_rows_per_s", 0))
+        one, together = broker["rows_per_s"], broker.get("parallel_rows_per_s")
+        if one >= 50_000:
+            verdict = "met"
+        elif together is not None and together >= 50_000:
+            verdict = f"met with {broker['workers']} workers at once, **not met** with one"
+        else:
+            verdict = _ok(False)
         lines.append(
-            f"- Target at least 50,000 rows/s through {broker['broker']}: "
-            f"{_ok(best_through >= 50_000)} ({broker['rows_per_s']:,.0f} with one worker"
-            + (
-                f", {broker['parallel_rows_per_s']:,.0f} with {broker['workers']})."
-                if "parallel_rows_per_s" in broker
-                else ")."
-            )
+            f"- Target at least 50,000 rows/s through {broker['broker']}: {verdict} "
+            f"({one:,.0f} with one worker"
+            + (f", {together:,.0f} with {broker['workers']})." if together is not None else ").")
         )
     if figures.get("brokers"):
         lines.append(
