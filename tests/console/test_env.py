@@ -30,3 +30,19 @@ def test_bad_values_say_which_variable_and_why(monkeypatch, name, value, call, m
     with pytest.raises(EnvError, match=message) as error:
         call()
     assert name in str(error.value)
+
+
+def test_the_example_environment_lists_every_variable_the_code_reads():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    read = set()
+    for folder in ("console", "inventory", "alerts", "runbooks"):
+        for path in (root / folder).rglob("*.py"):
+            read |= set(
+                re.findall(r'env_(?:str|int|float|bool|list)\(\s*"([A-Z0-9_]+)"', path.read_text())
+            )
+    listed = set(re.findall(r"^#? ?([A-Z0-9_]+)=", (root / ".env.example").read_text(), re.M))
+    assert read, "the pattern found no variable read: it no longer matches the helpers"
+    assert read - listed == set()
