@@ -61,6 +61,19 @@ def gate(run: LoadTestRun | None, telemetry=MEASURED, **kwargs) -> object:
     return evaluate_load_test(LoadTestRequest(models, bounds, run, telemetry=telemetry))
 
 
+def _phi_on(card, personas):
+    """The seed's proposal of phi-3-mini time-sharing `card` at 3 requests/s."""
+    return create_proposal(
+        personas["oncall"],
+        host=card.host,
+        gpus=[card],
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=8 * GIB),
+        kv_reservation_bytes=4 * GIB,
+        isolation_mode=Deployment.Isolation.TIME_SLICING,
+        expected_request_rate=3.0,
+    )
+
+
 def codes(outcome) -> list[str]:
     return [reason.code.removeprefix("gate.load_test.") for reason in outcome.reasons]
 
@@ -263,15 +276,7 @@ def test_missing_models_and_card_peaks_fail():
 def test_an_attached_single_model_result_fails_gate_4_of_the_seed_proposal(personas):
     host = seed_host()
     card = host.gpus.get(index=1)
-    proposal = create_proposal(
-        personas["oncall"],
-        host=host,
-        gpus=[card],
-        model=ServedModelFactory(name="phi-3-mini", weights_bytes=8 * GIB),
-        kv_reservation_bytes=4 * GIB,
-        isolation_mode=Deployment.Isolation.TIME_SLICING,
-        expected_request_rate=3.0,
-    )
+    proposal = _phi_on(card, personas)
     services.do_attach_load_test(
         proposal,
         acting_user=personas["oncall"],
@@ -307,15 +312,7 @@ def test_an_attached_single_model_result_fails_gate_4_of_the_seed_proposal(perso
 def test_an_import_with_telemetry_of_its_window_passes_on_the_measured_peak(personas):
     host = seed_host()
     card = host.gpus.get(index=1)
-    proposal = create_proposal(
-        personas["oncall"],
-        host=host,
-        gpus=[card],
-        model=ServedModelFactory(name="phi-3-mini", weights_bytes=8 * GIB),
-        kv_reservation_bytes=4 * GIB,
-        isolation_mode=Deployment.Isolation.TIME_SLICING,
-        expected_request_rate=3.0,
-    )
+    proposal = _phi_on(card, personas)
     run, files = recent_combined_import(card)
     services.do_attach_load_test(proposal, acting_user=personas["oncall"], run=run, files=files)
     outcome = check_load_test(proposal, [card], timezone.now())
@@ -423,15 +420,7 @@ def test_a_console_run_is_held_to_the_traffic_it_was_built_from_not_its_own(pers
 
     host = seed_host()
     card = host.gpus.get(index=1)
-    proposal = create_proposal(
-        personas["oncall"],
-        host=host,
-        gpus=[card],
-        model=ServedModelFactory(name="phi-3-mini", weights_bytes=8 * GIB),
-        kv_reservation_bytes=4 * GIB,
-        isolation_mode=Deployment.Isolation.TIME_SLICING,
-        expected_request_rate=3.0,
-    )
+    proposal = _phi_on(card, personas)
     started = timezone.now().replace(second=0, microsecond=0) - dt.timedelta(minutes=5)
     # Before the test, the production mix; while it ran, the engines also counted the test's
     # requests, and one tenant's own traffic was five times as high.
@@ -464,15 +453,7 @@ def test_a_console_run_is_held_to_the_real_traffic_its_plan_was_made_from(person
 
     host = seed_host()
     card = host.gpus.get(index=1)
-    proposal = create_proposal(
-        personas["oncall"],
-        host=host,
-        gpus=[card],
-        model=ServedModelFactory(name="phi-3-mini", weights_bytes=8 * GIB),
-        kv_reservation_bytes=4 * GIB,
-        isolation_mode=Deployment.Isolation.TIME_SLICING,
-        expected_request_rate=3.0,
-    )
+    proposal = _phi_on(card, personas)
     started = timezone.now().replace(second=0, microsecond=0) - dt.timedelta(minutes=5)
     # The minutes the history holds by now say another mix than the plan measured (late
     # batches of the minutes before the test, the test's own requests in its first minute).
