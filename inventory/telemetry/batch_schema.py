@@ -317,63 +317,93 @@ _HEADER = _spec(
 )
 
 
+# The field tables, by the part of a batch each checks: the typed decoder is built from them.
+FIELDS = {
+    "header": _HEADER,
+    "agent": _AGENT,
+    "cards": _CARD,
+    "mig_devices": _MIG,
+    "processes": _PROCESS,
+    "allocator": _ALLOCATOR,
+    "engines": _ENGINE,
+    "latency": _LATENCY,
+    "events": _EVENT,
+    "faults": _FAULT,
+}
+
+
+class FieldsChecked(dict):
+    """A batch whose every known field the typed decoder (inventory.telemetry.batch_decoding)
+    has checked for type and range already: check_batch runs only the checks across fields."""
+
+
 def check_batch(payload: Any, window: Window) -> None:
     """Raise BatchRejected with the first problem found; return None for a sound batch."""
-    if not isinstance(payload, dict):
-        raise BatchRejected("not_an_object", "not_an_object", kind=_kind(payload))
-    if payload.get("schema") != SCHEMA:
-        raise BatchRejected(
-            "unknown_schema",
-            "unknown",
-            "schema",
-            schema=repr(payload.get("schema")),
-            expected=SCHEMA,
-        )
+    typed = type(payload) is FieldsChecked
+    if not typed:
+        if not isinstance(payload, dict):
+            raise BatchRejected("not_an_object", "not_an_object", kind=_kind(payload))
+        if payload.get("schema") != SCHEMA:
+            raise BatchRejected(
+                "unknown_schema",
+                "unknown",
+                "schema",
+                schema=repr(payload.get("schema")),
+                expected=SCHEMA,
+            )
     for key in ("batch_id", "sampler_id"):
         _uuid(payload.get(key), key)
-    _fields(payload, _HEADER, "")
+    if not typed:
+        _fields(payload, _HEADER, "")
     start, end = payload["interval_start"], payload["interval_end"]
     if end < start:
         raise BatchRejected("bad_interval", "end_before_start")
     _in_window(start, window, "interval_start")
     _in_window(end, window, "interval_end")
     if payload.get("agent") is not None:
-        agent = _object(payload["agent"], "agent")
-        _fields(agent, _AGENT, "agent")
+        agent = payload["agent"]
+        if not typed:
+            _fields(_object(agent, "agent"), _AGENT, "agent")
         if agent.get("mps") is not None:
             _mps_servers(agent["mps"])
-    cards = _rows(payload, "cards", _CARD)
+    cards = _rows(payload, "cards", _CARD, typed)
     _cards(cards)
     totals = {card["index"]: card.get("total_bytes") for card in cards}
     totals.update({card["uuid"]: card.get("total_bytes") for card in cards if card.get("uuid")})
-    for position, row in enumerate(_rows(payload, "mig_devices", _MIG)):
+    for position, row in enumerate(_rows(payload, "mig_devices", _MIG, typed)):
         path = f"mig_devices[{position}]"
         if not MIG_UUID.fullmatch(row["uuid"]):
             raise BatchRejected("bad_uuid", "not_mig", f"{path}.uuid", value=repr(row["uuid"]))
         _used_within(row, row.get("total_bytes"), path)
-    processes = _rows(payload, "processes", _PROCESS)
+    processes = _rows(payload, "processes", _PROCESS, typed)
     _processes(processes, totals)
-    for position, row in enumerate(processes):
-        if row.get("allocator") is not None:
-            path = f"processes[{position}].allocator"
-            _fields(_object(row["allocator"], path), _ALLOCATOR, path)
-    for position, row in enumerate(_rows(payload, "engines", _ENGINE)):
-        path = f"engines[{position}].latency"
-        for name, latency in _object(row.get("latency") or {}, path).items():
-            _fields(_object(latency, f"{path}.{name}"), _LATENCY, f"{path}.{name}")
-    for position, row in enumerate(_rows(payload, "events", _EVENT)):
+    if not typed:
+        for position, row in enumerate(processes):
+            if row.get("allocator") is not None:
+                path = f"processes[{position}].allocator"
+                _fields(_object(row["allocator"], path), _ALLOCATOR, path)
+    engines = _rows(payload, "engines", _ENGINE, typed)
+    if not typed:
+        for position, row in enumerate(engines):
+            path = f"engines[{position}].latency"
+            for name, latency in _object(row.get("latency") or {}, path).items():
+                _fields(_object(latency, f"{path}.{name}"), _LATENCY, f"{path}.{name}")
+    # An event's detail is free-form: the typed decoder passes it through whole.
+    for position, row in enumerate(_rows(payload, "events", _EVENT, typed)):
         path = f"events[{position}]"
         _in_window(row["ts"], window, f"{path}.ts")
         if row.get("detail") is not None:
             _fields(_object(row["detail"], f"{path}.detail"), _EVENT_DETAIL, f"{path}.detail")
             _strings(row["detail"], f"{path}.detail", depth=0)
-    _rows(payload, "faults", _FAULT)
+    _rows(payload, "faults", _FAULT, typed)
 
 
-def _rows(payload: dict, key: str, fields: _Spec) -> list[dict]:
+def _rows(payload: dict, key: str, fields: _Spec, typed: bool = False) -> list[dict]:
     rows = payload.get(key)
     if rows is None:
         return []
+    if typed:
+        return rows
     if not isinstance(rows, list):
         raise BatchRejected("bad_type", "expected_list", key, kind=_kind(rows))
     if len(rows) > MAX_LIST[key]:
@@ -483,35 +513,55 @@ def _mps_servers(servers: Any) -> None:
 def _cards(cards: list[dict]) -> None:
     seen_index, seen_uuid = set(), set()
     for position, card in enumerate(cards):
-        path = f"cards[{position}]"
-        if card.get("uuid") and not CARD_UUID.fullmatch(card["uuid"]):
-            raise BatchRejected("bad_uuid", "not_card", f"{path}.uuid", value=repr(card["uuid"]))
+        uuid_ = card.get("uuid")
+        if uuid_ and not CARD_UUID.fullmatch(uuid_):
+            raise BatchRejected(
+                "bad_uuid", "not_card", f"cards[{position}].uuid", value=repr(uuid_)
+            )
         if card["index"] in seen_index:
-            raise BatchRejected("duplicate", "card_index", path, index=card["index"])
+            raise BatchRejected(
+                "duplicate", "card_index", f"cards[{position}]", index=card["index"]
+            )
         seen_index.add(card["index"])
-        if card.get("uuid"):
-            if card["uuid"] in seen_uuid:
-                raise BatchRejected("duplicate", "card_uuid", path, uuid=card["uuid"])
-            seen_uuid.add(card["uuid"])
+        if uuid_:
+            if uuid_ in seen_uuid:
+                raise BatchRejected("duplicate", "card_uuid", f"cards[{position}]", uuid=uuid_)
+            seen_uuid.add(uuid_)
         total = card.get("total_bytes")
-        _used_within(card, total, path)
-        for key in ("reserved_bytes_max", "free_bytes_max", "free_bytes_last"):
-            _not_above(card.get(key), total, key, path)
+        if total is not None:
+            for key in _CARD_WITHIN_TOTAL:
+                _not_above(card.get(key), total, key, f"cards[{position}]")
+
+
+_CARD_WITHIN_TOTAL = ("used_bytes_max", "used_bytes_last", "reserved_bytes_max", "free_bytes_max",
+                      "free_bytes_last")  # fmt: skip
 
 
 def _processes(rows: list[dict], totals: dict) -> None:
+    """Each (card, PID) once, and none using more than its card has. The hot loop of the
+    checks across fields: a row's path is put together only when it is refused."""
     seen = set()
+    limits = {
+        card: total * (1 + USED_OVER_TOTAL_TOLERANCE)
+        for card, total in totals.items()
+        if total is not None
+    }
     for position, row in enumerate(rows):
-        path = f"processes[{position}]"
         card = row.get("card_uuid") or row.get("card_index")
         if card is None:
-            raise BatchRejected("missing", "card", path)
+            raise BatchRejected("missing", "card", f"processes[{position}]")
         # NVML lists an MPS client in its compute and its MPS list: one row of each kind.
         key = (card, row["pid"], row.get("kind"))
         if key in seen:
-            raise BatchRejected("duplicate", "pid", path, pid=row["pid"], card=card)
+            raise BatchRejected(
+                "duplicate", "pid", f"processes[{position}]", pid=row["pid"], card=card
+            )
         seen.add(key)
-        _used_within(row, totals.get(card), path)
+        limit = limits.get(card)
+        if limit is not None and (
+            (row.get("used_bytes_max") or 0) > limit or (row.get("used_bytes_last") or 0) > limit
+        ):
+            _used_within(row, totals[card], f"processes[{position}]")
 
 
 def _used_within(row: dict, total: int | None, path: str) -> None:

@@ -295,6 +295,9 @@ class _Maps:
         return self.gpu_by_index.get(index)
 
     def deployment_id(self, raw) -> int | None:
+        """The host's deployment a batch names (by its id, as text), or None."""
+        if raw is None:
+            return None
         try:
             value = int(raw)
         except (TypeError, ValueError):
@@ -328,17 +331,29 @@ def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_R
     interval_s = max(0.0, payload["interval_end"] - payload["interval_start"])
     card_frag: dict[int, float] = {}
     process_rows = []
+    append = process_rows.append
     by_uuid = maps.gpu_by_uuid
+    mig_of = maps.mig_by_uuid
+    deployment_of = maps.deployment_id
     for row in payload.get("processes", []):
         # Most rows name their card by uuid: one lookup before the general rule.
         gpu_id = by_uuid.get(row.get("card_uuid")) or maps.gpu_id(row)
         if gpu_id is None:
             continue
-        alloc = row.get("allocator") or {}
-        frag = index_from_batch(alloc)
-        if frag is not None:
-            card_frag[gpu_id] = max(frag, card_frag.get(gpu_id, 0.0))
-        process_rows.append(
+        alloc = row.get("allocator")
+        if alloc:
+            frag = index_from_batch(alloc)
+            if frag is not None and frag >= card_frag.get(gpu_id, 0.0):
+                card_frag[gpu_id] = frag
+            reserved, allocated = alloc.get("reserved_bytes"), alloc.get("allocated_bytes")
+            inactive, largest = (
+                alloc.get("inactive_split_bytes"),
+                alloc.get("largest_free_block_bytes"),
+            )
+        else:
+            frag = reserved = allocated = inactive = largest = None
+        mig_uuid = row.get("mig_device_uuid")
+        append(
             (
                 gpu_id,
                 end,
@@ -346,15 +361,15 @@ def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_R
                 row["pid"],
                 row.get("kind") or "compute",
                 row.get("name"),
-                maps.deployment_id(row.get("deployment_id")),
-                maps.mig_by_uuid.get(row.get("mig_device_uuid")),
+                deployment_of(row.get("deployment_id")),
+                mig_of.get(mig_uuid) if mig_uuid else None,
                 row.get("used_bytes_max"),
                 row.get("used_bytes_last"),
                 row.get("samples") or 0,
-                alloc.get("reserved_bytes"),
-                alloc.get("allocated_bytes"),
-                alloc.get("inactive_split_bytes"),
-                alloc.get("largest_free_block_bytes"),
+                reserved,
+                allocated,
+                inactive,
+                largest,
                 frag,
             )
         )

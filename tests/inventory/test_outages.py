@@ -269,3 +269,50 @@ def test_over_redis_a_group_is_taken_in_one_call_and_a_killed_workers_group_come
         assert CardSample.objects.count() == 5
     finally:
         redis.stop()
+
+
+def _rabbitmq_up() -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _rabbitmq_up(), reason="RabbitMQ is not running on 127.0.0.1:5672")
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_over_rabbitmq_a_group_is_acked_in_one_frame_and_nothing_stays_unacked(monkeypatch):
+    import amqp
+
+    url = "amqp://guest:guest@127.0.0.1:5672//"
+    gpu = GpuFactory()
+    acks = []
+    real_ack = amqp.Channel.basic_ack
+
+    def counted(channel, delivery_tag, multiple=False, **kwargs):
+        acks.append((delivery_tag, multiple))
+        return real_ack(channel, delivery_tag, multiple, **kwargs)
+
+    monkeypatch.setattr(amqp.Channel, "basic_ack", counted)
+    with Connection(url) as conn:
+        INGEST_QUEUE(conn.default_channel).declare()
+        INGEST_QUEUE(conn.default_channel).purge()
+    publish = batch_publisher(lambda: Connection(url), lambda host: None)
+    for _ in range(7):
+        publish(_healthy(gpu))
+    publish({"schema": "gpu-telemetry-batch/1", "host": "poison"})  # a dead letter, acked too
+    with Connection(url) as conn:
+        worker = IngestWorker(conn, max_group=3, max_wait_s=0.2)
+        stopper = threading.Timer(4.0, lambda: setattr(worker, "should_stop", True))
+        stopper.start()
+        worker.run()
+    assert (worker.written, worker.dead_lettered) == (7, 1)
+    assert CardSample.objects.count() == 7
+    # Three groups of three, each acked once for all of it, with every later tag above.
+    assert [multiple for _, multiple in acks] == [True, True, True]
+    assert [tag for tag, _ in acks] == sorted(tag for tag, _ in acks)
+    with Connection(url) as conn:  # the worker's connection is closed: unacked would be back
+        _, ready, _ = conn.default_channel.queue_declare("ingest", passive=True)
+    assert ready == 0

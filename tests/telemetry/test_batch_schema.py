@@ -17,13 +17,13 @@ NOW = REAL[-1]["interval_end"] + 5
 WINDOW = Window.around(NOW, retention_s=14 * 86400, skew_s=300)
 
 
-def _real() -> dict:
+def real_batch() -> dict:
     return copy.deepcopy(REAL[1])
 
 
-def _full() -> dict:
+def full_batch() -> dict:
     """The real batch with the parts that H200 run had none of: an engine and an allocator."""
-    payload = _real()
+    payload = real_batch()
     payload["processes"][0]["allocator"] = {
         "reserved_bytes": 4 * 2**30,
         "allocated_bytes": 3 * 2**30,
@@ -40,11 +40,11 @@ def _full() -> dict:
 
 
 def test_what_a_real_agent_published_passes():
-    for payload in [*REAL, _full()]:
+    for payload in [*REAL, full_batch()]:
         check_batch(payload, WINDOW)
 
 
-def _set(path: str, value):
+def set_value(path: str, value):
     def mutate(payload):
         *parents, last = path.split(".")
         target = payload
@@ -61,55 +61,56 @@ def _set(path: str, value):
 _DELETE = object()
 
 
-@pytest.mark.parametrize(
-    ("mutate", "code", "path"),
-    [
-        (_set("processes.0.pid", _DELETE), "missing", "processes[0].pid"),
-        (_set("seq", -5), "out_of_range", "seq"),
-        (_set("cards.0.samples", 40000), "out_of_range", "cards[0].samples"),
-        (_set("processes.0.pid", 2**40), "out_of_range", "processes[0].pid"),
-        (_set("cards.0.used_bytes_max", -1), "out_of_range", "cards[0].used_bytes_max"),
-        (_set("cards.0.used_bytes_max", 2 * 150754820096), "over_total",
-         "cards[0].used_bytes_max"),
-        (_set("processes.0.used_bytes_max", 2 * 150754820096), "over_total",
-         "processes[0].used_bytes_max"),
-        (_set("interval_end", 4102444800.0), "in_the_future", "interval_end"),  # 2100
-        (_set("interval_start", NOW - 60 * 86400), "too_old", "interval_start"),
-        (_set("cards.0.util_gpu_max", 101), "out_of_range", "cards[0].util_gpu_max"),
-        (_set("cards.0.total_bytes", 2**64 + 1), "out_of_range", "cards[0].total_bytes"),
-        (_set("cards.0.total_bytes", float("nan")), "bad_type", "cards[0].total_bytes"),
-        (_set("engines", [{"deployment_id": "4", "kv_cache_usage_max": math.inf}]),
-         "not_finite", "engines[0].kv_cache_usage_max"),
-        (_set("processes.0.name", "python\x00"), "nul_byte", "processes[0].name"),
-        (_set("processes.0.name", "x" * 10_000), "bad_length", "processes[0].name"),
-        (_set("cards.0.uuid", "GPU-" + "f" * 200), "bad_length", "cards[0].uuid"),
-        (_set("cards.0.lost", "no"), "bad_type", "cards[0].lost"),
-        (_set("cards.0.index", True), "bad_type", "cards[0].index"),
-        (_set("cards.0.index", 1.0), "bad_type", "cards[0].index"),
-        (_set("processes.0.deployment_id", 41), "bad_type", "processes[0].deployment_id"),
-        (_set("processes.0.deployment_id", "gpu-check"), None, None),  # not ours: unmapped
-        (_set("processes.0.card_index", _DELETE), None, None),  # card_uuid still names it
-        (_set("batch_id", "not-a-uuid"), "bad_uuid", "batch_id"),
-        (_set("sampler_id", 7), "bad_uuid", "sampler_id"),
-        (_set("schema", "gpu-telemetry-batch/0"), "unknown_schema", "schema"),
-        (_set("cards", {"index": 0}), "bad_type", "cards"),
-        (_set("cards.0", "card"), "bad_type", "cards[0]"),
-        (_set("processes", [{"card_index": 0, "pid": 1}] * 9000), "too_many", "processes"),
-        (_set("events", [{"kind": "oom", "ts": NOW, "detail": {"pid": -1}}]),
-         "out_of_range", "events[0].detail.pid"),
-        (_set("events", [{"kind": "oom", "ts": NOW + 86400}]), "in_the_future", "events[0].ts"),
-        (_set("events", [{"kind": "xid", "ts": NOW, "detail": {"note": {"a": "\x00"}}}]),
-         "nul_byte", "events[0].detail.note.a"),
-        (_set("agent", {"outbox_depth": -3}), "out_of_range", "agent.outbox_depth"),
-        (_set("processes.0.allocator", {"reserved_bytes": "4G"}), "bad_type",
-         "processes[0].allocator.reserved_bytes"),
-        (_set("engines", [{"deployment_id": "4", "latency": [0.5]}]), "bad_type",
-         "engines[0].latency"),
-        (_set("host", ""), "bad_length", "host"),
-    ],
-)  # fmt: skip
+# (change, reason code, path): None where the batch stays sound.
+HOSTILE = [
+    (set_value("processes.0.pid", _DELETE), "missing", "processes[0].pid"),
+    (set_value("seq", -5), "out_of_range", "seq"),
+    (set_value("cards.0.samples", 40000), "out_of_range", "cards[0].samples"),
+    (set_value("processes.0.pid", 2**40), "out_of_range", "processes[0].pid"),
+    (set_value("cards.0.used_bytes_max", -1), "out_of_range", "cards[0].used_bytes_max"),
+    (set_value("cards.0.used_bytes_max", 2 * 150754820096), "over_total",
+     "cards[0].used_bytes_max"),
+    (set_value("processes.0.used_bytes_max", 2 * 150754820096), "over_total",
+     "processes[0].used_bytes_max"),
+    (set_value("interval_end", 4102444800.0), "in_the_future", "interval_end"),  # 2100
+    (set_value("interval_start", NOW - 60 * 86400), "too_old", "interval_start"),
+    (set_value("cards.0.util_gpu_max", 101), "out_of_range", "cards[0].util_gpu_max"),
+    (set_value("cards.0.total_bytes", 2**64 + 1), "out_of_range", "cards[0].total_bytes"),
+    (set_value("cards.0.total_bytes", float("nan")), "bad_type", "cards[0].total_bytes"),
+    (set_value("engines", [{"deployment_id": "4", "kv_cache_usage_max": math.inf}]),
+     "not_finite", "engines[0].kv_cache_usage_max"),
+    (set_value("processes.0.name", "python\x00"), "nul_byte", "processes[0].name"),
+    (set_value("processes.0.name", "x" * 10_000), "bad_length", "processes[0].name"),
+    (set_value("cards.0.uuid", "GPU-" + "f" * 200), "bad_length", "cards[0].uuid"),
+    (set_value("cards.0.lost", "no"), "bad_type", "cards[0].lost"),
+    (set_value("cards.0.index", True), "bad_type", "cards[0].index"),
+    (set_value("cards.0.index", 1.0), "bad_type", "cards[0].index"),
+    (set_value("processes.0.deployment_id", 41), "bad_type", "processes[0].deployment_id"),
+    (set_value("processes.0.deployment_id", "gpu-check"), None, None),  # not ours: unmapped
+    (set_value("processes.0.card_index", _DELETE), None, None),  # card_uuid still names it
+    (set_value("batch_id", "not-a-uuid"), "bad_uuid", "batch_id"),
+    (set_value("sampler_id", 7), "bad_uuid", "sampler_id"),
+    (set_value("schema", "gpu-telemetry-batch/0"), "unknown_schema", "schema"),
+    (set_value("cards", {"index": 0}), "bad_type", "cards"),
+    (set_value("cards.0", "card"), "bad_type", "cards[0]"),
+    (set_value("processes", [{"card_index": 0, "pid": 1}] * 9000), "too_many", "processes"),
+    (set_value("events", [{"kind": "oom", "ts": NOW, "detail": {"pid": -1}}]),
+     "out_of_range", "events[0].detail.pid"),
+    (set_value("events", [{"kind": "oom", "ts": NOW + 86400}]), "in_the_future", "events[0].ts"),
+    (set_value("events", [{"kind": "xid", "ts": NOW, "detail": {"note": {"a": "\x00"}}}]),
+     "nul_byte", "events[0].detail.note.a"),
+    (set_value("agent", {"outbox_depth": -3}), "out_of_range", "agent.outbox_depth"),
+    (set_value("processes.0.allocator", {"reserved_bytes": "4G"}), "bad_type",
+     "processes[0].allocator.reserved_bytes"),
+    (set_value("engines", [{"deployment_id": "4", "latency": [0.5]}]), "bad_type",
+     "engines[0].latency"),
+    (set_value("host", ""), "bad_length", "host"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("mutate", "code", "path"), HOSTILE)
 def test_each_hostile_value_is_refused_with_its_code_and_path(mutate, code, path):
-    payload = _real()
+    payload = real_batch()
     mutate(payload)
     if code is None:
         check_batch(payload, WINDOW)
@@ -120,7 +121,7 @@ def test_each_hostile_value_is_refused_with_its_code_and_path(mutate, code, path
 
 
 def test_a_pid_twice_on_one_card_is_refused_but_an_mps_client_listed_twice_is_not():
-    payload = _real()
+    payload = real_batch()
     payload["processes"].append(copy.deepcopy(payload["processes"][0]))
     with pytest.raises(BatchRejected, match="PID 456 twice"):
         check_batch(payload, WINDOW)
@@ -129,7 +130,7 @@ def test_a_pid_twice_on_one_card_is_refused_but_an_mps_client_listed_twice_is_no
 
 
 def test_a_card_index_twice_is_refused():
-    payload = _real()
+    payload = real_batch()
     payload["cards"].append(
         {**payload["cards"][0], "uuid": "GPU-00000000-0000-0000-0000-000000000001"}
     )
@@ -143,20 +144,20 @@ def test_event_details_nested_too_deep_are_refused():
     for _ in range(20):
         node["next"] = {}
         node = node["next"]
-    payload = _real()
+    payload = real_batch()
     payload["events"] = [{"kind": "xid", "ts": NOW, "detail": deep}]
     with pytest.raises(BatchRejected) as rejected:
         check_batch(payload, WINDOW)
     assert rejected.value.code == "too_deep"
 
 
-_json = st.recursive(
+JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                  max_size=4),
     max_leaves=20,
 )  # fmt: skip
-_paths = st.sampled_from(
+PATHS = st.sampled_from(
     ["seq", "host", "interval_start", "cards", "cards.0", "cards.0.index", "cards.0.total_bytes",
      "processes", "processes.0", "processes.0.pid", "processes.0.allocator",
      "processes.0.allocator.reserved_bytes", "engines", "engines.0", "engines.0.latency",
@@ -166,10 +167,10 @@ _paths = st.sampled_from(
 
 
 @settings(max_examples=300, deadline=None)
-@given(path=_paths, value=_json)
+@given(path=PATHS, value=JSON_VALUES)
 def test_any_value_anywhere_is_either_accepted_or_refused_with_a_reason(path, value):
-    payload = _full()
-    _set(path, value)(payload)
+    payload = full_batch()
+    set_value(path, value)(payload)
     try:
         check_batch(payload, WINDOW)
     except BatchRejected as rejected:

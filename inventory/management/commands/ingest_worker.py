@@ -4,15 +4,15 @@ from django.core.management.base import BaseCommand
 from kombu import Connection
 
 from console.celery import app
-from inventory.timeseries.ingest_worker import IngestWorker
+from inventory.timeseries.ingest_worker import GROUP, GROUP_WAIT_S, IngestWorker
 
 
 class Command(BaseCommand):
     help = "Write the batches that host agents publish to the ingest queue."
 
     def add_arguments(self, parser):
-        parser.add_argument("--max-group", type=int, default=500)
-        parser.add_argument("--max-wait", type=float, default=0.5, help="seconds")
+        parser.add_argument("--max-group", type=int, default=GROUP)
+        parser.add_argument("--max-wait", type=float, default=GROUP_WAIT_S, help="seconds")
 
     def handle(self, *args, max_group, max_wait, **options):
         logging.getLogger("inventory").setLevel(logging.INFO)
