@@ -6,7 +6,8 @@ Needs the database of DATABASE_URL migrated (make bench uses a separate bench da
 
 1. Real ingest path: agent batches (8 cards, 4 processes a card, like a full inference host)
    travel as JSON and are handed, as messages, to the ingest worker's flush in groups of 500
-   (its default): orjson decoding, validation, batch-id claim, binary COPY into the
+   (its default): typed decoding with the field checks (msgspec), the checks across fields,
+   batch-id claim, binary COPY into the
    partitioned sample tables, events, faults, collector status, dirty-minute marks.
    Throughput counts only process-sample rows against the whole wall time.
 2. The rollup refresh that follows (inventory.timeseries.rollups): the 1-minute and 1-hour
@@ -24,6 +25,7 @@ Needs the database of DATABASE_URL migrated (make bench uses a separate bench da
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -51,7 +53,7 @@ from inventory.models import (  # noqa: E402
     ProcessSample,
     ServedModel,
 )
-from inventory.telemetry import signing  # noqa: E402
+from inventory.telemetry import batch_decoding, signing  # noqa: E402
 from inventory.telemetry.compression import BATCH_COMPRESSION  # noqa: E402
 from inventory.timeseries import partitions, rollups, samples  # noqa: E402
 from inventory.timeseries.ingest_worker import GROUP_WAIT_S, IngestWorker  # noqa: E402
@@ -281,6 +283,35 @@ def raw_copy_path(wire: list[tuple[bytes, str]], fleet) -> float:
     return time.perf_counter() - started
 
 
+@contextlib.contextmanager
+def _time_spent_in(module, name: str):
+    """The seconds spent in module.name while the block runs (the writer's COPY stage)."""
+    real = getattr(module, name)
+    spent = {"seconds": 0.0}
+
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            spent["seconds"] += time.perf_counter() - started
+
+    setattr(module, name, timed)
+    try:
+        yield spent
+    finally:
+        setattr(module, name, real)
+
+
+def decode_only(wire: list[tuple[bytes, str]]) -> float:
+    """The typed decoding (with its field checks) of every body, and nothing else: the part of
+    the writer's time that grows with the JSON a message carries."""
+    started = time.perf_counter()
+    for body, _ in wire:
+        batch_decoding.decode(body)
+    return time.perf_counter() - started
+
+
 def orm_path(wire: list[tuple[bytes, str]], fleet) -> float:
     """The same messages written the plain Django way: decode, build models, bulk_create."""
     gpu_ids = {gpu.uuid: gpu.pk for _, gpus, _ in fleet for gpu in gpus}
@@ -363,7 +394,8 @@ def main() -> None:
     process_rows = batches * CARDS * PROCESSES_PER_CARD
     print(f"{batches} batches from {args.hosts} hosts: {process_rows} process rows, "
           f"{batches * CARDS} card rows")  # fmt: skip
-    ingest_s = ingest_path(wire_batches(fleet, args.intervals, now - 7200), args.group)
+    with _time_spent_in(samples, "write") as copy_stage:
+        ingest_s = ingest_path(wire_batches(fleet, args.intervals, now - 7200), args.group)
     started = time.perf_counter()
     rollups.refresh_all()
     refresh_s = time.perf_counter() - started
@@ -385,6 +417,7 @@ def main() -> None:
         })  # fmt: skip
     orm_s = orm_path(wire_batches(fleet, args.intervals, now - 3600), fleet)
     raw_copy_s = raw_copy_path(wire_batches(fleet, args.intervals, now - 3000), fleet)
+    decode_s = decode_only(wire_batches(fleet, args.intervals, now - 3000))
     # Several workers at once, one per core, as a deployment runs them: each takes every
     # n-th message, so each group still mixes hosts.
     shards = args.workers
@@ -410,6 +443,9 @@ def main() -> None:
     report["speedup_vs_orm"] = orm_s / ingest_s
     report["raw_copy_rows_per_s"] = process_rows / raw_copy_s
     report["writer_fraction_of_raw_copy"] = raw_copy_s / ingest_s
+    report["copy_stage_s"] = copy_stage["seconds"]
+    report["decode_only_s"] = decode_s
+    report["decode_share_of_writer"] = decode_s / ingest_s
     report["workers"] = shards
     # Each worker refreshes what it wrote: the figure includes the rollups.
     report["parallel_ingest_rows_per_s"] = process_rows / parallel_ingest_s
@@ -428,6 +464,9 @@ def main() -> None:
     print(f"  real path / ORM    {report['speedup_vs_orm']:.1f}x")
     print(f"  raw binary COPY    {report['raw_copy_rows_per_s']:>10,.0f} process rows/s: the "
           f"writer reaches {report['writer_fraction_of_raw_copy']:.0%} of it")  # fmt: skip
+    print(f"  COPY stage of the writer {copy_stage['seconds']:.2f} s of {ingest_s:.2f} s")
+    print(f"  typed decoding alone {decode_s:.2f} s: "
+          f"{report['decode_share_of_writer']:.0%} of the writer's time")  # fmt: skip
     print(f"  {shards} workers at once (ingest + rollups): real path "
           f"{report['parallel_ingest_rows_per_s']:,.0f} rows/s, ORM "
           f"{report['parallel_orm_rows_per_s']:,.0f} rows/s "
