@@ -375,7 +375,7 @@ def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_R
         )
     card_rows = []
     for card in payload.get("cards", []):
-        gpu_id = maps.gpu_id(card)
+        gpu_id = by_uuid.get(card.get("uuid")) or maps.gpu_id(card)
         if gpu_id is None:
             continue
         card_rows.append(
