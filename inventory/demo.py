@@ -94,11 +94,10 @@ def ensure_operations_host() -> Host | None:
     if Host.objects.filter(name=spec.name).exists():
         return None
     with open_change():
-        host = _create_host(spec, labels={"simulator": "operations"})
+        # Its agent serves no inference endpoints (the demo fleet's agent has the port).
+        host = _create_host(spec, labels={"simulator": "operations"}, endpoints=False)
         for name, priority in OPERATIONS_PRIORITIES.items():
             ServedModel.objects.filter(name=name).update(priority=priority)
-        # Its agent serves no inference endpoints (the demo fleet's agent has the port).
-        host.deployments.update(endpoint_url="")
         _record_seeded(host, snapshot(host), host=host,
                        comment=f"operations demo: {host.gpus.count()} cards, "
                        f"{host.deployments.count()} deployments")  # fmt: skip
@@ -110,7 +109,7 @@ def _record_seeded(obj, after: dict, *, host=None, comment: str = "") -> None:
            comment=comment or "demo data")  # fmt: skip
 
 
-def _create_host(spec: HostSpec, *, labels: dict | None = None) -> Host:
+def _create_host(spec: HostSpec, *, labels: dict | None = None, endpoints: bool = True) -> Host:
     host = Host.objects.create(
         name=spec.name,
         address=f"{spec.name}.demo.internal",
@@ -145,7 +144,7 @@ def _create_host(spec: HostSpec, *, labels: dict | None = None) -> Host:
             )
     sharing = _cards_shared(spec)
     for deployment_spec in spec.deployments:
-        create_deployment(host, gpus, slices, deployment_spec, sharing)
+        create_deployment(host, gpus, slices, deployment_spec, sharing, endpoints=endpoints)
     return host
 
 
@@ -249,7 +248,9 @@ def simulated_endpoint(host: str, deployment: str) -> str:
     return f"http://127.0.0.1:{port}/{host}/{deployment}" if port else ""
 
 
-def create_deployment(host, gpus, slices, spec: DeploymentSpec, shared_cards: set[int]):
+def create_deployment(
+    host, gpus, slices, spec: DeploymentSpec, shared_cards: set[int], *, endpoints: bool = True
+):
     if spec.mig_slice is not None:
         isolation = Deployment.Isolation.MIG
     elif spec.mps_thread_percentage is not None:
@@ -271,7 +272,7 @@ def create_deployment(host, gpus, slices, spec: DeploymentSpec, shared_cards: se
         admission_policy=(
             Deployment.Admission.QUEUE if spec.admission == "queue" else Deployment.Admission.NONE
         ),
-        endpoint_url=simulated_endpoint(host.name, spec.deployment_id),
+        endpoint_url=simulated_endpoint(host.name, spec.deployment_id) if endpoints else "",
         endpoint_api=Deployment.EndpointApi.COMPLETIONS,
     )
     if spec.mig_slice is None:

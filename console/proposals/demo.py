@@ -22,8 +22,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from console.audit import Action, snapshot
-from console.audit.changes import open_change, record
+from console.audit.changes import open_change
 from console.proposals import services
 from console.proposals.guided import kv_recommendation
 from console.proposals.loadtests import combine
@@ -34,6 +33,7 @@ from inventory.demo import SWITCHED_HOST, ensure_demo_users, fleet_seeded, simul
 from inventory.demo_history import host_history_written, switch_due
 from inventory.models import Deployment, Host, ServedModel
 from inventory.reports.analysis import KV_WINDOW
+from inventory.services import do_register_runtime
 from inventory.timeseries import queries
 
 # Minutes after the rehearsal ends: each group's proposal is filed, checked, approved and
@@ -150,7 +150,14 @@ def switch_through_proposals(sender, *, host, replicas, spec, rehearsal, at, **k
         Decision.objects.filter(proposal=proposal).update(decided_at=filed + STEP)
         with open_change(oncall, at=filed + 2 * STEP):
             proposal = services.do_apply(proposal, acting_user=oncall)
-            _register(proposal.deployment, group.deployment_id, oncall)
+            # What the serving stack calls the new engine, so the host agent maps its
+            # processes and its endpoint answers load tests: entered once it runs.
+            do_register_runtime(
+                proposal.deployment,
+                acting_user=oncall,
+                runtime_name=group.deployment_id,
+                endpoint_url=simulated_endpoint(host.name, group.deployment_id),
+            )
         applied.append(proposal)
     for proposal in applied:
         with open_change(oncall, at=switch + VERIFIED_AFTER):
@@ -160,18 +167,6 @@ def switch_through_proposals(sender, *, host, replicas, spec, rehearsal, at, **k
         Proposal.objects.filter(pk=proposal.pk).update(
             created_at=started, updated_at=switch + VERIFIED_AFTER
         )
-
-
-def _register(deployment: Deployment, runtime_name: str, actor) -> None:
-    """What the serving stack calls the new engine, so the host agent maps its processes and
-    its endpoint answers load tests: entered once it runs, as an operator would."""
-    before = snapshot(deployment)
-    deployment.runtime_name = runtime_name
-    deployment.endpoint_url = simulated_endpoint(deployment.host.name, runtime_name)
-    deployment.save()
-    record(actor=actor, action=Action.DEPLOYMENT_CHANGE, obj=deployment, before=before,
-           after=snapshot(deployment), host=deployment.host,
-           comment="registered with the host agent")  # fmt: skip
 
 
 def open_resize(sender, *, host, now, **kwargs) -> None:

@@ -91,6 +91,13 @@ def test_the_switch_is_three_proposals_through_the_workflow_dated_then(client):
             "rehearsal-embed-small.json",
         ]
         assert proposal.deployment.isolation_mode == "gpu_group"
+        # Its engine, registered with the host agent once it ran, in the change that applied it.
+        registered = AuditEntry.objects.get(
+            action="deployment.change", object_id=str(proposal.deployment.pk)
+        )
+        assert sorted(registered.changed_fields) == ["endpoint_url", "runtime_name"]
+        assert registered.after["runtime_name"] == proposal.deployment.runtime_name != ""
+        assert registered.actor_name == "oncall"
         assert proposal.replaces.exists()
         assert all(d.status == "stopped" for d in proposal.replaces.all())
         rows = AuditEntry.objects.filter(object_id=str(proposal.pk), content_type__model="proposal")
@@ -108,6 +115,8 @@ def test_the_switch_is_three_proposals_through_the_workflow_dated_then(client):
         # At the historical moment, not when the seed ran: filed and applied within the
         # quarter hour before the switch, verified half an hour after it.
         applied = rows.get(action="proposal.apply").at
+        assert registered.at == applied
+        assert registered.change_id == rows.get(action="proposal.apply").change_id
         assert switch - dt.timedelta(minutes=15) < applied < switch
         assert rows.get(action="proposal.verify").at == switch + dt.timedelta(minutes=30)
         assert rows.get(action="proposal.approve").actor_name == "approver"
