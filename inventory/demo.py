@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.dispatch import Signal
 
 from console.audit import Action, snapshot
 from console.audit.changes import open_change, record
@@ -25,6 +26,10 @@ DEMO_ROLES = {"oncall": ONCALL, "approver": APPROVER, "manager": MANAGER}
 # The 8-card host that starts as the field report found it (inventory.demo_history switches it
 # to card groups through proposals, half-way through its history).
 SWITCHED_HOST = "infer-01"
+# Sent by the seed with hosts (the names of the demo hosts it created) once they and the demo
+# users exist, before any history: what waits for the approver without resting on history is
+# filed then (console.proposals.demo; inventory sits below it), so it is there from the start.
+fleet_seeded = Signal()
 
 _ENGINES = {engine.value: engine for engine in ServedModel.Engine}
 _DTYPES = {1: "fp8_e4m3", 2: "bf16", 4: "fp32"}
@@ -89,11 +94,10 @@ def ensure_operations_host() -> Host | None:
     if Host.objects.filter(name=spec.name).exists():
         return None
     with open_change():
-        host = _create_host(spec, labels={"simulator": "operations"})
+        # Its agent serves no inference endpoints (the demo fleet's agent has the port).
+        host = _create_host(spec, labels={"simulator": "operations"}, endpoints=False)
         for name, priority in OPERATIONS_PRIORITIES.items():
             ServedModel.objects.filter(name=name).update(priority=priority)
-        # Its agent serves no inference endpoints (the demo fleet's agent has the port).
-        host.deployments.update(endpoint_url="")
         _record_seeded(host, snapshot(host), host=host,
                        comment=f"operations demo: {host.gpus.count()} cards, "
                        f"{host.deployments.count()} deployments")  # fmt: skip
@@ -105,7 +109,7 @@ def _record_seeded(obj, after: dict, *, host=None, comment: str = "") -> None:
            comment=comment or "demo data")  # fmt: skip
 
 
-def _create_host(spec: HostSpec, *, labels: dict | None = None) -> Host:
+def _create_host(spec: HostSpec, *, labels: dict | None = None, endpoints: bool = True) -> Host:
     host = Host.objects.create(
         name=spec.name,
         address=f"{spec.name}.demo.internal",
@@ -140,7 +144,7 @@ def _create_host(spec: HostSpec, *, labels: dict | None = None) -> Host:
             )
     sharing = _cards_shared(spec)
     for deployment_spec in spec.deployments:
-        create_deployment(host, gpus, slices, deployment_spec, sharing)
+        create_deployment(host, gpus, slices, deployment_spec, sharing, endpoints=endpoints)
     return host
 
 
@@ -244,7 +248,9 @@ def simulated_endpoint(host: str, deployment: str) -> str:
     return f"http://127.0.0.1:{port}/{host}/{deployment}" if port else ""
 
 
-def create_deployment(host, gpus, slices, spec: DeploymentSpec, shared_cards: set[int]):
+def create_deployment(
+    host, gpus, slices, spec: DeploymentSpec, shared_cards: set[int], *, endpoints: bool = True
+):
     if spec.mig_slice is not None:
         isolation = Deployment.Isolation.MIG
     elif spec.mps_thread_percentage is not None:
@@ -266,7 +272,7 @@ def create_deployment(host, gpus, slices, spec: DeploymentSpec, shared_cards: se
         admission_policy=(
             Deployment.Admission.QUEUE if spec.admission == "queue" else Deployment.Admission.NONE
         ),
-        endpoint_url=simulated_endpoint(host.name, spec.deployment_id),
+        endpoint_url=simulated_endpoint(host.name, spec.deployment_id) if endpoints else "",
         endpoint_api=Deployment.EndpointApi.COMPLETIONS,
     )
     if spec.mig_slice is None:

@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from console.audit import Action, snapshot
 from console.audit.changes import atomic_change, open_change, record
-from inventory.models import DeadLetter, Event, Host
+from inventory.models import DeadLetter, Deployment, Event, Host
 from inventory.models.fleet import new_agent_secret
 from inventory.telemetry.batch_schema import BatchRejected
 from inventory.timeseries import dead_letters
@@ -120,5 +120,28 @@ def do_rotate_agent_secret(host: Host, *, acting_user) -> Host:
         before=before,
         after=snapshot(locked),
         host=locked,
+    )
+    return locked
+
+
+@atomic_change
+def do_register_runtime(
+    deployment: Deployment, *, acting_user, runtime_name: str, endpoint_url: str
+) -> Deployment:
+    """What the serving stack calls a running deployment (the host agent maps its processes by
+    that name) and where its inference API answers (load tests send to it)."""
+    locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
+    before = snapshot(locked)
+    locked.runtime_name = runtime_name
+    locked.endpoint_url = endpoint_url
+    locked.save(update_fields=["runtime_name", "endpoint_url", "updated_at"])
+    record(
+        actor=acting_user,
+        action=Action.DEPLOYMENT_CHANGE,
+        obj=locked,
+        before=before,
+        after=snapshot(locked),
+        host=locked.host,
+        comment="registered with the host agent",
     )
     return locked

@@ -11,10 +11,12 @@ import plotly.graph_objects as go
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from console.access import get_changeable_or_403, get_visible_or_404, require_permission
+from console.chart_tables import chart_table
 from console.operations import off_peak, services
 from console.operations.models import (
     DefragPlan,
@@ -85,26 +87,49 @@ def _page(request, host: Host, status: int = 200, errors=()):
     )
 
 
-def _fragmentation_chart(plans) -> str:
-    """Fragmentation before and after each reload measured, as a Plotly figure (JSON)."""
+def _fragmentation_chart(plans) -> dict | None:
+    """Fragmentation before and after each reload measured: the Plotly figure (JSON) and its
+    text table, both from the same reloads."""
     reloads = [r for plan in plans for r in plan.reloads.all() if r.fragmentation_after is not None]
     if not reloads:
-        return ""
-    labels = [f"{r.deployment.runtime_name} {r.finished_at:%m-%d %H:%M}" for r in reloads]
+        return None
+    # Finished when, in the reader's zone (named on the axis and in the table).
+    labels = [
+        f"{r.deployment.runtime_name} {timezone.localtime(r.finished_at):%m-%d %H:%M}"
+        for r in reloads
+    ]
+    reload_label = _("reload (time in %(zone)s)") % {"zone": timezone.get_current_timezone_name()}
+    title = str(_("Off-peak reloads: fragmentation before and after"))
+    before = [r.fragmentation_before for r in reloads]
+    after = [r.fragmentation_after for r in reloads]
     figure = go.Figure(
         [
-            go.Bar(name=str(_("before")), x=labels, y=[r.fragmentation_before for r in reloads]),
-            go.Bar(name=str(_("after")), x=labels, y=[r.fragmentation_after for r in reloads]),
+            go.Bar(name=str(_("before")), x=labels, y=before),
+            go.Bar(name=str(_("after")), x=labels, y=after),
         ]
     )
     figure.update_layout(
         barmode="group",
         height=280,
         margin={"l": 40, "r": 10, "t": 30, "b": 40},
+        xaxis={"title": reload_label},
         yaxis={"title": str(_("fragmentation index")), "range": [0, 1]},
-        title=str(_("Off-peak reloads: fragmentation before and after")),
+        title=title,
     )
-    return figure.to_json()
+    return {
+        "figure": figure.to_json(),
+        "table": chart_table(
+            "fragmentation-chart-table",
+            title,
+            [(reload_label, False), (str(_("before")), True), (str(_("after")), True)],
+            zip(labels, map(_index, before), map(_index, after), strict=True),
+        ),
+    }
+
+
+def _index(value: float | None) -> str:
+    # As the console's chart tables print a fragmentation index (static/js/charts.js).
+    return "—" if value is None else f"{value:.3f}"
 
 
 def host_operations(request, name: str):

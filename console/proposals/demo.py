@@ -1,12 +1,15 @@
 """The demo's proposals: the 8-card host's switch to card groups, and two waiting for approval.
 
-inventory.demo_history writes the history and asks (its signals) for the proposals, which sit
-above the inventory. The switch is the field report's fix done as the console would have it:
-for each card group, on-call files an addition that replaces the time-shared replicas on its
-cards, attaches the maintenance window's combined rehearsal as its load test and submits; the
-gates check it as of then; the approver approves; on-call applies it (the replicas stop) and
-verifies it. Every row is dated when it happened (`open_change(at=...)`), the gates read the
-history as it stood then.
+inventory.demo and inventory.demo_history seed the fleet and write its history and ask (their
+signals) for the proposals, which sit above the inventory. The switch is the field report's
+fix done as the console would have it: for each card group, on-call files an addition that
+replaces the time-shared replicas on its cards, attaches the maintenance window's combined
+rehearsal as its load test and submits; the gates check it as of then; the approver approves;
+on-call applies it (the replicas stop) and verifies it. Every row is dated when it happened
+(`open_change(at=...)`), the gates read the history as it stood then. Of the two waiting for
+the approver, the one that fails gate 1 by card needs only the fleet and is filed with it; the
+resize rests on the 8-card host's history and is filed as soon as that is in (its host's
+backfill goes first).
 """
 
 from __future__ import annotations
@@ -17,19 +20,20 @@ import math
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
-from console.audit import Action, snapshot
-from console.audit.changes import open_change, record
+from console.audit.changes import open_change
 from console.proposals import services
 from console.proposals.guided import kv_recommendation
 from console.proposals.loadtests import combine
 from console.proposals.models import Decision, GateResult, LoadTest, Notification, Proposal
 from console.proposals.tasks import run_gates
 from console.proposals.transitions import State
-from inventory.demo import SWITCHED_HOST, ensure_demo_users, simulated_endpoint
-from inventory.demo_history import history_written, switch_due
+from inventory.demo import SWITCHED_HOST, ensure_demo_users, fleet_seeded, simulated_endpoint
+from inventory.demo_history import host_history_written, switch_due
 from inventory.models import Deployment, Host, ServedModel
 from inventory.reports.analysis import KV_WINDOW
+from inventory.services import do_register_runtime
 from inventory.timeseries import queries
 
 # Minutes after the rehearsal ends: each group's proposal is filed, checked, approved and
@@ -146,7 +150,14 @@ def switch_through_proposals(sender, *, host, replicas, spec, rehearsal, at, **k
         Decision.objects.filter(proposal=proposal).update(decided_at=filed + STEP)
         with open_change(oncall, at=filed + 2 * STEP):
             proposal = services.do_apply(proposal, acting_user=oncall)
-            _register(proposal.deployment, group.deployment_id, oncall)
+            # What the serving stack calls the new engine, so the host agent maps its
+            # processes and its endpoint answers load tests: entered once it runs.
+            do_register_runtime(
+                proposal.deployment,
+                acting_user=oncall,
+                runtime_name=group.deployment_id,
+                endpoint_url=simulated_endpoint(host.name, group.deployment_id),
+            )
         applied.append(proposal)
     for proposal in applied:
         with open_change(oncall, at=switch + VERIFIED_AFTER):
@@ -158,37 +169,30 @@ def switch_through_proposals(sender, *, host, replicas, spec, rehearsal, at, **k
         )
 
 
-def _register(deployment: Deployment, runtime_name: str, actor) -> None:
-    """What the serving stack calls the new engine, so the host agent maps its processes and
-    its endpoint answers load tests: entered once it runs, as an operator would."""
-    before = snapshot(deployment)
-    deployment.runtime_name = runtime_name
-    deployment.endpoint_url = simulated_endpoint(deployment.host.name, runtime_name)
-    deployment.save()
-    record(actor=actor, action=Action.DEPLOYMENT_CHANGE, obj=deployment, before=before,
-           after=snapshot(deployment), host=deployment.host,
-           comment="registered with the host agent")  # fmt: skip
-
-
-def open_proposals(sender, *, hosts, now, **kwargs) -> None:
-    """Two proposals waiting for the approver: a KV resize on the switched host sized by the
-    advisor from its history (passes), and the large model on one A100 (gate 1 fails by card)."""
-    # Once, with the switched host's history: what they rest on is in by then.
-    if SWITCHED_HOST not in hosts:
+def open_resize(sender, *, host, now, **kwargs) -> None:
+    """Waiting for the approver: a KV resize on the switched host, sized by the advisor from
+    its history (passes its gates). Once, when that history is in."""
+    if host != SWITCHED_HOST:
         return
     oncall, _ = _users()
-    moment = _at(now)
-    host = Host.objects.get(name=SWITCHED_HOST)
     resized = (
-        host.deployments.filter(status=Deployment.Status.ACTIVE, served_model__name="embed-small")
-        .select_related("served_model")
+        Deployment.objects.filter(
+            host__name=host, status=Deployment.Status.ACTIVE, served_model__name="embed-small"
+        )
+        .select_related("served_model", "host")
         .first()
     )
     if resized is not None:
-        _open_resize(resized, oncall, moment)
-    a100 = Host.objects.filter(name=OPEN_HOST).first()
-    if a100 is not None:
-        _open_too_big(a100, oncall, moment)
+        _open_resize(resized, oncall, _at(now))
+
+
+def open_too_big(sender, *, hosts, **kwargs) -> None:
+    """Waiting for the approver: the large model on one A100 (gate 1 fails by card). Once, when
+    the seed creates the A100 host: it needs no history, so it is there from the start."""
+    if OPEN_HOST not in hosts:
+        return
+    oncall, _ = _users()
+    _open_too_big(Host.objects.get(name=OPEN_HOST), oncall, timezone.now())
 
 
 def _open_resize(deployment: Deployment, author, now: dt.datetime) -> None:
@@ -260,4 +264,5 @@ def _open_too_big(host: Host, author, now: dt.datetime) -> None:
 
 
 switch_due.connect(switch_through_proposals, dispatch_uid="demo-switch-through-proposals")
-history_written.connect(open_proposals, dispatch_uid="demo-open-proposals")
+host_history_written.connect(open_resize, dispatch_uid="demo-open-resize")
+fleet_seeded.connect(open_too_big, dispatch_uid="demo-open-too-big")

@@ -85,29 +85,39 @@ FAILED_SHOWN = 50
 
 def inbox(request):
     require_permission(request.user, Proposal, "approve")
+    # The page's own poll asks for one table's rows: ?partial=1 what waits, ?partial=failed
+    # what failed its checks.
+    partial = request.GET.get("partial")
+    if partial == "failed":
+        return render(request, "proposals/_inbox_failed_rows.html", {"failed": _failed(request)})
     waiting = (
         Proposal.objects.visible_to(request.user)
         .awaiting(request.user)
         .select_related("served_model", "host", "author")
         .order_by("updated_at", "id")
     )
+    if partial:
+        return render(request, "proposals/_inbox_rows.html", {"page": page_of(request, waiting)})
+    context = {"page": page_of(request, waiting), "failed": _failed(request)}
+    return render(request, "proposals/inbox.html", context)
+
+
+def _failed(request) -> list[Proposal]:
+    """The oldest FAILED_SHOWN sent back by their gates, each with its failing gates of the
+    current revision, which say why."""
     failed = list(
         Proposal.objects.visible_to(request.user)
         .failed_checks(request.user)
         .select_related("served_model", "host", "author")
         .order_by("updated_at", "id")[:FAILED_SHOWN]
     )
-    # Each with its failing gates of the current revision, which say why.
     failing = GateResult.objects.filter(
         proposal__in=failed, status__in=[s.value for s in GateStatus if not s.passed]
     ).order_by("id")
     for proposal in failed:
         proposal.failing = [r for r in failing if r.proposal_id == proposal.pk and
                             r.revision == proposal.revision]  # fmt: skip
-    # ?partial=1: only the rows, for the page's own poll.
-    partial = bool(request.GET.get("partial"))
-    template = "proposals/_inbox_rows.html" if partial else "proposals/inbox.html"
-    return render(request, template, {"page": page_of(request, waiting), "failed": failed})
+    return failed
 
 
 def _form_context(request, form: ProposalForm, proposal: Proposal | None, whatif=None) -> dict:

@@ -13,6 +13,7 @@ from console.proposals.tasks import run_gates
 from console.proposals.transitions import State
 from tests.factories import GIB, ServedModelFactory, UserFactory
 from tests.proposals.support import (
+    checked,
     create_proposal,
     outcomes,
     recent_combined_import,
@@ -100,6 +101,8 @@ def test_an_author_files_through_the_guided_form_and_the_approver_sees_it_arrive
     # What the worker does with the queued check, here in the test's own thread.
     with tasks_in_process():
         run_gates(proposal.pk, Proposal.objects.get(pk=proposal.pk).revision)
+    # Meanwhile another fails gate 1: it arrives in the inbox's other section, unreloaded too.
+    failed = checked(create_proposal(people["oncall"]), failing=(Gate.MEMORY,))
     form.wait_for_function(
         "document.querySelector('#proposal-state').textContent === 'ready for approval'"
     )
@@ -108,7 +111,14 @@ def test_an_author_files_through_the_guided_form_and_the_approver_sees_it_arrive
     approver.page.wait_for_selector(
         f"#inbox-table tr.arrived[data-proposal='{proposal.pk}']", timeout=ARRIVAL_MS
     )
-    assert "1 new" in approver.page.locator("#inbox-refresh").inner_text()
+    approver.page.wait_for_selector(
+        f"#inbox-failed-table tr.arrived[data-proposal='{failed.pk}'][data-gate='memory']",
+        timeout=ARRIVAL_MS,
+    )
+    # Said once both tables are in (one poll may bring both, or each its own: "1 new" or "2").
+    approver.page.wait_for_function(
+        "/^[12] new since the last look/.test(document.querySelector('#inbox-refresh').textContent)"
+    )
     approver.screenshot("inbox-arrived-without-reload")
     approver.page.locator("#inbox-table a", has_text="phi-3-mini").click()
     approver.page.wait_for_load_state("networkidle")

@@ -2,6 +2,8 @@
 time in the window, fragmentation before and after recorded (no worker processes)."""
 
 import datetime as dt
+import json
+import re
 
 import pytest
 from django.db import connection
@@ -10,6 +12,7 @@ from django.utils import timezone
 from console.operations import off_peak, services
 from console.operations.models import DefragPlan, DefragReload, HostAction
 from console.operations.tasks import plan_off_peak
+from console.preferences.models import Preference
 from inventory.timeseries import partitions
 from tests.factories import GIB, DeploymentFactory, GpuFactory
 
@@ -104,3 +107,50 @@ def test_a_planned_reload_runs_in_the_trough_and_records_fragmentation(personas,
     assert (reload.fragmentation_after, reload.reserve_after_bytes) == (0.0, 0)
     off_peak.advance(plan, start + dt.timedelta(minutes=4))
     assert DefragPlan.objects.get(pk=plan.pk).state == "done"
+
+
+def test_the_fragmentation_chart_has_its_text_table_with_the_same_figures(client, personas):
+    gpu = GpuFactory(index=0)
+    host = gpu.host
+    finished = dt.datetime(2026, 3, 1, 3, 10, tzinfo=dt.UTC)
+    plan = DefragPlan.objects.create(host=host, window_start=finished, window_end=finished,
+                                     state=DefragPlan.State.DONE)  # fmt: skip
+    for order, (name, before, after) in enumerate([("first", 0.7, 0.0), ("second", 0.4125, 0.05)]):
+        DefragReload.objects.create(
+            plan=plan, deployment=DeploymentFactory(host=host, gpus=[gpu], runtime_name=name),
+            gpu=gpu, order=order, not_before=finished, state="done", reason="fragmentation_trend",
+            estimated_bytes=GIB, fragmentation_before=before, fragmentation_after=after,
+            finished_at=finished + dt.timedelta(minutes=order),
+        )  # fmt: skip
+    # One not measured after: neither a bar nor a row.
+    DefragReload.objects.create(
+        plan=plan, deployment=DeploymentFactory(host=host, gpus=[gpu], runtime_name="unmeasured"),
+        gpu=gpu, order=3, not_before=finished, reason="fragmentation_trend", estimated_bytes=GIB,
+    )  # fmt: skip
+    manager = personas["manager"]
+    Preference.objects.create(user=manager, time_zone="Asia/Shanghai", time_zone_source="chosen")
+    client.force_login(manager)
+    response = client.get(f"/hosts/{host.name}/operations/")
+    body = response.content.decode()
+    table = body.split('<details id="fragmentation-chart-table"', 1)[1].split("</details>", 1)[0]
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+    assert heads == ["reload (time in Asia/Shanghai)", "before", "after"]
+    cells = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in table.split("<tr>")[2:]]
+    # Finished at 03:10 and 03:11 UTC: 11:10 and 11:11 in Shanghai, the zone named.
+    assert cells == [
+        ["first 03-01 11:10", "0.700", "0.000"],
+        ["second 03-01 11:11", "0.412", "0.050"],
+    ]
+    assert '<td class="num">0.700</td>' in table
+    # The chart's bars are the same figures, from the same function.
+    figure = json.loads(response.context["fragmentation_chart"]["figure"])
+    bars = {trace["name"]: trace for trace in figure["data"]}
+    assert bars["before"]["x"] == ["first 03-01 11:10", "second 03-01 11:11"]
+    assert [bars["before"]["y"], bars["after"]["y"]] == [[0.7, 0.4125], [0.0, 0.05]]
+    assert figure["layout"]["xaxis"]["title"]["text"] == "reload (time in Asia/Shanghai)"
+
+
+def test_no_reload_measured_means_no_chart_and_no_table(client_as):
+    host = GpuFactory().host
+    body = client_as("manager").get(f"/hosts/{host.name}/operations/").content.decode()
+    assert 'id="fragmentation-chart"' not in body and "fragmentation-chart-table" not in body

@@ -39,6 +39,8 @@ def test_the_seed_creates_the_operations_host_its_policies_and_an_approved_reloa
         "code-8b": [2],
     }  # fmt: skip
     assert deployments["embed-mps-a"].isolation_mode == "mps"
+    # Its agent serves no inference endpoints (the demo fleet's agent has the port).
+    assert {d.endpoint_url for d in deployments.values()} == {""}
     priorities = dict(ServedModel.objects.values_list("name", "priority"))
     assert priorities["chat-70b-awq"] < priorities["batch-8b"]  # the batch model goes first
     plan = collection.collection_plan(host)

@@ -159,6 +159,34 @@ def test_the_inbox_shows_what_failed_its_checks_apart_with_the_gate_and_why(clie
     assert f'data-proposal="{waiting.pk}"' not in section
 
 
+def test_the_inbox_polls_what_failed_its_checks_as_it_polls_what_waits(client_as, personas):
+    approver = client_as("approver")
+    page = approver.get("/proposals/inbox/").content.decode()
+    section = page.split('id="inbox-failed"', 1)[1]
+    assert 'id="inbox-failed-table" data-poll-url="/proposals/inbox/?partial=failed"' in section
+    empty = approver.get("/proposals/inbox/?partial=failed").content.decode()
+    assert "No proposal failed its checks." in empty
+    # One that fails its checks after the page was drawn arrives at the next poll.
+    failed = checked(create_proposal(personas["oncall"]), failing=(Gate.MEMORY, Gate.KV))
+    waiting = ready_proposal(personas["oncall"])
+    rows = approver.get("/proposals/inbox/?partial=failed").content.decode()
+    assert "<html" not in rows and "<thead" not in rows  # only the rows, for the table's body
+    assert f'<tr data-proposal="{failed.pk}" data-gate="memory">' in rows
+    assert f'<tr data-proposal="{failed.pk}" data-gate="kv">' in rows
+    assert 'rowspan="2"' in rows and "Memory ledger" in rows
+    assert f'data-proposal="{waiting.pk}"' not in rows
+    assert "No proposal failed its checks." not in rows
+    # The other table's poll still answers what waits, and only that.
+    waiting_rows = approver.get("/proposals/inbox/?partial=1").content.decode()
+    assert f'data-proposal="{waiting.pk}"' in waiting_rows
+    assert f'data-proposal="{failed.pk}"' not in waiting_rows
+
+
+def test_the_inbox_polls_answer_only_approvers(client_as):
+    for query in ("?partial=1", "?partial=failed"):
+        assert client_as("oncall").get(f"/proposals/inbox/{query}").status_code == 403
+
+
 def test_an_approver_rejects_a_failed_proposal_but_cannot_approve_it(client_as, personas):
     failed = checked(create_proposal(personas["oncall"]), failing=(Gate.MEMORY,))
     approver = client_as("approver")

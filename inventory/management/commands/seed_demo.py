@@ -2,7 +2,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from console.audit.changes import open_change
-from inventory.demo import ensure_demo_fleet, ensure_demo_users
+from inventory.demo import ensure_demo_fleet, ensure_demo_users, fleet_seeded
 from inventory.tasks import backfill_demo_history
 
 
@@ -21,6 +21,7 @@ class Command(BaseCommand):
         with open_change():  # one change id for the whole seed
             users = ensure_demo_users(settings.DEMO_PASSWORD)
             hosts = ensure_demo_fleet()
+        fleet_seeded.send(sender=Command, hosts=hosts)  # each answer opens changes of its own
         self.stdout.write(
             f"demo users created: {', '.join(users) or 'none (all present)'}; "
             f"demo hosts created: {', '.join(hosts) or 'none (all present)'}"
