@@ -303,10 +303,10 @@ def test_the_fragment_reads_the_peaks_once_and_the_minutes_only_of_card_sharers(
     engine_reads = [q for q in captured.captured_queries if "engine_rollup_1m" in q["sql"]]
     assert len(engine_reads) == 2
     # Session, user, preferences, 2 permission sets, host; deployments and their cards once
-    # for both analyses; peaks; co-peaks' tenants, cards, memory minutes and names; minutes;
-    # the navigation's roles and firing alerts.
+    # for both analyses; peaks; co-peaks' tenants, cards, memory minutes and names; minutes.
+    # Not the navigation's roles or firing alerts: a fragment shows no navigation.
     asked = [q["sql"][:70] for q in captured.captured_queries]
-    assert len(asked) == 16, "\n".join(asked)
+    assert len(asked) == 14, "\n".join(asked)
 
 
 def test_the_advice_from_the_database_peaks_is_the_advice_from_every_minute():
