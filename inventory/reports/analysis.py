@@ -115,13 +115,15 @@ def copeaks(host: Host, now: dt.datetime | None = None) -> list[CoPeakReport]:
         return []
     rows = queries.deployment_memory_minutes(list(gpus), now - COPEAK_WINDOW, COPEAK_STEP_S)
     names = dict(Deployment.objects.filter(host=host).values_list("pk", "served_model__name"))
+    labels: dict[int, str] = {}  # one a deployment, not one a row
     demand: dict[int, dict[str, list]] = {}
-    for row in rows:
-        deployment_id = row["deployment_id"]
-        if row["used_max"] is not None:
-            label = f"{names.get(deployment_id, deployment_id)} #{deployment_id}"
-            samples = demand.setdefault(row["gpu_id"], {}).setdefault(label, [])
-            samples.append((row["at"], row["used_max"]))
+    for gpu_id, deployment_id, at, used_max in rows:
+        if used_max is not None:
+            label = labels.get(deployment_id)
+            if label is None:
+                label = f"{names.get(deployment_id, deployment_id)} #{deployment_id}"
+                labels[deployment_id] = label
+            demand.setdefault(gpu_id, {}).setdefault(label, []).append((at, used_max))
     reports = []
     for gpu_id, per_deployment in sorted(demand.items(), key=lambda item: gpus[item[0]].index):
         tenants = _longest_shared_tenancy(per_deployment)

@@ -295,10 +295,13 @@ def deployment_memory_series(
     )
 
 
-def deployment_memory_minutes(gpu_ids: list[int], start: dt.datetime, step_s: int) -> list[dict]:
+def deployment_memory_minutes(
+    gpu_ids: list[int], start: dt.datetime, step_s: int
+) -> list[tuple[int, int, float, int | None]]:
     """As `deployment_memory_series`, from the minute rollups since `start`, steps labelled in
-    epoch seconds (what the co-peak analysis reads)."""
-    return _rows(
+    epoch seconds (what the co-peak analysis reads): (gpu_id, deployment_id, at, used_max)
+    tuples, since a week of a shared card's minutes is tens of thousands of rows."""
+    return _tuples(
         """
         SELECT gpu_id, deployment_id,
                extract(epoch FROM date_bin(make_interval(secs => %s), bucket, %s))::float8 AS at,
