@@ -1,3 +1,4 @@
+from django.utils.functional import SimpleLazyObject
 from django.utils.translation import gettext_lazy as _
 
 from console.roles import roles_of
@@ -21,4 +22,6 @@ def navigation(request) -> dict:
         if key == "fleet" and path.startswith("/hosts/"):
             active = True
         items.append({"key": key, "label": label, "url": url, "active": active})
-    return {"nav_items": items, "user_roles": roles_of(request.user)}
+    # Lazy: a fragment (the board's refresh, the host analyses) renders no navigation, and
+    # should not pay a query for it.
+    return {"nav_items": items, "user_roles": SimpleLazyObject(lambda: roles_of(request.user))}

@@ -148,6 +148,11 @@ def _observed_tokens_per_request(samples: Sequence[KvDemandSample]) -> float:
     return percentile(ratios, 95)
 
 
+def _check_options(mean_tolerance: float, window_s: float) -> None:
+    if mean_tolerance < 0 or window_s <= 0:
+        raise ValueError("mean_tolerance must be >= 0 and window_s > 0")
+
+
 def advise_kv_reservation(
     deployment: str,
     samples: Sequence[KvDemandSample],
@@ -168,17 +173,104 @@ def advise_kv_reservation(
     """Advice for one deployment; ``tokens_per_request`` defaults to the observed P95."""
     if not samples:
         raise ValueError(f"{deployment}: no demand samples")
-    if mean_tolerance < 0 or window_s <= 0:
-        raise ValueError("mean_tolerance must be >= 0 and window_s > 0")
+    _check_options(mean_tolerance, window_s)
     ordered = sorted(samples, key=lambda s: s.at)
     per_request = (
         _observed_tokens_per_request(ordered) if tokens_per_request is None else tokens_per_request
     )
-    running = [s.running_requests for s in ordered]
+    end = ordered[-1].at if now is None else now
+    window_demand = [
+        (s.tokens_in_use if s.tokens_in_use is not None else s.running_requests * per_request)
+        * bytes_per_token
+        for s in ordered
+        if end - window_s < s.at <= end
+    ]
+    return _advise(
+        deployment,
+        [s.running_requests for s in ordered],
+        [s.tokens_in_use for s in ordered if s.tokens_in_use is not None],
+        window_demand,
+        current=current_reservation_bytes,
+        bytes_per_token=bytes_per_token,
+        per_request=per_request,
+        buffer=buffer,
+        sizing=sizing,
+        admission_policy=admission_policy,
+        mean_tolerance=mean_tolerance,
+        window_s=window_s,
+        shape=shape,
+        tensor_parallel=tensor_parallel,
+        pipeline_parallel=pipeline_parallel,
+    )
+
+
+def advise_kv_reservation_from_peaks(
+    deployment: str,
+    running: Sequence[float],
+    *,
+    current_reservation_bytes: int,
+    bytes_per_token: float,
+    tokens_per_request: float,
+    buffer: float = DEFAULT_BUFFER,
+    sizing: SizingBasis = SizingBasis.P95,
+    admission_policy: AdmissionPolicy | None = None,
+    mean_tolerance: float = MEAN_TOLERANCE,
+    window_s: float = SEVEN_DAYS_S,
+    shape: KvShape | None = None,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+) -> KvAdvice:
+    """`advise_kv_reservation` over samples without tokens in use that all lie in the window,
+    given as their running requests alone, oldest first.
+
+    The host page's form of the same advice: a week of minutes is read as one array of peaks a
+    deployment, not as ten thousand timed samples to build and sort again.
+    """
+    if not running:
+        raise ValueError(f"{deployment}: no demand samples")
+    _check_options(mean_tolerance, window_s)
+    return _advise(
+        deployment,
+        running,
+        [],
+        [r * tokens_per_request * bytes_per_token for r in running],
+        current=current_reservation_bytes,
+        bytes_per_token=bytes_per_token,
+        per_request=tokens_per_request,
+        buffer=buffer,
+        sizing=sizing,
+        admission_policy=admission_policy,
+        mean_tolerance=mean_tolerance,
+        window_s=window_s,
+        shape=shape,
+        tensor_parallel=tensor_parallel,
+        pipeline_parallel=pipeline_parallel,
+    )
+
+
+def _advise(
+    deployment: str,
+    running: Sequence[float],
+    tokens: Sequence[float],
+    window_demand: Sequence[float],
+    *,
+    current: int,
+    bytes_per_token: float,
+    per_request: float,
+    buffer: float,
+    sizing: SizingBasis,
+    admission_policy: AdmissionPolicy | None,
+    mean_tolerance: float,
+    window_s: float,
+    shape: KvShape | None,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+) -> KvAdvice:
+    """The figures, from the running requests and tokens in use in time order and the demand
+    of the samples inside the window."""
     mean_concurrency = mean(running)
     p95_concurrency = percentile(running, 95)
     peak_concurrency = max(running)
-    tokens = [s.tokens_in_use for s in ordered if s.tokens_in_use is not None]
 
     sized_concurrency = p95_concurrency if sizing is SizingBasis.P95 else peak_concurrency
     recommended = recommended_kv_reservation_bytes(
@@ -187,17 +279,9 @@ def advise_kv_reservation(
     mean_need = kv_reservation_bytes(mean_concurrency, per_request, bytes_per_token, 0)
     p95_need = kv_reservation_bytes(p95_concurrency, per_request, bytes_per_token, 0)
 
-    end = ordered[-1].at if now is None else now
-    window_demand = [
-        (s.tokens_in_use if s.tokens_in_use is not None else s.running_requests * per_request)
-        * bytes_per_token
-        for s in ordered
-        if end - window_s < s.at <= end
-    ]
-    excursions = count_excursions(window_demand, current_reservation_bytes)
+    excursions = count_excursions(window_demand, current)
     window_peak = max(window_demand, default=0.0)
 
-    current = current_reservation_bytes
     explanations = [
         Reason(
             "kv_advice.sizing",
@@ -266,7 +350,7 @@ def advise_kv_reservation(
         )
     return KvAdvice(
         deployment=deployment,
-        samples=len(ordered),
+        samples=len(running),
         mean_concurrency=mean_concurrency,
         p95_concurrency=p95_concurrency,
         peak_concurrency=peak_concurrency,

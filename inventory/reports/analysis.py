@@ -16,8 +16,7 @@ from inventory.analytics.interference import InterferenceReport, interference_by
 from inventory.analytics.kv_advisor import (
     AdmissionPolicy,
     KvAdvice,
-    KvDemandSample,
-    advise_kv_reservation,
+    advise_kv_reservation_from_peaks,
 )
 from inventory.analytics.stats import percentile
 from inventory.models import Deployment, Event, Gpu, Host
@@ -48,11 +47,9 @@ def _active(host: Host):
     )
 
 
-def engine_history(host: Host, now: dt.datetime) -> dict[int, list[queries.EngineMinute]]:
-    """The active deployments' engine minutes over the KV window, which holds the
-    interference one: the host page reads them once for both analyses."""
-    ids = list(_active(host).values_list("pk", flat=True))
-    return queries.engine_minutes(ids, now - KV_WINDOW, now)
+def active_deployments(host: Host) -> list[Deployment]:
+    """What `kv_advice` and `interference` read first: a page that shows both reads it once."""
+    return list(_active(host))
 
 
 @dataclass(frozen=True)
@@ -63,22 +60,17 @@ class KvRow:
 
 
 def kv_advice(
-    host: Host, now: dt.datetime | None = None, history: dict | None = None
+    host: Host, now: dt.datetime | None = None, deployments: list[Deployment] | None = None
 ) -> list[KvRow]:
-    """`history`: what `engine_history` read at the same `now`, if the caller has it."""
     now = now or timezone.now()
-    deployments = list(_active(host))
-    if history is None:
-        history = queries.engine_minutes([d.pk for d in deployments], now - KV_WINDOW, now)
+    deployments = active_deployments(host) if deployments is None else deployments
+    # The advice needs only the peaks, all inside the window: one array a deployment.
+    peaks = queries.running_peaks([d.pk for d in deployments], now - KV_WINDOW, now)
     rows = []
     for deployment in deployments:
         per_token = deployment.served_model.effective_kv_bytes_per_token
-        samples = [
-            KvDemandSample(minute.at, minute.running_max)
-            for minute in history.get(deployment.pk, [])
-            if minute.running_max is not None
-        ]
-        if not samples:
+        running = peaks.get(deployment.pk)
+        if not running:
             rows.append(KvRow(deployment, None, "no engine history in the last 7 days"))
             continue
         if not deployment.kv_tokens_per_request or not per_token:
@@ -87,15 +79,15 @@ def kv_advice(
         rows.append(
             KvRow(
                 deployment,
-                advise_kv_reservation(
+                advise_kv_reservation_from_peaks(
                     deployment.served_model.name,
-                    samples,
+                    running,
                     current_reservation_bytes=deployment.kv_reservation_bytes,
                     bytes_per_token=per_token,
                     tokens_per_request=deployment.kv_tokens_per_request,
                     buffer=settings.KV_BUFFER,
                     admission_policy=_POLICIES.get(deployment.admission_policy),
-                    now=now.timestamp(),
+                    window_s=KV_WINDOW.total_seconds(),
                     shape=deployment.served_model.kv_shape(),
                     tensor_parallel=deployment.tensor_parallel,
                     pipeline_parallel=max(1, deployment.pipeline_parallel),
@@ -123,13 +115,15 @@ def copeaks(host: Host, now: dt.datetime | None = None) -> list[CoPeakReport]:
         return []
     rows = queries.deployment_memory_minutes(list(gpus), now - COPEAK_WINDOW, COPEAK_STEP_S)
     names = dict(Deployment.objects.filter(host=host).values_list("pk", "served_model__name"))
+    labels: dict[int, str] = {}  # one a deployment, not one a row
     demand: dict[int, dict[str, list]] = {}
-    for row in rows:
-        deployment_id = row["deployment_id"]
-        if row["used_max"] is not None:
-            label = f"{names.get(deployment_id, deployment_id)} #{deployment_id}"
-            samples = demand.setdefault(row["gpu_id"], {}).setdefault(label, [])
-            samples.append((row["at"], row["used_max"]))
+    for gpu_id, deployment_id, at, used_max in rows:
+        if used_max is not None:
+            label = labels.get(deployment_id)
+            if label is None:
+                label = f"{names.get(deployment_id, deployment_id)} #{deployment_id}"
+                labels[deployment_id] = label
+            demand.setdefault(gpu_id, {}).setdefault(label, []).append((at, used_max))
     reports = []
     for gpu_id, per_deployment in sorted(demand.items(), key=lambda item: gpus[item[0]].index):
         tenants = _longest_shared_tenancy(per_deployment)
@@ -165,19 +159,24 @@ def _longest_shared_tenancy(per_deployment: dict[str, list]) -> dict[str, list]:
 
 
 def interference(
-    host: Host, now: dt.datetime | None = None, history: dict | None = None
+    host: Host, now: dt.datetime | None = None, deployments: list[Deployment] | None = None
 ) -> list[InterferenceReport]:
-    """`history`: what `engine_history` read at the same `now` (a longer window, cut here)."""
     now = now or timezone.now()
-    deployments = list(_active(host))
-    start = now - INTERFERENCE_WINDOW
-    if history is None:
-        history = queries.engine_minutes([d.pk for d in deployments], start, now)
-    after = start.timestamp()
+    deployments = active_deployments(host) if deployments is None else deployments
     label = {d.pk: f"{d.served_model.name} #{d.pk}" for d in deployments}
+    placement: dict[str, list[Deployment]] = {}
+    for deployment in deployments:
+        if deployment.mig_slice_id:  # a MIG instance shares no SMs with anyone
+            continue
+        for gpu in deployment.gpus.all():
+            placement.setdefault(str(gpu), []).append(deployment)
+    # Only a deployment that shares a card has co-tenants to compare with, and only its own
+    # minutes set its load: nobody else's history can change a report.
+    sharing = sorted({d.pk for on_card in placement.values() if len(on_card) > 1 for d in on_card})
+    history = queries.engine_minutes(sharing, now - INTERFERENCE_WINDOW, now) if sharing else {}
     latencies, load = {}, {}
     for deployment in deployments:
-        minutes = [m for m in history.get(deployment.pk, []) if m.at > after]
+        minutes = history.get(deployment.pk, [])
         running = [m.running_max for m in minutes if m.running_max is not None]
         if not running:
             continue
@@ -186,15 +185,13 @@ def interference(
         latencies[label[deployment.pk]] = [
             (m.at, m.latency_p99_max) for m in minutes if m.latency_p99_max is not None
         ]
-    placement: dict[str, list[str]] = {}
-    for deployment in deployments:
-        if deployment.mig_slice_id:  # a MIG instance shares no SMs with anyone
-            continue
-        for gpu in deployment.gpus.all():
-            placement.setdefault(str(gpu), []).append(label[deployment.pk])
     return list(
         interference_by_deployment(
-            latencies, load, placement, busy_threshold=BUSY_SHARE_OF_P95, max_age_s=120.0
+            latencies,
+            load,
+            {card: [label[d.pk] for d in on_card] for card, on_card in placement.items()},
+            busy_threshold=BUSY_SHARE_OF_P95,
+            max_age_s=120.0,
         )
     )
 

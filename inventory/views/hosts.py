@@ -118,14 +118,14 @@ def host_analysis(request, name: str):
     """KV advice, co-peaks and interference: slower to compute, loaded after the page."""
     host = get_visible_or_404(request.user, Host.objects, name=name)
     now = timezone.now()
-    history = analysis.engine_history(host, now)
+    deployments = analysis.active_deployments(host)
     return render(
         request,
         "inventory/host_analysis.html",
         {
             "host": host,
-            "kv_rows": analysis.kv_advice(host, now, history),
+            "kv_rows": analysis.kv_advice(host, now, deployments),
             "copeaks": analysis.copeaks(host, now),
-            "interference": analysis.interference(host, now, history),
+            "interference": analysis.interference(host, now, deployments),
         },
     )

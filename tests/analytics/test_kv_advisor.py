@@ -1,12 +1,14 @@
 import pytest
 
 from console.reasons import render
+from inventory.analytics.kv import KvShape
 from inventory.analytics.kv_advisor import (
     AdmissionPolicy,
     KvDemandSample,
     KvFlag,
     SizingBasis,
     advise_kv_reservation,
+    advise_kv_reservation_from_peaks,
 )
 from inventory.analytics.units import GiB
 
@@ -123,3 +125,33 @@ def test_request_size_must_come_from_somewhere():
         advise(tokens_per_request=None)
     with pytest.raises(ValueError):
         advise([])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"sizing": SizingBasis.PEAK, "buffer": 0.3, "admission_policy": None},
+        {"current_reservation_bytes": int(60 * REQUEST), "mean_tolerance": 0.5},
+        {"shape": KvShape(layers=80, kv_heads=8, head_dim=128, dtype_bytes=2), "tensor_parallel": 4,
+         "pipeline_parallel": 2},
+    ],
+)  # fmt: skip
+def test_the_advice_from_peaks_alone_is_the_advice_from_the_timed_samples(options):
+    # A week of minutes with fractions, ties and bursts, handed over out of order: the peaks
+    # form gets them oldest first, as the database sorts them.
+    running = [(m * 37 % 101) / 7 + (60 if m % 500 < 9 else 0) for m in range(10_080)]
+    samples = [KvDemandSample((m + 1) * 60.0, r) for m, r in enumerate(running)]
+    now = len(running) * 60.0
+    timed = advise(samples[::-1], now=now, **options)
+    options = {"admission_policy": AdmissionPolicy.QUEUE} | options
+    peaks = advise_kv_reservation_from_peaks(
+        "chat", running, bytes_per_token=PER_TOKEN, tokens_per_request=TOKENS,
+        **{"current_reservation_bytes": int(40 * GiB)} | options,
+    )  # fmt: skip
+    assert peaks == timed
+    assert timed.excursions_in_window > 1  # the bursts, so the excursion count is compared too
+    with pytest.raises(ValueError):
+        advise_kv_reservation_from_peaks(
+            "chat", [], current_reservation_bytes=1, bytes_per_token=1, tokens_per_request=1
+        )

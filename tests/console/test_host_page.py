@@ -3,6 +3,8 @@
 import datetime as dt
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from inventory.models import Deployment, Event
@@ -145,3 +147,16 @@ def test_the_mps_groups_follow_the_live_daemon_state_across_every_card_it_spans(
     )
     (declared,) = client_as("oncall").get(f"/hosts/{mps_host.name}/").context["mps_groups"]
     assert not declared.live and sorted(declared.models) == ["embedder", "small-chat"]
+
+
+def test_the_page_names_the_role_and_the_fragment_asks_nothing_for_a_navigation_it_lacks(
+    mps_host, client_as
+):
+    client = client_as("manager")
+    page = client.get(f"/hosts/{mps_host.name}/").content.decode()
+    assert '<span class="role role-manager">' in page
+    with CaptureQueriesContext(connection) as captured:
+        client.get(f"/hosts/{mps_host.name}/analysis/")
+    asked = " ".join(q["sql"] for q in captured.captured_queries)
+    assert '"auth_group"."name"' not in asked  # the roles of the header
+    assert '"alerts_alert"' not in asked  # the firing-alert badge

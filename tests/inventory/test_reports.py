@@ -4,19 +4,25 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from inventory.analytics.fragmentation import Status
-from inventory.analytics.kv_advisor import KvFlag
+from inventory.analytics.kv_advisor import (
+    AdmissionPolicy,
+    KvDemandSample,
+    KvFlag,
+    advise_kv_reservation,
+)
 from inventory.models import Deployment
 from inventory.reports import analysis
 from inventory.reports.capacity import card_capacity
 from inventory.reports.fleet import fleet_rows
 from inventory.reports.ledger import card_views
 from inventory.reports.series import host_charts
-from inventory.timeseries import partitions
+from inventory.timeseries import partitions, queries
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
 
@@ -267,29 +273,77 @@ def test_a_mig_gpu_instance_has_one_ledger_for_its_compute_instances(client_as):
     assert cards == [view.label]  # the instance, not the whole card twice over
 
 
-def test_the_fragment_reads_the_engine_minutes_once_and_cuts_them_for_interference(
-    shared_card, client_as
+def test_the_fragment_reads_the_peaks_once_and_the_minutes_only_of_card_sharers(
+    shared_card, client_as, monkeypatch
 ):
     gpu, chat, code = shared_card
-    now = timezone.now()
-    # Three days ago both were busy and slow: inside the KV window, outside interference's.
-    old = now - dt.timedelta(days=3)
-    partitions.ensure_partitions(old - dt.timedelta(hours=1), old)
-    with connection.cursor() as cursor:
-        for deployment in (chat, code):
-            for minute in range(60):
-                cursor.execute(
-                    "INSERT INTO inventory_engine_rollup_1m (deployment_id, bucket, samples, "
-                    "running_max, running_sum, running_count, requests, latency_p99_max) "
-                    "VALUES (%s, %s, 6, 90, 540, 6, 120, 9.0)",
-                    [deployment.pk, old - dt.timedelta(minutes=minute)],
-                )
-    shared = analysis.engine_history(gpu.host, now)
-    assert min(minute.at for minute in shared[chat.pk]) < old.timestamp()
-    assert analysis.interference(gpu.host, now, shared) == analysis.interference(gpu.host, now)
-    assert analysis.kv_advice(gpu.host, now, shared) == analysis.kv_advice(gpu.host, now)
+    alone = DeploymentFactory(host=gpu.host, gpus=[GpuFactory(host=gpu.host, index=1)])
+    reads = []
+
+    def spy(name):
+        real = getattr(queries, name)
+
+        def read(ids, start, end):
+            reads.append((name, sorted(ids), end - start))
+            return real(ids, start, end)
+
+        monkeypatch.setattr(queries, name, read)
+
+    spy("running_peaks")
+    spy("engine_minutes")
+    client = client_as("manager")
     with CaptureQueriesContext(connection) as captured:
-        response = client_as("manager").get(f"/hosts/{gpu.host.name}/analysis/")
+        response = client.get(f"/hosts/{gpu.host.name}/analysis/")
     assert response.status_code == 200
-    reads = [q for q in captured.captured_queries if "inventory_engine_rollup_1m" in q["sql"]]
-    assert len(reads) == 1
+    assert reads == [
+        ("running_peaks", sorted([chat.pk, code.pk, alone.pk]), analysis.KV_WINDOW),
+        # The card-sharing pair: `alone` has no co-tenant, so no minute of it can matter.
+        ("engine_minutes", sorted([chat.pk, code.pk]), analysis.INTERFERENCE_WINDOW),
+    ]
+    engine_reads = [q for q in captured.captured_queries if "engine_rollup_1m" in q["sql"]]
+    assert len(engine_reads) == 2
+    # Session, user, preferences, 2 permission sets, host; deployments and their cards once
+    # for both analyses; peaks; co-peaks' tenants, cards, memory minutes and names; minutes.
+    # Not the navigation's roles or firing alerts: a fragment shows no navigation.
+    asked = [q["sql"][:70] for q in captured.captured_queries]
+    assert len(asked) == 14, "\n".join(asked)
+
+
+def test_the_advice_from_the_database_peaks_is_the_advice_from_every_minute():
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    deployment = DeploymentFactory(
+        host=gpu.host, gpus=[gpu], kv_tokens_per_request=2048, kv_reservation_bytes=9 * GIB,
+        served_model=ServedModelFactory(name="chat"),
+    )  # fmt: skip
+    now = timezone.now()
+    partitions.ensure_partitions(now - dt.timedelta(days=8, hours=1), now)
+    with connection.cursor() as cursor:
+        # Eight days of minutes, some missing, some without a peak, fractions and bursts; the
+        # first day lies outside the KV window.
+        cursor.execute(
+            "INSERT INTO inventory_engine_rollup_1m (deployment_id, bucket, samples, running_max, "
+            "running_sum, running_count, requests) "
+            "SELECT %s, date_trunc('minute', %s::timestamptz) - m * interval '1 minute', 6, "
+            "CASE WHEN m %% 97 = 3 THEN NULL ELSE (m * 37 %% 101) / 7.0 "
+            "+ CASE WHEN m %% 700 < 6 THEN 25 ELSE 0 END END, 60, 6, 120 "
+            "FROM generate_series(0, 8 * 1440) m WHERE m %% 13 <> 5",
+            [deployment.pk, now],
+        )
+    minutes = queries.engine_minutes([deployment.pk], now - analysis.KV_WINDOW, now)
+    samples = [
+        KvDemandSample(minute.at, minute.running_max)
+        for minute in minutes[deployment.pk]
+        if minute.running_max is not None
+    ]
+    assert 9000 < len(samples) < len(minutes[deployment.pk]) < 7 * 1440
+    model = deployment.served_model
+    # What the host page computed before it read the peaks alone: every minute, timed.
+    expected = advise_kv_reservation(
+        "chat", samples, current_reservation_bytes=deployment.kv_reservation_bytes,
+        bytes_per_token=model.effective_kv_bytes_per_token, tokens_per_request=2048,
+        buffer=settings.KV_BUFFER, admission_policy=AdmissionPolicy.QUEUE,
+        now=now.timestamp(), shape=model.kv_shape(),
+    )  # fmt: skip
+    (row,) = analysis.kv_advice(gpu.host, now)
+    assert row.advice == expected
+    assert expected.excursions_in_window > 1 and expected.p95_concurrency % 1
