@@ -17,6 +17,7 @@ from console.placement.mig_profiles import CATALOGUE as MIG_CATALOGUE
 from console.roles import APPROVER, MANAGER, ONCALL
 from inventory.analytics.kv import POLICY_BUFFER_MAX, POLICY_BUFFER_MIN
 from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel
+from inventory.services import do_set_model_priority
 from inventory.telemetry.simulator.catalogue import MIB, device_uuid, gpu_type, mig_uuid
 from inventory.telemetry.simulator.host import DeploymentSpec, HostSpec
 from inventory.telemetry.simulator.operations_scenario import operations_host
@@ -97,7 +98,8 @@ def ensure_operations_host() -> Host | None:
         # Its agent serves no inference endpoints (the demo fleet's agent has the port).
         host = _create_host(spec, labels={"simulator": "operations"}, endpoints=False)
         for name, priority in OPERATIONS_PRIORITIES.items():
-            ServedModel.objects.filter(name=name).update(priority=priority)
+            do_set_model_priority(ServedModel.objects.get(name=name), acting_user=None,
+                                  priority=priority, comment="operations demo")  # fmt: skip
         _record_seeded(host, snapshot(host), host=host,
                        comment=f"operations demo: {host.gpus.count()} cards, "
                        f"{host.deployments.count()} deployments")  # fmt: skip

@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from console.audit import Action, snapshot
 from console.audit.changes import atomic_change, open_change, record
-from inventory.models import DeadLetter, Deployment, Event, Host
+from inventory.models import DeadLetter, Deployment, Event, Host, ServedModel
 from inventory.models.fleet import new_agent_secret
 from inventory.telemetry.batch_schema import BatchRejected
 from inventory.timeseries import dead_letters
@@ -143,5 +143,28 @@ def do_register_runtime(
         after=snapshot(locked),
         host=locked.host,
         comment="registered with the host agent",
+    )
+    return locked
+
+
+@atomic_change
+def do_set_model_priority(
+    served_model: ServedModel, *, acting_user, priority: int, comment: str = ""
+) -> ServedModel:
+    """Which models the solver places first and which ones degradation sheds first (lower is
+    more important). The model is served on any number of hosts, so its row names none."""
+    locked = ServedModel.objects.select_for_update().get(pk=served_model.pk)
+    if locked.priority == priority:
+        return locked
+    before = snapshot(locked)
+    locked.priority = priority
+    locked.save(update_fields=["priority"])
+    record(
+        actor=acting_user,
+        action=Action.SERVED_MODEL_PRIORITY,
+        obj=locked,
+        before=before,
+        after=snapshot(locked),
+        comment=comment,
     )
     return locked

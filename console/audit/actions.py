@@ -37,6 +37,7 @@ class Action(models.TextChoices):
     DEAD_LETTER_DISCARD = "dead_letter.discard", "dead letter discarded"
     HOST_REGISTER = "host.register", "host registered"
     HOST_ROTATE_SECRET = "host.rotate_secret", "host's agent secret rotated"
+    SERVED_MODEL_PRIORITY = "served_model.priority", "served model's priority set"
     DEMO_SEED = "demo.seed", "demo data loaded"
     # Django admin: users (roles are their groups), groups, periodic tasks, inventory records.
     ADMIN_ADD = "admin.add", "added in the admin"

@@ -125,7 +125,8 @@ window.consoleCharts = (function () {
     }));
     return {
       traces,
-      layout: { height: 340, shapes, xaxis: { title: interpolate(gettext("time (%s)"), [zone]) }, yaxis: { title: "ms" },
+      layout: { height: 340, shapes, xaxis: { title: { text: interpolate(gettext("time (%s)"), [zone]) } },
+                yaxis: { title: { text: "ms" } },
                 yaxis2: { overlaying: "y", range: [0, 1.05], visible: false, fixedrange: true },
                 legend: { orientation: "h", y: -0.3 }, margin: { l: 60, r: 20, t: 10, b: 100 } },
       table: {

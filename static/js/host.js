@@ -52,7 +52,7 @@
       });
     });
     charts.draw(element, Object.values(traces), {
-      barmode: "stack", height: 360, yaxis: { title: "GiB" },
+      barmode: "stack", height: 360, yaxis: { title: { text: "GiB" } },
       legend: { orientation: "h", y: -0.2 }, margin: { l: 60, r: 20, t: 10, b: 100 },
     }, {
       caption: gettext("Each card's memory by kind (GiB)"),
@@ -71,9 +71,9 @@
     });
     charts.draw(element, [{
       type: "heatmap", x: data.times, y: data.cards, z: values, zmin: 0, zmax: zmax,
-      colorscale: "YlOrRd", colorbar: { title: title, thickness: 12 }, hoverongaps: false,
+      colorscale: "YlOrRd", colorbar: { title: { text: title }, thickness: 12 }, hoverongaps: false,
     }], { height: 60 + 28 * data.cards.length, yaxis: { autorange: "reversed" },
-           xaxis: { title: axis } }, {
+           xaxis: { title: { text: axis } } }, {
       caption: element.dataset.caption,
       columns: [{ label: axis }, { label: gettext("Card") }, { label: title, numeric: true }],
       rows,
@@ -89,7 +89,7 @@
     });
     charts.draw(element, data.deployments.map((line) => ({
       type: "scatter", mode: "lines", name: line.label, x: line.times, y: line.used_gib,
-    })), { height: 320, yaxis: { title: "GiB" }, xaxis: { title: axis },
+    })), { height: 320, yaxis: { title: { text: "GiB" } }, xaxis: { title: { text: axis } },
            legend: { orientation: "h", y: -0.25 },
            margin: { l: 60, r: 20, t: 10, b: 90 } }, {
       caption: gettext("Memory per deployment and card (GiB, peak per step)"),
@@ -153,7 +153,7 @@
       trace.x.push(p.at); trace.y.push(p.card); trace.text.push(p.text);
       rows.push([p.at, p.card === null ? "—" : String(p.card), name, p.text || ""]);
     });
-    charts.draw(element, Object.values(byCause), { height: 200, yaxis: { title: gettext("card"), dtick: 1 } }, {
+    charts.draw(element, Object.values(byCause), { height: 200, yaxis: { title: { text: gettext("card") }, dtick: 1 } }, {
       caption: gettext("OOMs, last 30 days"),
       columns: [{ label: gettext("When") }, { label: gettext("Card"), numeric: true }, { label: gettext("Cause") }, { label: gettext("Why") }],
       rows,

@@ -7,7 +7,10 @@ import pytest
 
 from console.audit import Action
 from console.models import AuditEntry, Preference
-from tests.proposals.support import create_proposal
+from console.operations.models import DefragPlan
+from console.proposals.models import LoadTest
+from tests.factories import GpuFactory
+from tests.proposals.support import create_proposal, ready_proposal
 
 pytestmark = pytest.mark.django_db
 
@@ -44,3 +47,41 @@ def test_times_on_a_page_show_in_the_users_zone_with_its_name(client_as, persona
     page = client.get(f"/proposals/{proposal.pk}/").content.decode()
     assert "2026-07-01 14:00 CEST" in page
     assert "Europe/Berlin" in page  # named in the header too
+
+
+def _in_berlin(client_as, personas, persona: str):
+    Preference.objects.create(user=personas[persona], time_zone="Europe/Berlin",
+                              time_zone_source="chosen")  # fmt: skip
+    return client_as(persona)
+
+
+def test_a_load_tests_window_is_named_in_the_readers_zone(client_as, personas):
+    proposal = ready_proposal(personas["oncall"])
+    start = dt.datetime(2026, 3, 1, 3, 10, 5, tzinfo=dt.UTC)
+    test = LoadTest.objects.create(
+        proposal=proposal, uploaded_by=personas["oncall"], source_format=LoadTest.Format.MEASURED,
+        files=["combined test"], status=LoadTest.Status.DONE, window_start=start,
+        window_end=start + dt.timedelta(minutes=3),
+        result={"models": [], "series": {}, "cards": []},
+    )  # fmt: skip
+    client = _in_berlin(client_as, personas, "manager")
+    page = client.get(f"/proposals/{proposal.pk}/load-tests/{test.pk}/").content.decode()
+    head = page.split('<div class="muted"><span id="load-test-state">', 1)[1].split("</div>", 1)[0]
+    # 03:10:05 to 03:13:05 UTC is 04:10:05 to 04:13:05 in Berlin in March, and says so.
+    assert ">2026-03-01 04:10:05</time> – " in head
+    assert ">04:13:05 CET</time>" in head
+    assert "UTC" not in head
+
+
+def test_an_off_peak_plans_window_is_named_in_the_readers_zone(client_as, personas):
+    host = GpuFactory().host
+    start = dt.datetime(2026, 7, 1, 1, 0, tzinfo=dt.UTC)
+    DefragPlan.objects.create(
+        host=host, window_start=start, window_end=start + dt.timedelta(hours=2)
+    )
+    client = _in_berlin(client_as, personas, "manager")
+    page = client.get(f"/hosts/{host.name}/operations/").content.decode()
+    heading = page.split('<h2 id="off-peak">', 1)[1].split("<h3>", 1)[1].split("</h3>", 1)[0]
+    # 01:00 to 03:00 UTC is 03:00 to 05:00 in Berlin in summer, and says so.
+    assert heading.startswith("Wed 2026-07-01 03:00 – 05:00 CEST · ")
+    assert "UTC" not in heading

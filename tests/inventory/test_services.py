@@ -6,8 +6,8 @@ import pytest
 
 from console.audit.changes import open_change
 from console.models import AuditEntry
-from inventory.services import do_register_runtime
-from tests.factories import DeploymentFactory
+from inventory.services import do_register_runtime, do_set_model_priority
+from tests.factories import DeploymentFactory, ServedModelFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -42,3 +42,17 @@ def test_registering_inside_an_open_change_joins_it_and_its_moment(personas):
                             endpoint_url="")  # fmt: skip
     entry = AuditEntry.objects.get(action="deployment.change")
     assert entry.change_id == change.id and entry.at == then
+
+
+def test_setting_a_models_priority_is_one_audited_change_and_no_row_when_unchanged(personas):
+    model = ServedModelFactory(priority=2)
+    do_set_model_priority(model, acting_user=personas["approver"], priority=4, comment="batch")
+    model.refresh_from_db()
+    assert model.priority == 4
+    entry = AuditEntry.objects.get(action="served_model.priority", object_id=str(model.pk))
+    assert (entry.actor_name, entry.host, entry.comment) == ("approver", None, "batch")
+    assert (entry.before["priority"], entry.after["priority"]) == (2, 4)
+    assert entry.changed_fields == ["priority"]
+    # Setting what is already there changes nothing, so nothing enters the trail.
+    do_set_model_priority(model, acting_user=personas["approver"], priority=4)
+    assert AuditEntry.objects.filter(action="served_model.priority").count() == 1

@@ -59,6 +59,15 @@ def test_the_seed_creates_the_operations_host_its_policies_and_an_approved_reloa
     for action in (Action.DEMO_SEED, Action.POLICY_SIGN, Action.DEFRAG_PLAN, Action.DEFRAG_DECIDE):
         assert AuditEntry.objects.filter(action=action, host=host).exists(), action
 
+    # The priorities it sets are audited in the seed's own change, as every write is.
+    seeded = AuditEntry.objects.get(action=Action.DEMO_SEED, host=host)
+    set_priorities = AuditEntry.objects.filter(action=Action.SERVED_MODEL_PRIORITY)
+    assert {(e.object_repr, e.before["priority"], e.after["priority"]) for e in set_priorities} == {
+        ("chat-70b-awq", 2, 1),
+        ("batch-8b", 2, 3),
+    }
+    assert {e.change_id for e in set_priorities} == {seeded.change_id}
+
     # A second `make run` leaves the host, and what happened on it, as it is.
     assert "present" in _seed()
     assert DefragPlan.objects.filter(host=host).count() == 1
