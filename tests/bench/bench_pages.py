@@ -7,9 +7,12 @@ Needs the database of DATABASE_URL migrated (make bench uses a separate bench da
 History is written straight into the rollup tables with generate_series, in time order
 as ingest leaves them: hourly card rollups for 30 days and minute rollups for the last 6 hours
 for every card, raw samples for the last 30 minutes, and, for the hosts whose pages are timed,
-process and engine rollups for the whole window. Then the fleet board, the host page and its JSON
-are requested as a logged-in manager through Django's test client, and the median server time is
-reported (the client runs the whole request: middleware, view, queries, template).
+process and engine rollups for the whole window. A few more hosts are built the way co-location
+leaves them (SHARED_GROUPS: cards with two or three tenants each, like the demo's infer-01
+before its switch), with the timed hosts' history, so that the co-peak analysis has shared
+cards to read. Then the fleet board, the host page and its JSON are requested as a logged-in
+manager through Django's test client, and the median server time is reported (the client runs
+the whole request: middleware, view, queries, template).
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ GIB = 1024**3
 CARDS = 8
 GROUPS = ((0, 1, 2), (3, 4, 5), (6, 7))  # three deployments a host, on card groups
 TIMED_HOSTS = 20
+# Time-shared deployments: two on cards 0-3, three on cards 4-5, one alone on 6-7.
+SHARED_GROUPS = ((0, 1, 2, 3), (0, 1, 2, 3), (4, 5), (4, 5), (4, 5), (6, 7))
+SHARED_HOSTS = 3
 
 
 def build_fleet(hosts: int) -> list[Host]:
@@ -100,18 +106,83 @@ def build_fleet(hosts: int) -> list[Host]:
     return host_rows
 
 
+def build_shared_hosts(count: int) -> list[Host]:
+    """Hosts whose cards are shared, each deployment on its own model so that a card's
+    tenants are told apart by name as the co-peak report labels them."""
+    models = [
+        ServedModel.objects.get_or_create(
+            name=f"bench-shared-model-{i}",
+            defaults={"weights_bytes": 12 * GIB, "num_layers": 32, "num_kv_heads": 8,
+                      "head_dim": 128, "kv_dtype": "bf16", "p99_latency_slo_ms": 800},
+        )[0]
+        for i in range(len(SHARED_GROUPS))
+    ]  # fmt: skip
+    host_rows = Host.objects.bulk_create(
+        [Host(name=f"bench-shared-{i}", collector=Host.Collector.NONE) for i in range(count)]
+    )
+    gpus = Gpu.objects.bulk_create(
+        [
+            Gpu(
+                host=host,
+                index=index,
+                uuid=f"GPU-bench-{host.name}-{index}",
+                product_name="NVIDIA H100 80GB HBM3",
+                memory_total_bytes=81559 * 1024**2,
+            )
+            for host in host_rows
+            for index in range(CARDS)
+        ]
+    )
+    by_host = {}
+    for gpu in gpus:
+        by_host.setdefault(gpu.host_id, []).append(gpu)
+    placed = [
+        (
+            Deployment(
+                host=host,
+                served_model=models[n],
+                isolation_mode="time_slicing",
+                kv_reservation_bytes=6 * GIB,
+                kv_reservation_basis="p95",
+                kv_tokens_per_request=2000,
+                admission_policy="queue",
+            ),
+            [by_host[host.pk][index] for index in cards],
+        )
+        for host in host_rows
+        for n, cards in enumerate(SHARED_GROUPS)
+    ]
+    Deployment.objects.bulk_create([deployment for deployment, _ in placed])
+    through = Deployment.gpus.through
+    through.objects.bulk_create(
+        [through(deployment_id=d.pk, gpu_id=gpu.pk) for d, cards in placed for gpu in cards]
+    )
+    return host_rows
+
+
 def sql(statement: str, params: list | None = None) -> None:
     with connection.cursor() as cursor:
         cursor.execute(statement, params or [])
 
 
-def write_history(hosts: list[Host]) -> dict[str, float]:
+def write_history(hosts: list[Host], shared: list[Host]) -> dict[str, float]:
     now = timezone.now()
     partitions.ensure_partitions(now - timezone.timedelta(days=31), now)
-    ids = [h.pk for h in hosts]
-    timed = ids[:TIMED_HOSTS]
+    ids = [h.pk for h in hosts + shared]
+    # The shared hosts get the timed hosts' whole history: their analyses are timed too.
+    timed = [h.pk for h in hosts[:TIMED_HOSTS] + shared]
     # A daily curve with per-card noise: used memory between ~45 and ~75 GiB.
     used = "(60 + 12 * sin(extract(epoch FROM b) / 13751 + g.id) + 3 * random()) * 1073741824"
+    # A card's tenants split it, each on its own curve (phase by deployment) and its own PID:
+    # the card's share of `used` between its deployments, as on a time-shared card.
+    tenant_pid = "4000 + 10 * g.index + (dg.deployment_id %% 10)"
+    tenant_used = (
+        "(60 + 12 * sin(extract(epoch FROM b) / 13751 + dg.deployment_id) + 3 * random())"
+        " * 1073741824 / t.tenants"
+    )
+    tenants = """JOIN inventory_deployment_gpus dg ON dg.gpu_id = g.id
+        JOIN (SELECT gpu_id, count(*) AS tenants FROM inventory_deployment_gpus GROUP BY gpu_id) t
+          ON t.gpu_id = g.id"""
     timings = {}
     steps = [
         ("card rollup 1h, 30 days, every card", f"""
@@ -152,25 +223,25 @@ def write_history(hosts: list[Host]) -> dict[str, float]:
             WHERE g.host_id = ANY(%s) ORDER BY b, g.id""", [ids]),
         ("raw process samples, 30 minutes, every card", f"""
             INSERT INTO inventory_process_sample
-            SELECT g.id, b, gen_random_uuid(), 4000 + g.index, 'compute', 'python3',
+            SELECT g.id, b, gen_random_uuid(), {tenant_pid}, 'compute', 'python3',
                    dg.deployment_id, NULL, ({used})::bigint, ({used})::bigint, 60, ({used})::bigint,
                    ({used})::bigint - 2147483648, 1073741824, 536870912, 0.75
             FROM inventory_gpu g
             JOIN inventory_deployment_gpus dg ON dg.gpu_id = g.id
             CROSS JOIN generate_series(now() - interval '30 minutes', now(), interval '1 minute') b
             WHERE g.host_id = ANY(%s) ORDER BY b, g.id""", [ids]),
-        ("process rollups 1h (30 days) and 1m (7 days), timed hosts", f"""
+        ("process rollups 1h (30 days) and 1m (7 days), timed and shared hosts", f"""
             INSERT INTO inventory_process_rollup_1h
-            SELECT g.id, 4000 + g.index, b, dg.deployment_id, 'python3', 360, ({used})::bigint,
-                   ({used}) * 360, 360, random() * 0.6
-            FROM inventory_gpu g JOIN inventory_deployment_gpus dg ON dg.gpu_id = g.id
+            SELECT g.id, {tenant_pid}, b, dg.deployment_id, 'python3', 360,
+                   ({tenant_used})::bigint, ({tenant_used}) * 360, 360, random() * 0.6
+            FROM inventory_gpu g {tenants}
             CROSS JOIN generate_series(date_trunc('hour', now()) - interval '30 days',
                                        date_trunc('hour', now()), interval '1 hour') b
             WHERE g.host_id = ANY(%s);
             INSERT INTO inventory_process_rollup_1m
-            SELECT g.id, 4000 + g.index, b, dg.deployment_id, 'python3', 6, ({used})::bigint,
-                   ({used}) * 6, 6, random() * 0.6
-            FROM inventory_gpu g JOIN inventory_deployment_gpus dg ON dg.gpu_id = g.id
+            SELECT g.id, {tenant_pid}, b, dg.deployment_id, 'python3', 6,
+                   ({tenant_used})::bigint, ({tenant_used}) * 6, 6, random() * 0.6
+            FROM inventory_gpu g {tenants}
             CROSS JOIN generate_series(date_trunc('minute', now()) - interval '7 days',
                                        date_trunc('minute', now()), interval '1 minute') b
             WHERE g.host_id = ANY(%s)""", [timed, timed]),
@@ -289,7 +360,8 @@ def main() -> None:
     print(f"building {args.hosts} hosts x {CARDS} cards, 30 days of history", flush=True)
     started = time.perf_counter()
     hosts = build_fleet(args.hosts)
-    generation = write_history(hosts)
+    shared = build_shared_hosts(SHARED_HOSTS)
+    generation = write_history(hosts, shared)
     print(f"  loaded in {time.perf_counter() - started:.0f} s", flush=True)
     user, _ = get_user_model().objects.get_or_create(username="bench-manager")
     user.groups.add(Group.objects.get(name="manager"))
@@ -307,6 +379,7 @@ def main() -> None:
         "host charts 24h (JSON)": [f"/hosts/{name}/charts/?window=24h" for name in timed],
         "host charts 30d (JSON)": [f"/hosts/{name}/charts/?window=30d" for name in timed],
         "host analyses (fragment)": [f"/hosts/{name}/analysis/" for name in timed],
+        "host analyses, shared cards": [f"/hosts/{h.name}/analysis/" for h in shared],
         "ledger API": [f"/api/hosts/{name}/ledger/" for name in timed],
     }
     for label, urls in pages.items():

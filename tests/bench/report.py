@@ -168,6 +168,7 @@ def pages_section(figures: dict) -> str:
         "fleet board refresh (page 1)": (100, 100_000),
         "host page /hosts/<name>/": (150, None),
         "host analyses (fragment)": (100, None),
+        "host analyses, shared cards": (100, None),
     }
     lines = [
         "## Page server times with a big fleet (issues 4 and 17)",
