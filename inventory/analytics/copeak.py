@@ -15,14 +15,21 @@ Definitions:
   leaves to processes (total minus driver reserve).
 - OOM risk: the share of moments at which joint demand exceeds usable capacity.
 - A hidden collision: the sum of individual P95s fits, but the joint peak does not.
+
+A week of a card's minutes is ten thousand moments a tenant: the figures are computed over numpy
+arrays, with the percentiles of :mod:`inventory.analytics.stats` read off the sorted arrays, so
+each figure is the same number to the last bit as over plain sequences (for values below 2**53,
+as byte counts are, where a float64 holds every integer).
 """
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from console.reasons import Reason, gettext_noop, register
 from inventory.analytics.series import Sample, align_on_common_timestamps
-from inventory.analytics.stats import count_exceedances, percentile
+from inventory.analytics.stats import interpolate_percentile, percentile_ranks
 
 MESSAGES = register(
     {
@@ -84,37 +91,65 @@ def analyse_copeak(
     min_copeaking: int = 2,
 ) -> CoPeakReport:
     """Co-peak report for one card; ``demand`` maps deployment to ``(epoch s, bytes)`` samples."""
+    _, values = align_on_common_timestamps(demand)
+    return analyse_aligned_copeak(
+        card_id,
+        {name: np.asarray(series) for name, series in values.items()},
+        capacity_bytes=capacity_bytes,
+        headroom_bytes=headroom_bytes,
+        peak_pct=peak_pct,
+        min_copeaking=min_copeaking,
+    )
+
+
+def analyse_aligned_copeak(
+    card_id: str,
+    values: Mapping[str, np.ndarray],
+    *,
+    capacity_bytes: int,
+    headroom_bytes: int = 0,
+    peak_pct: float = 90.0,
+    min_copeaking: int = 2,
+) -> CoPeakReport:
+    """As :func:`analyse_copeak`, for demand already aligned: one array a deployment, equally
+    long, element ``i`` of each at the same moment (what :func:`longest_shared_tenancy`
+    returns)."""
     if min_copeaking < 2:
         raise ValueError("min_copeaking must be >= 2: one deployment alone does not co-peak")
-    timestamps, values = align_on_common_timestamps(demand)
-    if not timestamps:
-        raise ValueError(f"card {card_id}: the demand series share no timestamp")
     names = tuple(sorted(values))
-    joint = [sum(moment) for moment in zip(*(values[n] for n in names), strict=True)]
-    individual_p95 = tuple((name, percentile(values[name], 95)) for name in names)
+    moments = len(values[names[0]]) if names else 0
+    if not moments:
+        raise ValueError(f"card {card_id}: the demand series share no timestamp")
+    # Summed in the names' order, one deployment after the other, as a sum over each moment's
+    # values would be: the same floats, rounded at the same steps.
+    joint = values[names[0]]
+    for name in names[1:]:
+        joint = joint + values[name]
+    ordered = {name: np.sort(values[name]) for name in names}
+    joint_ordered = np.sort(joint)
+    individual_p95 = tuple((name, _percentile(ordered[name], 95)) for name in names)
     sum_of_p95 = sum(p95 for _, p95 in individual_p95)
-    peak_lines = {name: percentile(values[name], peak_pct) for name in names}
-    copeaking_moments = sum(
-        1
-        for index in range(len(timestamps))
-        if sum(values[name][index] > peak_lines[name] for name in names) >= min_copeaking
+    above_peak = sum(
+        (values[name] > _percentile(ordered[name], peak_pct)).astype(np.int64) for name in names
     )
+    copeaking_moments = int(np.count_nonzero(above_peak >= min_copeaking))
     usable = capacity_bytes - headroom_bytes
-    over = count_exceedances(joint, usable)
-    joint_peak = max(joint)
+    over = int(np.count_nonzero(joint > usable))
+    joint_peak = joint_ordered[-1].item()
 
     verdict = "copeak.fits" if joint_peak <= usable else "copeak.does_not_fit"
     if sum_of_p95 <= usable < joint_peak:
         verdict = "copeak.collides"
+    joint_p95 = _percentile(joint_ordered, 95)
     explanation = Reason(
         "copeak.explanation",
         {
             "sum_of_p95": sum_of_p95,
-            "joint_p95": percentile(joint, 95),
+            "joint_p95": joint_p95,
             "joint_peak": joint_peak,
             "usable": usable,
             "copeaking": copeaking_moments,
-            "moments": len(joint),
+            "moments": moments,
             "over": over,
             "verdict": Reason(verdict),
         },
@@ -122,16 +157,64 @@ def analyse_copeak(
     return CoPeakReport(
         card_id=card_id,
         deployments=names,
-        samples=len(joint),
+        samples=moments,
         capacity_bytes=capacity_bytes,
         headroom_bytes=headroom_bytes,
         individual_p95_bytes=individual_p95,
         sum_of_p95_bytes=sum_of_p95,
-        joint_p50_bytes=percentile(joint, 50),
-        joint_p95_bytes=percentile(joint, 95),
-        joint_p99_bytes=percentile(joint, 99),
+        joint_p50_bytes=_percentile(joint_ordered, 50),
+        joint_p95_bytes=joint_p95,
+        joint_p99_bytes=_percentile(joint_ordered, 99),
         joint_peak_bytes=joint_peak,
-        copeak_fraction=copeaking_moments / len(joint),
-        oom_risk_fraction=over / len(joint),
+        copeak_fraction=copeaking_moments / moments,
+        oom_risk_fraction=over / moments,
         explanation=explanation,
     )
+
+
+def _percentile(ordered: np.ndarray, pct: float) -> float:
+    """`stats.percentile` of an array sorted once for all its percentiles: the same two ranks,
+    interpolated by the same function on Python numbers."""
+    below, above = percentile_ranks(len(ordered), pct)
+    return interpolate_percentile(len(ordered), pct, ordered[below].item(), ordered[above].item())
+
+
+def longest_shared_tenancy(
+    series: Mapping[str, tuple[np.ndarray, np.ndarray]],
+) -> dict[str, np.ndarray]:
+    """The tenants that shared the card longest, aligned over the moments they shared it.
+
+    ``series`` maps each deployment ever on the card to its ``(timestamps, values)`` arrays,
+    timestamps ascending and unique. A card's tenants change when placements change (a switch
+    to GPU groups leaves one); the co-peak question is only asked of deployments that were on
+    the card at the same moments: the set of two or more present together at the most moments
+    (the larger set on a tie, then the one present most recently). Returns each of its
+    deployments' values at those moments, in time order; empty when no two ever overlapped.
+    """
+    names = sorted(series)
+    if len(names) < 2:
+        return {}
+    moments = np.unique(np.concatenate([series[name][0] for name in names]))
+    present = np.zeros((len(moments), len(names)), dtype=bool)
+    for column, name in enumerate(names):
+        present[np.searchsorted(moments, series[name][0]), column] = True
+    # Each moment's set of tenants as one number, a bit a deployment (Python integers past 62
+    # tenants, a week of many redeployments, where an int64 would overflow).
+    bits = np.array([1 << column for column in range(len(names))],
+                    dtype=np.int64 if len(names) < 63 else object)  # fmt: skip
+    codes, first, which, counts = np.unique(
+        present @ bits, return_index=True, return_inverse=True, return_counts=True
+    )
+    sizes = present[first].sum(axis=1)
+    latest = np.full(len(codes), -1)
+    np.maximum.at(latest, which, np.arange(len(moments)))
+    shared = np.flatnonzero(sizes >= 2)
+    if not len(shared):
+        return {}
+    best = shared[np.lexsort((latest[shared], sizes[shared], counts[shared]))[-1]]
+    at = moments[which == best]
+    return {
+        name: series[name][1][np.searchsorted(series[name][0], at)]
+        for column, name in enumerate(names)
+        if present[first[best], column]
+    }

@@ -11,20 +11,24 @@ from django.conf import settings
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from inventory.analytics.copeak import CoPeakReport, analyse_copeak
+from inventory.analytics.copeak import (
+    CoPeakReport,
+    analyse_aligned_copeak,
+    longest_shared_tenancy,
+)
 from inventory.analytics.interference import InterferenceReport, interference_by_deployment
 from inventory.analytics.kv_advisor import (
     AdmissionPolicy,
     KvAdvice,
     advise_kv_reservation_from_peaks,
 )
+from inventory.analytics.series import max_per_timestamp
 from inventory.analytics.stats import percentile
 from inventory.models import Deployment, Event, Gpu, Host
 from inventory.timeseries import queries
 
 KV_WINDOW = dt.timedelta(days=7)
 COPEAK_WINDOW = dt.timedelta(days=7)
-COPEAK_STEP_S = 60
 INTERFERENCE_WINDOW = dt.timedelta(days=2)
 # A co-tenant is busy above half its own P95 concurrency: "its share of the daily peak".
 BUSY_SHARE_OF_P95 = 0.5
@@ -113,49 +117,30 @@ def copeaks(host: Host, now: dt.datetime | None = None) -> list[CoPeakReport]:
     }
     if not gpus:
         return []
-    rows = queries.deployment_memory_minutes(list(gpus), now - COPEAK_WINDOW, COPEAK_STEP_S)
+    processes: dict[int, dict[int, list]] = {}
+    for gpu_id, deployment_id, at, used_max in queries.deployment_memory_minutes(
+        list(gpus), now - COPEAK_WINDOW
+    ):
+        processes.setdefault(gpu_id, {}).setdefault(deployment_id, []).append((at, used_max))
     names = dict(Deployment.objects.filter(host=host).values_list("pk", "served_model__name"))
-    labels: dict[int, str] = {}  # one a deployment, not one a row
-    demand: dict[int, dict[str, list]] = {}
-    for gpu_id, deployment_id, at, used_max in rows:
-        if used_max is not None:
-            label = labels.get(deployment_id)
-            if label is None:
-                label = f"{names.get(deployment_id, deployment_id)} #{deployment_id}"
-                labels[deployment_id] = label
-            demand.setdefault(gpu_id, {}).setdefault(label, []).append((at, used_max))
     reports = []
-    for gpu_id, per_deployment in sorted(demand.items(), key=lambda item: gpus[item[0]].index):
-        tenants = _longest_shared_tenancy(per_deployment)
-        if tenants:
+    for gpu_id, per_deployment in sorted(processes.items(), key=lambda item: gpus[item[0]].index):
+        # By deployment, not PID: a restart continues the line.
+        shared = longest_shared_tenancy(
+            {
+                f"{names.get(deployment_id, deployment_id)} #{deployment_id}": max_per_timestamp(
+                    parts
+                )
+                for deployment_id, parts in per_deployment.items()
+            }
+        )
+        if shared:
             reports.append(
-                analyse_copeak(
-                    str(gpus[gpu_id]), tenants, capacity_bytes=gpus[gpu_id].memory_total_bytes
+                analyse_aligned_copeak(
+                    str(gpus[gpu_id]), shared, capacity_bytes=gpus[gpu_id].memory_total_bytes
                 )
             )
     return reports
-
-
-def _longest_shared_tenancy(per_deployment: dict[str, list]) -> dict[str, list]:
-    """The tenants that shared the card longest, over the moments they shared it.
-
-    A card's tenants change when placements change (a switch to GPU groups leaves one); the
-    co-peak question is only asked of deployments that were on the card at the same moments.
-    """
-    present: dict[float, set[str]] = {}
-    for name, samples in per_deployment.items():
-        for at, _ in samples:
-            present.setdefault(at, set()).add(name)
-    periods: dict[frozenset[str], set[float]] = {}
-    for at, names in present.items():
-        if len(names) >= 2:
-            periods.setdefault(frozenset(names), set()).add(at)
-    if not periods:
-        return {}
-    names, moments = max(periods.items(), key=lambda item: (len(item[1]), len(item[0])))
-    return {
-        name: [sample for sample in per_deployment[name] if sample[0] in moments] for name in names
-    }
 
 
 def interference(

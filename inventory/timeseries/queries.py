@@ -296,21 +296,27 @@ def deployment_memory_series(
 
 
 def deployment_memory_minutes(
-    gpu_ids: list[int], start: dt.datetime, step_s: int
-) -> list[tuple[int, int, float, int | None]]:
-    """As `deployment_memory_series`, from the minute rollups since `start`, steps labelled in
-    epoch seconds (what the co-peak analysis reads): (gpu_id, deployment_id, at, used_max)
-    tuples, since a week of a shared card's minutes is tens of thousands of rows."""
+    gpu_ids: list[int], start: dt.datetime
+) -> list[tuple[int, int, list[int], list[int]]]:
+    """What the co-peak analysis reads: the minute rollups of these cards since `start`, one
+    row a process (card, PID and deployment) with its minutes' epoch seconds and memory peaks
+    as two arrays in no set order; minutes without a deployment or a figure are left out. The
+    maximum over a deployment's processes is the caller's (`analytics.series.max_per_timestamp`).
+
+    A week of a shared card's minutes is tens of thousands of rows: grouped per minute here
+    they cost a sort spilled to disk and a Python tuple each; per process they are a handful of
+    groups, each array one value.
+    """
     return _tuples(
         """
-        SELECT gpu_id, deployment_id,
-               extract(epoch FROM date_bin(make_interval(secs => %s), bucket, %s))::float8 AS at,
-               max(used_max) AS used_max
+        SELECT gpu_id, deployment_id, array_agg(extract(epoch FROM bucket)::bigint),
+               array_agg(used_max)
         FROM inventory_process_rollup_1m
-        WHERE gpu_id = ANY(%s) AND bucket > %s AND deployment_id IS NOT NULL
-        GROUP BY 1, 2, 3
+        WHERE gpu_id = ANY(%s) AND bucket > %s
+          AND deployment_id IS NOT NULL AND used_max IS NOT NULL
+        GROUP BY gpu_id, pid, deployment_id
         """,
-        [step_s, EPOCH, gpu_ids, start],
+        [gpu_ids, start],
     )
 
 

@@ -23,6 +23,7 @@ from inventory.reports.fleet import fleet_rows
 from inventory.reports.ledger import card_views
 from inventory.reports.series import host_charts
 from inventory.timeseries import partitions, queries
+from tests.analytics import copeak_reference
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
 
@@ -75,6 +76,52 @@ def test_copeak_sees_peaks_that_collide(shared_card):
     # At the co-peak each holds 37 GiB allocated plus its 2 GiB pool: 78 GiB together.
     assert report.joint_peak_bytes == pytest.approx(78 * GIB)
     assert report.copeak_fraction == pytest.approx(30 / report.samples)
+
+
+def test_copeaks_on_cards_shared_by_two_and_three_are_the_plain_python_figures():
+    """Two cards, three deployments, one with two processes on a card, restarts: the figures
+    match the computation the array code replaced, run over the history this test wrote (a
+    minute a moment, by deployment the highest of its processes)."""
+    host = GpuFactory(index=0, memory_total_bytes=80 * GIB).host
+    g0, g1 = host.gpus.get(), GpuFactory(host=host, index=1, memory_total_bytes=80 * GIB)
+    a, b, c = (
+        DeploymentFactory(host=host, gpus=gpus, served_model=ServedModelFactory(name=name))
+        for name, gpus in (("a", [g0, g1]), ("b", [g0, g1]), ("c", [g1]))
+    )
+    start = (timezone.now() - dt.timedelta(hours=4)).timestamp()
+    # First two hours: a (two processes) and b on card 0, a, b and c on card 1. Then b and c
+    # restart on card 1 and a alone on card 0, under new PIDs, for an hour.
+    first = [(g0, a), (g0, b), (g1, b), (g1, c), (g1, a), (g0, a)]
+    second = [(g1, b), (g1, c), (g0, a)]
+
+    def early(minute, index):  # three tenants still fit card 1: a batch over it is refused
+        return (3 + (minute * (index + 3)) % 11 + 2 * index) * GIB
+
+    def late(minute, index):
+        return (12 + (minute * (index + 2)) % 11) * GIB
+
+    write_history(host, first, start=start, minutes=120, demand=early)
+    write_history(host, second, start=start + 120 * 60, minutes=60, demand=late)
+    expected: dict = {}
+    for tenants, demand, offset, minutes in ((first, early, 0, 120), (second, late, 120, 60)):
+        for minute in range(minutes):
+            for index, (gpu, deployment) in enumerate(tenants):
+                label = f"{deployment.served_model.name} #{deployment.pk}"
+                held = demand(minute, index) + 2 * GIB  # the allocator's free pool too
+                series = expected.setdefault(gpu.pk, {}).setdefault(label, {})
+                series[offset + minute] = max(series.get(offset + minute, 0), held)
+
+    reports = analysis.copeaks(host)
+    assert [r.card_id for r in reports] == [str(g0), str(g1)]
+    assert [r.samples for r in reports] == [120, 120]
+    assert [len(r.deployments) for r in reports] == [2, 3]
+    for report, gpu in zip(reports, (g0, g1), strict=True):
+        tenancy = copeak_reference.longest_shared_tenancy(
+            {label: sorted(s.items()) for label, s in expected[gpu.pk].items()}
+        )
+        assert copeak_reference.report_figures(report) == copeak_reference.copeak_figures(
+            tenancy, capacity_bytes=80 * GIB
+        )
 
 
 def test_kv_advice_flags_a_mean_reservation_without_policy(shared_card):
