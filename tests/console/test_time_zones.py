@@ -82,6 +82,24 @@ def test_a_load_tests_window_is_named_in_the_readers_zone(client_as, personas):
     assert "UTC" not in head
 
 
+def test_a_load_tests_first_bound_is_named_in_the_readers_zone(client_as, personas):
+    proposal = ready_proposal(personas["oncall"])
+    bound = {"kind": "memory", "card": "card 0", "peak_bytes": 2, "bound_bytes": 1,
+             "at": "2026-03-01T03:11:00+00:00", "phase": "hold", "t_s": 55.0,
+             "load_rps": {"llama": 4.0}}  # fmt: skip
+    test = LoadTest.objects.create(
+        proposal=proposal, uploaded_by=personas["oncall"], source_format=LoadTest.Format.MEASURED,
+        files=["combined test"], status=LoadTest.Status.DONE,
+        result={"models": [], "series": {}, "cards": [], "first_bound": bound},
+    )  # fmt: skip
+    client = _in_berlin(client_as, personas, "manager")
+    page = client.get(f"/proposals/{proposal.pk}/load-tests/{test.pk}/").content.decode()
+    first = page.split('id="first-bound"', 1)[1].split("</section>", 1)[0]
+    # Stored as an ISO string in UTC; shown at 04:11 in Berlin in March, and says so.
+    assert '<time datetime="2026-03-01T04:11:00+01:00">2026-03-01 04:11:00 CET</time>' in first
+    assert "03:11" not in first
+
+
 def test_an_off_peak_plans_window_is_named_in_the_readers_zone(client_as, personas):
     host = GpuFactory().host
     start = dt.datetime(2026, 7, 1, 1, 0, tzinfo=dt.UTC)
