@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from alerts.models import Alert, Silence
 from console.audit import Action
 from console.models import AuditEntry, Preference
 from console.operations.models import (
@@ -18,6 +19,7 @@ from console.operations.models import (
 )
 from console.proposals.models import LoadTest
 from inventory.models import CardRefusal, Event
+from tests.alerts.support import matrix_objects
 from tests.factories import DeploymentFactory, GpuFactory
 from tests.proposals.support import create_proposal, ready_proposal
 
@@ -175,3 +177,21 @@ def test_every_time_on_a_hosts_operations_page_is_named_in_the_readers_zone(clie
     for table in ("host-actions", "standing-policies", "card-refusals", "degradations",
                   "mps-recoveries"):  # fmt: skip
         assert "UTC" not in _cell(page, table)
+
+
+def test_an_alerts_times_are_named_in_the_readers_zone(client_as, personas):
+    gpu = GpuFactory(index=0)
+    objects = matrix_objects(gpu.host)
+    at = dt.datetime(2026, 7, 1, 1, 2, 3, tzinfo=dt.UTC)  # 09:02:03 in Shanghai (UTC+8)
+    Alert.objects.filter(pk=objects["alert"].pk).update(
+        started_at=at, firing_at=at, acknowledged_at=at, acknowledged_by=personas["oncall"]
+    )
+    ends = dt.datetime(2099, 1, 1, 1, 0, tzinfo=dt.UTC)
+    Silence.objects.filter(pk=objects["silence"].pk).update(ends_at=ends)
+    client = _in_shanghai(client_as, personas, "oncall")
+    detail = client.get(f"/alerts/{objects['alert'].pk}/").content.decode()
+    assert detail.count(">2026-07-01 09:02:03 CST</time>") == 2  # started, firing since
+    assert ">2026-07-01 09:02 CST</time>" in detail  # acknowledged
+    listing = client.get("/alerts/").content.decode()
+    assert ">2026-07-01 09:02:03 CST</time>" in listing
+    assert ">2099-01-01 09:00 CST</time>" in listing  # the silence's end
