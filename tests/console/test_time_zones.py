@@ -3,8 +3,11 @@ time on a page shown in it with the zone named."""
 
 import datetime as dt
 import uuid
+import zoneinfo
 
 import pytest
+from django.template.loader import render_to_string
+from django.utils import timezone
 
 from alerts.models import Alert, Silence
 from console.audit import Action
@@ -195,3 +198,16 @@ def test_an_alerts_times_are_named_in_the_readers_zone(client_as, personas):
     listing = client.get("/alerts/").content.decode()
     assert ">2026-07-01 09:02:03 CST</time>" in listing
     assert ">2099-01-01 09:00 CST</time>" in listing  # the silence's end
+
+
+def test_an_mps_acknowledgement_on_the_isolation_gate_is_named_in_the_readers_zone():
+    result = {
+        "gate": "isolation", "status": "pass", "title": "Isolation", "runbook_slug": "mps",
+        "checked_at": dt.datetime(2026, 7, 1, 1, 5, tzinfo=dt.UTC), "evidence": {},
+        "summary": "", "summary_reason": None, "reasons": [],
+        "numbers": {"mode": "mps", "cotenants": [], "acknowledged_by": "oncall",
+                    "acknowledged_at": "2026-07-01T01:02+00:00"},  # as the gate stores it
+    }  # fmt: skip
+    with timezone.override(zoneinfo.ZoneInfo("Asia/Shanghai")):
+        html = render_to_string("proposals/_gate.html", {"result": result})
+    assert "oncall at 2026-07-01 09:02 CST" in html
