@@ -1,3 +1,4 @@
+import datetime as dt
 from collections import Counter
 
 from django import template
@@ -52,6 +53,13 @@ def model_color(label: str) -> str:
 @register.filter
 def mib(value) -> str:
     return bytes_iec((value or 0) * 1024 * 1024)
+
+
+@register.filter
+def iso_datetime(value) -> dt.datetime | None:
+    """A time stored as an ISO 8601 string with its offset (inside a JSON field) back as a
+    datetime, so that the date filter shows it in the reader's zone like any other time."""
+    return dt.datetime.fromisoformat(value) if value else None
 
 
 @register.filter

@@ -60,12 +60,17 @@
   function layout(extra) {
     return {
       height: 380,
-      margin: {t: 10, r: 10, b: 40, l: 55},
-      xaxis: {type: "date", range: [data.weeks[0], windowEnd.toISOString()]},
+      margin: {t: 10, r: 10, b: 90, l: 55},
+      // The weeks are UTC weeks (the page says so), whatever the reader's zone.
+      xaxis: {
+        type: "date",
+        range: [data.weeks[0], windowEnd.toISOString()],
+        title: {text: gettext("week (from Monday 00:00 UTC)")},
+      },
       yaxis: {title: {text: gettext("OOMs per week")}, rangemode: "tozero", fixedrange: true},
       yaxis2: {overlaying: "y", range: [0, 1.05], visible: false, fixedrange: true},
       shapes: changeLines(),
-      legend: {orientation: "h", y: -0.12},
+      legend: {orientation: "h", y: -0.3},
       hovermode: "closest",
       ...extra,
     };

@@ -59,6 +59,10 @@ def test_the_charts_draw_their_axis_titles_with_the_readers_zone(console_page):
 
     page.open(f"/oom/?host={SWITCHED_HOST}")
     assert _titles(browser, "latency-chart") == {"x": [TIME_AXIS], "y": ["ms"], "colorbar": []}
-    assert _titles(browser, "chart-by-cause")["y"] == ["OOMs per week"]
+    # The weekly charts count UTC weeks whatever the reader's zone, and their axis says so.
+    week_axis = ["week (from Monday 00:00 UTC)"]
+    assert _titles(browser, "chart-by-cause") == {"x": week_axis, "y": ["OOMs per week"],
+                                                  "colorbar": []}  # fmt: skip
+    assert _titles(browser, "chart-by-host")["x"] == week_axis
     page.screenshot("oom-history-axis-titles")
     assert page.errors == []

@@ -2,14 +2,28 @@
 time on a page shown in it with the zone named."""
 
 import datetime as dt
+import uuid
+import zoneinfo
 
 import pytest
+from django.template.loader import render_to_string
+from django.utils import timezone
 
+from alerts.models import Alert, Silence
 from console.audit import Action
 from console.models import AuditEntry, Preference
-from console.operations.models import DefragPlan
+from console.operations.models import (
+    DefragPlan,
+    DefragReload,
+    DegradationRun,
+    HostAction,
+    MpsRecovery,
+    StandingPolicy,
+)
 from console.proposals.models import LoadTest
-from tests.factories import GpuFactory
+from inventory.models import CardRefusal, Event
+from tests.alerts.support import matrix_objects
+from tests.factories import DeploymentFactory, GpuFactory
 from tests.proposals.support import create_proposal, ready_proposal
 
 pytestmark = pytest.mark.django_db
@@ -73,6 +87,24 @@ def test_a_load_tests_window_is_named_in_the_readers_zone(client_as, personas):
     assert "UTC" not in head
 
 
+def test_a_load_tests_first_bound_is_named_in_the_readers_zone(client_as, personas):
+    proposal = ready_proposal(personas["oncall"])
+    bound = {"kind": "memory", "card": "card 0", "peak_bytes": 2, "bound_bytes": 1,
+             "at": "2026-03-01T03:11:00+00:00", "phase": "hold", "t_s": 55.0,
+             "load_rps": {"llama": 4.0}}  # fmt: skip
+    test = LoadTest.objects.create(
+        proposal=proposal, uploaded_by=personas["oncall"], source_format=LoadTest.Format.MEASURED,
+        files=["combined test"], status=LoadTest.Status.DONE,
+        result={"models": [], "series": {}, "cards": [], "first_bound": bound},
+    )  # fmt: skip
+    client = _in_berlin(client_as, personas, "manager")
+    page = client.get(f"/proposals/{proposal.pk}/load-tests/{test.pk}/").content.decode()
+    first = page.split('id="first-bound"', 1)[1].split("</section>", 1)[0]
+    # Stored as an ISO string in UTC; shown at 04:11 in Berlin in March, and says so.
+    assert '<time datetime="2026-03-01T04:11:00+01:00">2026-03-01 04:11:00 CET</time>' in first
+    assert "03:11" not in first
+
+
 def test_an_off_peak_plans_window_is_named_in_the_readers_zone(client_as, personas):
     host = GpuFactory().host
     start = dt.datetime(2026, 7, 1, 1, 0, tzinfo=dt.UTC)
@@ -85,3 +117,97 @@ def test_an_off_peak_plans_window_is_named_in_the_readers_zone(client_as, person
     # 01:00 to 03:00 UTC is 03:00 to 05:00 in Berlin in summer, and says so.
     assert heading.startswith("Wed 2026-07-01 03:00 – 05:00 CEST · ")
     assert "UTC" not in heading
+
+
+def _in_shanghai(client_as, personas, persona: str):
+    Preference.objects.create(user=personas[persona], time_zone="Asia/Shanghai",
+                              time_zone_source="chosen")  # fmt: skip
+    return client_as(persona)
+
+
+def _cell(page: str, table_id: str) -> str:
+    return page.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0]
+
+
+def test_every_time_on_a_hosts_operations_page_is_named_in_the_readers_zone(client_as, personas):
+    gpu = GpuFactory()
+    host = gpu.host
+    at = dt.datetime(2026, 7, 1, 1, 2, 3, tzinfo=dt.UTC)  # 09:02:03 in Shanghai (UTC+8)
+    approver = personas["approver"]
+    action = HostAction.objects.create(host=host, action="mps_restart", state="succeeded",
+                                       params={"card_index": 0}, sent_at=at)  # fmt: skip
+    HostAction.objects.filter(pk=action.pk).update(created_at=at)
+    policy = StandingPolicy.objects.create(host=host, kind="mps_restart", signed_by=approver,
+                                           revoked_by=approver, revoked_at=at)  # fmt: skip
+    StandingPolicy.objects.filter(pk=policy.pk).update(signed_at=at)
+    refusal = CardRefusal.objects.create(gpu=gpu, reason_code="degradation", cleared_at=at,
+                                         cleared_by=approver)  # fmt: skip
+    CardRefusal.objects.filter(pk=refusal.pk).update(set_at=at)
+    run = DegradationRun.objects.create(host=host, gpu=gpu, trigger="usage", total_bytes=1,
+                                        used_before_bytes=1, limit_fraction=0.9,
+                                        projected_after_bytes=1, state="recovered")  # fmt: skip
+    DegradationRun.objects.filter(pk=run.pk).update(started_at=at)
+    crash = Event.objects.create(host=host, gpu=gpu, kind=Event.Kind.MPS_SERVER_DOWN, at=at,
+                                 batch_id=uuid.uuid4(), position=0)  # fmt: skip
+    recovery = MpsRecovery.objects.create(
+        host=host, gpu=gpu, event=crash, crashed_at=at, state="recovered",
+        clients={"llama": {"pid": 10, "returned_pid": 11,
+                           "returned_at": (at + dt.timedelta(minutes=1)).isoformat()}},
+    )  # fmt: skip
+    recovery.actions.add(action)
+    deployment = DeploymentFactory(host=host, gpus=[gpu])
+    plan = DefragPlan.objects.create(host=host, window_start=at, window_end=at)
+    DefragReload.objects.create(
+        plan=plan, deployment=deployment, gpu=gpu, order=1, not_before=at,
+        reason="fragmentation", estimated_bytes=1,
+    )  # fmt: skip
+
+    client = _in_shanghai(client_as, personas, "approver")
+    page = client.get(f"/hosts/{host.name}/operations/").content.decode()
+    named = "2026-07-01 09:02:03 CST"
+    assert named in _cell(page, "host-actions")
+    policies = _cell(page, "standing-policies")
+    assert policies.count("2026-07-01 09:02 CST") == 2  # signed and revoked
+    assert _cell(page, "card-refusals").count("2026-07-01 09:02 CST") == 2  # set and cleared
+    assert named in _cell(page, "degradations")
+    recoveries = _cell(page, "mps-recoveries")
+    assert named in recoveries  # the crash
+    assert ">09:02:03 CST</time> Succeeded" in recoveries  # the restart sent
+    # The client's return, stored as an ISO string in a JSON field, is converted too.
+    assert '<time datetime="2026-07-01T09:03:03+08:00">09:03:03 CST</time>' in recoveries
+    reloads = page.split('id="off-peak"', 1)[1]
+    assert ">09:02 CST</time></td>" in reloads  # the reload's not-before
+    for table in ("host-actions", "standing-policies", "card-refusals", "degradations",
+                  "mps-recoveries"):  # fmt: skip
+        assert "UTC" not in _cell(page, table)
+
+
+def test_an_alerts_times_are_named_in_the_readers_zone(client_as, personas):
+    gpu = GpuFactory(index=0)
+    objects = matrix_objects(gpu.host)
+    at = dt.datetime(2026, 7, 1, 1, 2, 3, tzinfo=dt.UTC)  # 09:02:03 in Shanghai (UTC+8)
+    Alert.objects.filter(pk=objects["alert"].pk).update(
+        started_at=at, firing_at=at, acknowledged_at=at, acknowledged_by=personas["oncall"]
+    )
+    ends = dt.datetime(2099, 1, 1, 1, 0, tzinfo=dt.UTC)
+    Silence.objects.filter(pk=objects["silence"].pk).update(ends_at=ends)
+    client = _in_shanghai(client_as, personas, "oncall")
+    detail = client.get(f"/alerts/{objects['alert'].pk}/").content.decode()
+    assert detail.count(">2026-07-01 09:02:03 CST</time>") == 2  # started, firing since
+    assert ">2026-07-01 09:02 CST</time>" in detail  # acknowledged
+    listing = client.get("/alerts/").content.decode()
+    assert ">2026-07-01 09:02:03 CST</time>" in listing
+    assert ">2099-01-01 09:00 CST</time>" in listing  # the silence's end
+
+
+def test_an_mps_acknowledgement_on_the_isolation_gate_is_named_in_the_readers_zone():
+    result = {
+        "gate": "isolation", "status": "pass", "title": "Isolation", "runbook_slug": "mps",
+        "checked_at": dt.datetime(2026, 7, 1, 1, 5, tzinfo=dt.UTC), "evidence": {},
+        "summary": "", "summary_reason": None, "reasons": [],
+        "numbers": {"mode": "mps", "cotenants": [], "acknowledged_by": "oncall",
+                    "acknowledged_at": "2026-07-01T01:02+00:00"},  # as the gate stores it
+    }  # fmt: skip
+    with timezone.override(zoneinfo.ZoneInfo("Asia/Shanghai")):
+        html = render_to_string("proposals/_gate.html", {"result": result})
+    assert "oncall at 2026-07-01 09:02 CST" in html

@@ -3,12 +3,14 @@ model's P50, P95 and P99 against its SLO, placement changes marked, and the P99 
 the latest change."""
 
 import datetime as dt
+import zoneinfo
 
 import pytest
 from django.db import connection
 
 from console.audit import Action, snapshot
 from console.audit.changes import open_change, record
+from console.models import Preference
 from inventory.timeseries import partitions
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
 
@@ -100,3 +102,28 @@ def test_the_model_page_charts_each_host_with_its_changes(client_as):
         (gpu.host.name, switch)
     ]
     assert 'id="latency-data"' in response.content.decode()
+
+
+def test_the_oom_historys_latest_change_is_named_in_the_readers_zone_like_its_chart(
+    client_as, personas
+):
+    gpu = GpuFactory()
+    deployment = DeploymentFactory(host=gpu.host, gpus=[gpu])
+    switch = (dt.datetime.now(dt.UTC) - dt.timedelta(days=2)).replace(
+        hour=1, minute=30, second=0, microsecond=0
+    )
+    with open_change(at=switch):
+        record(actor=None, action=Action.DEPLOYMENT_CHANGE, obj=deployment,
+               before=snapshot(deployment), after=snapshot(deployment), host=gpu.host)  # fmt: skip
+    Preference.objects.create(user=personas["manager"], time_zone="Asia/Shanghai",
+                              time_zone_source="chosen")  # fmt: skip
+    page = client_as("manager").get(f"/oom/?host={gpu.host.name}").content.decode()
+    local = switch.astimezone(zoneinfo.ZoneInfo("Asia/Shanghai"))
+    section = page[page.index('data-testid="latency-before-after"') :]
+    sentence = section.split("the latest change:", 1)[1].split("</p>", 1)[0]
+    # 01:30 UTC is 09:30 in Shanghai: the time beside the chart is in the chart's zone, named.
+    assert f'<time datetime="{local.isoformat()}">{local:%Y-%m-%d} 09:30 CST</time>' in sentence
+    assert 'data-time-zone="Asia/Shanghai"' in page
+    # The weekly tables and the changes table stay in UTC, as their headings say.
+    changes = page.split('id="changes-table"', 1)[1].split("</table>", 1)[0]
+    assert f"{switch:%Y-%m-%d} 01:30 UTC" in changes
