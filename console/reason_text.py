@@ -7,7 +7,7 @@ reason codes (the gates, alerts) goes into REASON_MODULES.
 
 from importlib import import_module
 
-from django.utils import translation
+from django.utils import timezone, translation
 
 from console.reasons import Reason, render
 
@@ -30,8 +30,8 @@ for _module in REASON_MODULES:
 
 
 def render_here(reason: Reason | dict | str | None) -> str:
-    """In the language of the current request (or thread)."""
-    return render(reason, translation)
+    """In the language and the time zone of the current request (or thread)."""
+    return render(reason, translation, timezone.get_current_timezone())
 
 
 def render_in(reason: Reason | dict | str | None, language: str) -> str:

@@ -14,14 +14,16 @@ with ``code`` and ``params``) or a list of them; lists render joined with the tr
 separator ``"; "`` (``{x:comma}``: with ``", "``). A message made with ``ngettext_lazy``
 chooses its form by the ``count`` parameter. Format specs: ``{x:gib}`` bytes as GiB
 (format_gib of inventory.analytics.units; units kept in every language), ``{x:mib}`` an
-integer of MiB, ``{x:ms}`` seconds as milliseconds. ``render(reason, translation)`` takes
-the translation (django.utils.translation, or ENGLISH) so this module stays free of Django;
-pages use the ``render_reason`` filter (console/templatetags/reasons.py), code outside a request
-``render_in(reason, language)`` (console/reason_text.py).
+integer of MiB, ``{x:ms}`` seconds as milliseconds, ``{x:time}`` a moment stored as ISO 8601
+with its offset, shown in the reader's zone (``zone``) and naming it. ``render(reason,
+translation)`` takes the translation (django.utils.translation, or ENGLISH) so this module
+stays free of Django; pages use the ``render_reason`` filter (console/templatetags/reasons.py),
+code outside a request ``render_in(reason, language)`` (console/reason_text.py).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -134,10 +136,13 @@ def legacy(text: str) -> Reason:
 
 
 class _Formatter(string.Formatter):
-    def __init__(self, translation: Translation):
+    def __init__(self, translation: Translation, zone: dt.tzinfo | None):
         self.translation = translation
+        self.zone = zone
 
     def format_field(self, value, format_spec: str) -> str:
+        if format_spec == "time":
+            return _moment(value, self.zone)
         if format_spec == "gib":
             return "?" if value is None else format_gib(value)
         if format_spec == "ms":
@@ -150,15 +155,33 @@ class _Formatter(string.Formatter):
 
     def render_value(self, value):
         if isinstance(value, Reason) or (isinstance(value, Mapping) and "code" in value):
-            return render(value, self.translation)
+            return render(value, self.translation, self.zone)
         if isinstance(value, list | tuple):
             separator = self.translation.gettext(_SEPARATOR)
             return separator.join(str(self.render_value(v)) for v in value)
         return value
 
 
-def render(reason: Reason | Mapping | str | None, translation: Translation = ENGLISH) -> str:
-    """The reason as a sentence; a plain string (a row stored before codes) passes through."""
+def _moment(value, zone: dt.tzinfo | None) -> str:
+    """A stored moment in the reader's zone, named; one stored without an offset (before times
+    were kept with theirs) was written in UTC. What does not read as a moment shows as it is."""
+    try:
+        moment = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    moment = moment.astimezone(zone or dt.UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S} {moment.tzname()}"
+
+
+def render(
+    reason: Reason | Mapping | str | None,
+    translation: Translation = ENGLISH,
+    zone: dt.tzinfo | None = None,
+) -> str:
+    """The reason as a sentence; a plain string (a row stored before codes) passes through.
+    Moments (``{x:time}``) show in `zone`, UTC where none is given."""
     if reason is None or reason == {}:
         return ""
     if isinstance(reason, str):
@@ -172,4 +195,4 @@ def render(reason: Reason | Mapping | str | None, translation: Translation = ENG
         text = translation.ngettext(template.singular, template.plural, reason.params["count"])
     else:
         text = translation.gettext(template)
-    return _Formatter(translation).vformat(text, (), dict(reason.params))
+    return _Formatter(translation, zone).vformat(text, (), dict(reason.params))

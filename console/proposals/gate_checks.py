@@ -559,7 +559,7 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
                     "gate.load_test.run_by" if measured else "gate.load_test.attached_by",
                     {
                         "user": latest.uploaded_by.get_username(),
-                        "at": f"{latest.uploaded_at:%Y-%m-%d %H:%M}",
+                        "at": latest.uploaded_at.isoformat(timespec="seconds"),
                         "files": latest.files,
                     },
                 )

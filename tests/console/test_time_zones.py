@@ -211,3 +211,26 @@ def test_an_mps_acknowledgement_on_the_isolation_gate_is_named_in_the_readers_zo
     with timezone.override(zoneinfo.ZoneInfo("Asia/Shanghai")):
         html = render_to_string("proposals/_gate.html", {"result": result})
     assert "oncall at 2026-07-01 09:02 CST" in html
+
+
+def test_a_moment_inside_a_gate_reason_is_shown_in_the_readers_zone_and_named():
+    from console.reason_text import render_here
+    from console.reasons import Reason
+
+    detail = Reason("gate.load_test.memory_over", {"peak": 80 * 2**30, "bound": 79 * 2**30})
+    first = Reason(
+        "gate.load_test.detail_at", {"detail": detail, "at": "2026-07-01T01:02:03+00:00"}
+    )
+    run = Reason(
+        "gate.load_test.run_by",
+        {"user": "oncall", "at": "2026-07-01T01:00:00+00:00", "files": ["a.json"]},
+    )
+    with timezone.override(zoneinfo.ZoneInfo("Europe/Berlin")):
+        assert "at 2026-07-01 03:02:03 CEST" in render_here(first)
+        assert "run by oncall at 2026-07-01 03:00:00 CEST" in render_here(run)
+    with timezone.override(zoneinfo.ZoneInfo("Asia/Shanghai")):
+        assert "at 2026-07-01 09:02:03 CST" in render_here(first)
+    # A label stored before moments kept their offset (server time, UTC) still reads.
+    old = Reason("gate.load_test.run_by", {"user": "oncall", "at": "2026-07-01 01:00", "files": []})
+    with timezone.override(zoneinfo.ZoneInfo("Asia/Shanghai")):
+        assert "at 2026-07-01 09:00:00 CST" in render_here(old)

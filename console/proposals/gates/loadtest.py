@@ -103,8 +103,8 @@ MESSAGES = register(
         "gate.load_test.latency_of_slo": gettext_noop(
             "latency: {model} P99 {p99_ms:.0f} ms of {slo_ms} ms SLO"
         ),
-        "gate.load_test.detail_at": gettext_noop("{detail} at {at}"),
-        "gate.load_test.detail_at_load": gettext_noop("{detail} at {at} ({load})"),
+        "gate.load_test.detail_at": gettext_noop("{detail} at {at:time}"),
+        "gate.load_test.detail_at_load": gettext_noop("{detail} at {at:time} ({load})"),
         "gate.load_test.first_in_time": gettext_noop("{card} reached its bound first: {detail}."),
         "gate.load_test.first_by_ratio": gettext_noop(
             "{card} reached its bound first: {detail} ({ratio:.0%})."
@@ -113,8 +113,10 @@ MESSAGES = register(
             "{card} came closest to its bound: {detail} ({ratio:.0%})."
         ),
         # Who ran or attached the result (``run_label``), and where each figure came from.
-        "gate.load_test.run_by": gettext_noop("run by {user} at {at} ({files:comma})"),
-        "gate.load_test.attached_by": gettext_noop("attached by {user} at {at} ({files:comma})"),
+        "gate.load_test.run_by": gettext_noop("run by {user} at {at:time} ({files:comma})"),
+        "gate.load_test.attached_by": gettext_noop(
+            "attached by {user} at {at:time} ({files:comma})"
+        ),
         "gate.load_test.source.runner": gettext_noop("the console's runner"),
         "gate.load_test.source.imported": gettext_noop("imported: {format}"),
         "gate.load_test.source.runner_hold": gettext_noop("the console's runner (hold phase)"),
