@@ -52,18 +52,8 @@ SHARED_GROUPS = ((0, 1, 2, 3), (0, 1, 2, 3), (4, 5), (4, 5), (4, 5), (6, 7))
 SHARED_HOSTS = 3
 
 
-def build_fleet(hosts: int) -> list[Host]:
-    models = [
-        ServedModel.objects.get_or_create(
-            name=f"bench-model-{i}",
-            defaults={"weights_bytes": 40 * GIB, "num_layers": 80, "num_kv_heads": 8,
-                      "head_dim": 128, "kv_dtype": "bf16", "p99_latency_slo_ms": 800},
-        )[0]
-        for i in range(len(GROUPS))
-    ]  # fmt: skip
-    host_rows = Host.objects.bulk_create(
-        [Host(name=f"bench-{i:04d}", collector=Host.Collector.NONE) for i in range(hosts)]
-    )
+def _cards_of(host_rows: list[Host]) -> dict[int, list[Gpu]]:
+    """Eight H100s for each host, by host id."""
     gpus = Gpu.objects.bulk_create(
         [
             Gpu(
@@ -77,9 +67,25 @@ def build_fleet(hosts: int) -> list[Host]:
             for index in range(CARDS)
         ]
     )
-    by_host = {}
+    by_host: dict[int, list[Gpu]] = {}
     for gpu in gpus:
         by_host.setdefault(gpu.host_id, []).append(gpu)
+    return by_host
+
+
+def build_fleet(hosts: int) -> list[Host]:
+    models = [
+        ServedModel.objects.get_or_create(
+            name=f"bench-model-{i}",
+            defaults={"weights_bytes": 40 * GIB, "num_layers": 80, "num_kv_heads": 8,
+                      "head_dim": 128, "kv_dtype": "bf16", "p99_latency_slo_ms": 800},
+        )[0]
+        for i in range(len(GROUPS))
+    ]  # fmt: skip
+    host_rows = Host.objects.bulk_create(
+        [Host(name=f"bench-{i:04d}", collector=Host.Collector.NONE) for i in range(hosts)]
+    )
+    by_host = _cards_of(host_rows)
     deployments = Deployment.objects.bulk_create(
         [
             Deployment(
@@ -120,22 +126,7 @@ def build_shared_hosts(count: int) -> list[Host]:
     host_rows = Host.objects.bulk_create(
         [Host(name=f"bench-shared-{i}", collector=Host.Collector.NONE) for i in range(count)]
     )
-    gpus = Gpu.objects.bulk_create(
-        [
-            Gpu(
-                host=host,
-                index=index,
-                uuid=f"GPU-bench-{host.name}-{index}",
-                product_name="NVIDIA H100 80GB HBM3",
-                memory_total_bytes=81559 * 1024**2,
-            )
-            for host in host_rows
-            for index in range(CARDS)
-        ]
-    )
-    by_host = {}
-    for gpu in gpus:
-        by_host.setdefault(gpu.host_id, []).append(gpu)
+    by_host = _cards_of(host_rows)
     placed = [
         (
             Deployment(
