@@ -11,29 +11,11 @@ from console.proposals import services, whatif
 from console.proposals.gates import Gate
 from console.proposals.models import Proposal
 from inventory.models import Deployment
-from tests.factories import GIB, DeploymentFactory, GpuFactory, HostFactory, ServedModelFactory
-from tests.proposals.support import create_proposal, proposal_fields
+from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory
+from tests.proposals.support import create_proposal, proposal_fields, shared_host
 from tests.proposals.test_guided import guided_data
 
 pytestmark = pytest.mark.django_db
-
-
-def shared_host():
-    """Four 80 GB cards, each holding a time-shared replica of a 40 GiB model (about 51 GiB
-    a card with its KV, context and workspace): no room left for a 35 GiB-a-card group."""
-    host = HostFactory(name="h100-shared")
-    gpus = [GpuFactory(host=host, index=index) for index in range(4)]
-    chat = ServedModelFactory(name="chat", weights_bytes=40 * GIB)
-    replicas = [
-        DeploymentFactory(
-            host=host,
-            served_model=chat,
-            gpus=[gpu],
-            isolation_mode=Deployment.Isolation.TIME_SLICING,
-        )
-        for gpu in gpus
-    ]
-    return host, gpus, replicas
 
 
 def group_data(host, gpus, **overrides) -> dict:
