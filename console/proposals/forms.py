@@ -3,6 +3,7 @@ from decimal import Decimal
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from console.proposals.guided import kv_recommendation
@@ -18,6 +19,23 @@ GIB = 1024**3
 class CardChoiceField(forms.ModelMultipleChoiceField):
     def label_from_instance(self, gpu: Gpu) -> str:
         return f"{gpu} · {gpu.product_name} · {gpu.memory_total_bytes / GIB:.0f} GiB"
+
+
+class ReplacedChoiceField(forms.ModelMultipleChoiceField):
+    """A running deployment of the host, named so the author can tell its replicas apart."""
+
+    def label_from_instance(self, deployment: Deployment) -> str:
+        if deployment.mig_slice_id:
+            where = str(deployment.mig_slice)
+        else:
+            indexes = sorted(gpu.index for gpu in deployment.gpus.all())
+            where = ngettext("card %(cards)s", "cards %(cards)s", len(indexes)) % {
+                "cards": ", ".join(map(str, indexes)) or gettext("none")
+            }
+        return (
+            f"{deployment.served_model.name} #{deployment.pk} · {where} · "
+            f"{deployment.get_isolation_mode_display()}"
+        )
 
 
 class HostField(forms.ModelChoiceField):
@@ -79,6 +97,17 @@ class ProposalForm(forms.ModelForm):
         widget=forms.CheckboxSelectMultiple,
         help_text=_("The target cards, or tick “let the solver choose”."),
     )
+    replaces = ReplacedChoiceField(
+        label=_("Replaces"),
+        queryset=Deployment.objects.select_related("host", "served_model"),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_(
+            "Running deployments of this host the change takes over from, such as the "
+            "time-shared replicas a card group replaces: stopped when it is applied, and no "
+            "longer counted on their cards by the gates."
+        ),
+    )
     mps_acknowledged = forms.BooleanField(
         required=False,
         label=_(
@@ -92,7 +121,11 @@ class ProposalForm(forms.ModelForm):
     class Meta:
         model = Proposal
         # What the services accept, the KV reservation typed in GiB rather than bytes.
-        fields = [*(name for name in EDITABLE if name != "kv_reservation_bytes"), "gpus"]
+        fields = [
+            *(name for name in EDITABLE if name != "kv_reservation_bytes"),
+            "gpus",
+            "replaces",
+        ]
         field_classes = {"host": HostField}
 
         widgets = {
@@ -131,6 +164,7 @@ class ProposalForm(forms.ModelForm):
         "let_solver_choose",
         "card_count",
         "mig_slice",
+        "replaces",
         "isolation_mode",
         "mps_active_thread_percentage",
         "mps_acknowledged",
@@ -195,8 +229,9 @@ class ProposalForm(forms.ModelForm):
 
     def _narrow_choices(self) -> None:
         """Render only what belongs to the chosen model and host: a fleet of 1,000 hosts must
-        not become 8,000 checkboxes. Validation still takes any real object, so a card of
-        another host gets its own explanation rather than "not a valid choice"."""
+        not become 8,000 checkboxes. Validation still takes any real object, so a card or a
+        replaced deployment of another host gets its own explanation rather than "not a valid
+        choice"."""
         deployments = self.fields["deployment"].queryset.order_by("host__name", "pk")
         if self.chosen_model is not None:
             deployments = deployments.filter(served_model=self.chosen_model)
@@ -217,6 +252,17 @@ class ProposalForm(forms.ModelForm):
         self.fields["mig_slice"].widget.choices = [
             ("", "---------"),
             *((s.pk, str(s)) for s in slices.select_related("gpu__host")),
+        ]
+        running = (
+            host.deployments.exclude(status=Deployment.Status.STOPPED)
+            .select_related("served_model", "mig_slice__gpu__host")
+            .prefetch_related("gpus")
+            .order_by("served_model__name", "pk")
+            if host
+            else Deployment.objects.none()
+        )
+        self.fields["replaces"].widget.choices = [
+            (d.pk, self.fields["replaces"].label_from_instance(d)) for d in running
         ]
 
     def clean(self):
@@ -263,13 +309,22 @@ class ProposalForm(forms.ModelForm):
         super()._post_clean()
         if self.errors:
             return
-        try:
-            self.instance.validate_cards(list(self.cleaned_data.get("gpus") or []))
-        except ValidationError as error:
-            self._update_errors(error)
+        for validate, name in (
+            (self.instance.validate_cards, "gpus"),
+            (self.instance.validate_replaced, "replaces"),
+        ):
+            try:
+                validate(list(self.cleaned_data.get(name) or []))
+            except ValidationError as error:
+                self._update_errors(error)
 
     def proposal_fields(self) -> dict:
-        fields = {name: self.cleaned_data[name] for name in self.Meta.fields if name != "gpus"}
+        """The proposal's own fields; its cards and what it replaces go in on their own."""
+        fields = {
+            name: self.cleaned_data[name]
+            for name in self.Meta.fields
+            if name not in ("gpus", "replaces")
+        }
         fields["kv_reservation_bytes"] = self.instance.kv_reservation_bytes
         return fields
 

@@ -104,8 +104,9 @@ def leaving_ids(proposal: Proposal) -> set[int]:
     """The deployments the change takes over from: the one it moves, resizes or removes, and
     those it replaces (stopped when it is applied). They no longer count as co-tenants."""
     leaving = {proposal.deployment_id} if proposal.action != Proposal.Action.ADD else set()
-    if proposal.pk is not None:  # a what-if preview's unsaved proposal replaces nothing
-        leaving |= set(proposal.replaces.values_list("pk", flat=True))
+    # The what-if stores its proposal, and what it replaces, inside a rolled-back savepoint,
+    # so a preview reads them here as a filed proposal does.
+    leaving |= set(proposal.replaces.values_list("pk", flat=True))
     return leaving - {None}
 
 

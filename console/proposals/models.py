@@ -265,8 +265,9 @@ class Proposal(EngineSettings):
         ]
         if wrong:
             raise ValidationError(
-                {"replaces": f"Only running deployments of {self.host} can be replaced: "
-                 f"{', '.join(wrong)}."}
+                {"replaces": _("Only running deployments of %(host)s, other than the one it "
+                               "changes, can be replaced: %(wrong)s.")
+                 % {"host": self.host, "wrong": ", ".join(wrong)}}
             )  # fmt: skip
 
     def validate_cards(self, gpus) -> None:

@@ -19,14 +19,17 @@ def _label_of(deployment: Deployment, request: dict) -> str:
 def planned(proposal: Proposal) -> tuple[dict, dict] | None:
     """The host's placement with the proposal applied; None while the cards are not known."""
     request, answer = current_placement(proposal.host)
-    drop = None
     changes_one_here = (
         proposal.deployment_id
         and proposal.action != Proposal.Action.ADD
         and proposal.deployment.host_id == proposal.host_id
     )
-    if changes_one_here:
-        drop = _label_of(proposal.deployment, request)
+    # What the change takes over from leaves the drawing as it leaves the gates' cards.
+    leaving = [proposal.deployment] if changes_one_here else []
+    leaving += proposal.replaces.exclude(status=Deployment.Status.STOPPED).select_related(
+        "served_model"
+    )
+    drop = [_label_of(deployment, request) for deployment in leaving]
     if proposal.action == Proposal.Action.REMOVE:
         return with_change(request, answer, drop=drop)
     label = f"{proposal.served_model.name} (proposed)"

@@ -168,8 +168,16 @@ def _revise(proposal: Proposal, *, acting_user, action: Action, before, comment:
 
 @atomic_change
 def do_edit_proposal(
-    proposal: Proposal, *, acting_user, gpus=None, mps_acknowledged: bool | None = None, **changes
+    proposal: Proposal,
+    *,
+    acting_user,
+    gpus=None,
+    replaces=None,
+    mps_acknowledged: bool | None = None,
+    **changes,
 ) -> Proposal:
+    """Change a proposal; `gpus` and `replaces` left None keep what it has. The audit row's
+    before and after hold both many-to-manys, so a change of what it replaces shows there."""
     unknown = set(changes) - set(EDITABLE)
     if unknown:
         raise TypeError(f"not editable: {', '.join(sorted(unknown))}")
@@ -180,9 +188,13 @@ def do_edit_proposal(
         setattr(current, field, value)
     _acknowledge(current, acting_user, mps_acknowledged)
     cards = list(gpus) if gpus is not None else list(current.gpus.all())
+    replaced = list(replaces) if replaces is not None else list(current.replaces.all())
     current.full_clean()
     current.validate_cards(cards)
+    # Checked even when unchanged: a move to another host leaves its replicas behind.
+    current.validate_replaced(replaced)
     current.gpus.set(cards)
+    current.replaces.set(replaced)
     if not changed_fields(before, snapshot(current)):
         return current
     _revise(current, acting_user=acting_user, action=Action.PROPOSAL_EDIT, before=before)

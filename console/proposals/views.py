@@ -152,7 +152,9 @@ def _dry_run(request, form: ProposalForm):
         proposal.author = request.user
     if form.cleaned_data["mps_acknowledged"] and proposal.mps_acknowledged_at is None:
         proposal.mps_acknowledged_by, proposal.mps_acknowledged_at = request.user, timezone.now()
-    result = whatif.dry_run(proposal, list(form.cleaned_data["gpus"]))
+    result = whatif.dry_run(
+        proposal, list(form.cleaned_data["gpus"]), list(form.cleaned_data["replaces"])
+    )
     if form.kv_advice and not form.data.get("kv_reservation_gib"):
         form.data["kv_reservation_gib"] = form.kv_advice.gib  # shown pre-filled, editable
     return result
@@ -184,6 +186,7 @@ def proposal_create(request):
             proposal = services.do_create_proposal(
                 acting_user=request.user,
                 gpus=form.cleaned_data["gpus"],
+                replaces=form.cleaned_data["replaces"],
                 mps_acknowledged=form.cleaned_data["mps_acknowledged"],
                 submit="submit" in request.POST,
                 **form.proposal_fields(),
@@ -224,6 +227,7 @@ def proposal_edit(request, pk: int):
                 proposal,
                 acting_user=request.user,
                 gpus=form.cleaned_data["gpus"],
+                replaces=form.cleaned_data["replaces"],
                 mps_acknowledged=form.cleaned_data["mps_acknowledged"],
                 **form.proposal_fields(),
             )
@@ -304,6 +308,11 @@ def _detail(request, proposal: Proposal, *, status: int = 200, error: str = "", 
     is_author = proposal.author_id == user.pk
     state = proposal.state
     before, after = placement.drawings(proposal)
+    replaced = list(
+        proposal.replaces.select_related("served_model", "mig_slice__gpu__host")
+        .prefetch_related("gpus__host")
+        .order_by("pk")
+    )
     results = services.current_results(proposal)
     may_decide = user.has_perm("proposals.approve_proposal") and not is_author
     may_apply = user.has_perm("proposals.apply_proposal")
@@ -320,6 +329,7 @@ def _detail(request, proposal: Proposal, *, status: int = 200, error: str = "", 
         "before": before,
         "after": after,
         "targets": proposal.target_gpus(),
+        "replaced": replaced,
         "can_edit": may_change and allowed(state, Event.EDIT),
         "can_submit": may_change and allowed(state, Event.SUBMIT),
         "can_attach": may_change and allowed(state, Event.EDIT),

@@ -21,7 +21,7 @@ from console.proposals import gate_checks, placement
 from console.proposals.gates import GateOutcome
 from console.proposals.guided import KvRecommendation, kv_recommendation
 from console.proposals.models import Proposal
-from inventory.models import Gpu
+from inventory.models import Deployment, Gpu
 
 
 class _DryRun(Exception):
@@ -42,9 +42,16 @@ class WhatIf:
         return all(outcome.status.passed for outcome in self.outcomes)
 
 
-def dry_run(proposal: Proposal, gpus: list[Gpu], now: dt.datetime | None = None) -> WhatIf:
+def dry_run(
+    proposal: Proposal,
+    gpus: list[Gpu],
+    replaces: list[Deployment] = (),
+    now: dt.datetime | None = None,
+) -> WhatIf:
     """The gates and drawings of `proposal` (unsaved, or an edit of a saved one held in
-    memory) with `gpus` as its cards."""
+    memory) with `gpus` as its cards and `replaces` as the deployments it takes over from:
+    stored like its cards, they leave their cards through the gates' one reading of what
+    leaves (gate_checks.leaving_ids) and the drawing's."""
     now = now or timezone.now()
     started = time.perf_counter()
     kept_pk, adding = proposal.pk, proposal._state.adding
@@ -53,6 +60,7 @@ def dry_run(proposal: Proposal, gpus: list[Gpu], now: dt.datetime | None = None)
         with transaction.atomic():
             proposal.save()
             proposal.gpus.set(gpus)
+            proposal.replaces.set(replaces)
             checked = gate_checks.check(proposal, now)
             if proposal.let_solver_choose:
                 proposal.solver_gpus.set(checked.solver_gpus)

@@ -18,6 +18,7 @@ from tests.proposals.support import (
     outcomes,
     recent_combined_import,
     seed_host,
+    shared_host,
     tasks_in_process,
 )
 
@@ -187,3 +188,33 @@ def test_the_guided_form_works_without_javascript(chromium_browser, live_server,
         assert Proposal.objects.count() == 0
     finally:
         context.close()
+
+
+def test_ticking_the_replicas_it_replaces_makes_a_card_group_fit(console_page, people):
+    host, gpus, replicas = shared_host()
+    ServedModelFactory(name="chat-group", weights_bytes=140 * GIB)
+    author = console_page("author-replaces")
+    author.login("oncall", PASSWORD)
+    author.open("/proposals/new/")
+    form = author.page
+    form.select_option("#id_served_model", label="chat-group")
+    form.fill("#id_host", "h100")
+    form.locator("[data-testid=host-matches] button", has_text=host.name).click()
+    # The host's fragment brings its running deployments, and only them, to tick.
+    form.wait_for_selector("[data-testid=replaces]")
+    assert form.locator("input[name=replaces]").count() == len(replicas)
+    for gpu in gpus:
+        form.check(f"input[name=gpus][value='{gpu.pk}']")
+    form.check("input[name=isolation_mode][value=gpu_group]")
+    form.fill("#id_kv_tokens_per_request", "4096")
+    form.fill("#id_expected_p95_concurrency", "10")
+    form.wait_for_selector(".gate-fail[data-testid=whatif-gate-memory]")
+    for replica in replicas:
+        form.check(f"input[name=replaces][value='{replica.pk}']")
+    form.wait_for_selector(".gate-pass[data-testid=whatif-gate-memory]")
+    form.wait_for_selector("#proposal-form[data-pending='0']")
+    after = form.locator("[data-testid=whatif] [data-testid=placement-diagram]").nth(1)
+    assert f"chat #{replicas[0].pk}" not in after.inner_text()
+    author.screenshot("guided-replaces-group-fits")
+    assert Proposal.objects.count() == 0
+    assert author.errors == []

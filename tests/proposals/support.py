@@ -16,7 +16,7 @@ from console.proposals.transitions import State
 from console.reasons import render
 from inventory.models import Deployment, Gpu, Host, ServedModel
 from inventory.placement_state import WORKSPACE_ALLOWANCE
-from tests.factories import GIB, MIB, GpuFactory, ServedModelFactory
+from tests.factories import GIB, MIB, DeploymentFactory, GpuFactory, HostFactory, ServedModelFactory
 
 SEED = Path(__file__).resolve().parents[2] / "inventory" / "scenarios" / "seed-3xa100-5models.json"
 LOADTESTS = Path(__file__).resolve().parents[1] / "fixtures" / "loadtests"
@@ -91,6 +91,24 @@ def seed_host() -> Host:
         started.update(assignment["gpus"])
         deployment.gpus.set([gpus[card] for card in assignment["gpus"]])
     return host
+
+
+def shared_host():
+    """Four 80 GB cards, each holding a time-shared replica of a 40 GiB model (about 51 GiB
+    a card with its KV, context and workspace): no room left for a 35 GiB-a-card group."""
+    host = HostFactory(name="h100-shared")
+    gpus = [GpuFactory(host=host, index=index) for index in range(4)]
+    chat = ServedModelFactory(name="chat", weights_bytes=40 * GIB)
+    replicas = [
+        DeploymentFactory(
+            host=host,
+            served_model=chat,
+            gpus=[gpu],
+            isolation_mode=Deployment.Isolation.TIME_SLICING,
+        )
+        for gpu in gpus
+    ]
+    return host, gpus, replicas
 
 
 def proposal_fields(**overrides) -> dict:
