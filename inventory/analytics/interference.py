@@ -31,7 +31,7 @@ import numpy as np
 
 from console.reasons import Reason, gettext_noop, register
 from inventory.analytics.series import Sample, as_of
-from inventory.analytics.stats import interpolate_percentile, percentile_ranks
+from inventory.analytics.stats import sorted_array_percentile
 
 # Samples as pairs, or their (n, 2) array: what a query hands over without a tuple a minute.
 Samples = Sequence[Sample] | np.ndarray
@@ -102,8 +102,8 @@ def tail_vs_cotenant_load(
     idle = np.sort(latency[~any_busy & all_fresh])
     unknown = len(at) - len(busy) - len(idle)
 
-    busy_tail = _percentile(busy, tail_pct) if len(busy) else None
-    idle_tail = _percentile(idle, tail_pct) if len(idle) else None
+    busy_tail = sorted_array_percentile(busy, tail_pct) if len(busy) else None
+    idle_tail = sorted_array_percentile(idle, tail_pct) if len(idle) else None
     ratio = None
     if busy_tail is not None and idle_tail is not None:
         ratio = busy_tail / idle_tail if idle_tail > 0 else float("inf")
@@ -154,13 +154,6 @@ def tail_vs_cotenant_load(
 
 def _as_samples(samples: Samples) -> np.ndarray:
     return np.asarray(samples, dtype=float).reshape(-1, 2)
-
-
-def _percentile(ordered: np.ndarray, pct: float) -> float:
-    """`stats.percentile` of a sorted array: the same two ranks, interpolated by the same
-    function on Python numbers."""
-    below, above = percentile_ranks(len(ordered), pct)
-    return interpolate_percentile(len(ordered), pct, ordered[below].item(), ordered[above].item())
 
 
 def cotenants_by_deployment(placement: Mapping[str, Iterable[str]]) -> dict[str, tuple[str, ...]]:
