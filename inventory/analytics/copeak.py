@@ -29,7 +29,7 @@ import numpy as np
 
 from console.reasons import Reason, gettext_noop, register
 from inventory.analytics.series import Sample, align_on_common_timestamps
-from inventory.analytics.stats import interpolate_percentile, percentile_ranks
+from inventory.analytics.stats import sorted_array_percentile
 
 MESSAGES = register(
     {
@@ -127,10 +127,11 @@ def analyse_aligned_copeak(
         joint = joint + values[name]
     ordered = {name: np.sort(values[name]) for name in names}
     joint_ordered = np.sort(joint)
-    individual_p95 = tuple((name, _percentile(ordered[name], 95)) for name in names)
+    individual_p95 = tuple((name, sorted_array_percentile(ordered[name], 95)) for name in names)
     sum_of_p95 = sum(p95 for _, p95 in individual_p95)
     above_peak = sum(
-        (values[name] > _percentile(ordered[name], peak_pct)).astype(np.int64) for name in names
+        (values[name] > sorted_array_percentile(ordered[name], peak_pct)).astype(np.int64)
+        for name in names
     )
     copeaking_moments = int(np.count_nonzero(above_peak >= min_copeaking))
     usable = capacity_bytes - headroom_bytes
@@ -140,7 +141,7 @@ def analyse_aligned_copeak(
     verdict = "copeak.fits" if joint_peak <= usable else "copeak.does_not_fit"
     if sum_of_p95 <= usable < joint_peak:
         verdict = "copeak.collides"
-    joint_p95 = _percentile(joint_ordered, 95)
+    joint_p95 = sorted_array_percentile(joint_ordered, 95)
     explanation = Reason(
         "copeak.explanation",
         {
@@ -162,21 +163,14 @@ def analyse_aligned_copeak(
         headroom_bytes=headroom_bytes,
         individual_p95_bytes=individual_p95,
         sum_of_p95_bytes=sum_of_p95,
-        joint_p50_bytes=_percentile(joint_ordered, 50),
+        joint_p50_bytes=sorted_array_percentile(joint_ordered, 50),
         joint_p95_bytes=joint_p95,
-        joint_p99_bytes=_percentile(joint_ordered, 99),
+        joint_p99_bytes=sorted_array_percentile(joint_ordered, 99),
         joint_peak_bytes=joint_peak,
         copeak_fraction=copeaking_moments / moments,
         oom_risk_fraction=over / moments,
         explanation=explanation,
     )
-
-
-def _percentile(ordered: np.ndarray, pct: float) -> float:
-    """`stats.percentile` of an array sorted once for all its percentiles: the same two ranks,
-    interpolated by the same function on Python numbers."""
-    below, above = percentile_ranks(len(ordered), pct)
-    return interpolate_percentile(len(ordered), pct, ordered[below].item(), ordered[above].item())
 
 
 def longest_shared_tenancy(

@@ -2,7 +2,7 @@
 
 Each latency sample (``(epoch s, seconds)``: per-request latencies, or per-interval P99
 figures from a rollup) is put in one group by the co-tenants' load at that moment, read with
-:class:`inventory.analytics.series.AsOf` (latest reading no older than ``max_age_s``):
+:func:`inventory.analytics.series.as_of` (latest reading no older than ``max_age_s``):
 
 - busy: at least one co-tenant's load is at or above ``busy_threshold``;
 - idle: every co-tenant has a fresh reading and all are below it;
@@ -16,15 +16,25 @@ Flag (``tail_rises``) when both groups have at least ``min_samples`` samples and
 idle tail >= ``ratio_threshold`` (default 1.25: a quarter slower at the tail is what users
 notice and more than interval-to-interval noise). Too few samples in either group gives
 ``insufficient_data`` rather than a reassuring "no effect".
+
+Two days of a shared host's minutes are thousands of samples a deployment, each looked up in
+every co-tenant's load: the grouping runs over numpy arrays, and the tails are read off the
+sorted groups with the percentile of :mod:`inventory.analytics.stats`, so each figure is the
+same number to the last bit as a sample-by-sample loop gives.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
+
 from console.reasons import Reason, gettext_noop, register
-from inventory.analytics.series import AsOf, Sample
-from inventory.analytics.stats import percentile
+from inventory.analytics.series import Sample, as_of
+from inventory.analytics.stats import sorted_array_percentile
+
+# Samples as pairs, or their (n, 2) array: what a query hands over without a tuple a minute.
+Samples = Sequence[Sample] | np.ndarray
 
 MESSAGES = register(
     {
@@ -69,8 +79,8 @@ class InterferenceReport:
 
 def tail_vs_cotenant_load(
     deployment: str,
-    latencies: Sequence[Sample],
-    cotenant_load: Mapping[str, Sequence[Sample]],
+    latencies: Samples,
+    cotenant_load: Mapping[str, Samples],
     *,
     busy_threshold: float,
     tail_pct: float = 99.0,
@@ -78,21 +88,22 @@ def tail_vs_cotenant_load(
     min_samples: int = 20,
     max_age_s: float = 60.0,
 ) -> InterferenceReport:
-    lookups = {name: AsOf(samples, max_age_s) for name, samples in cotenant_load.items()}
-    busy: list[float] = []
-    idle: list[float] = []
-    unknown = 0
-    for at, latency in latencies:
-        loads = [lookup(at) for lookup in lookups.values()]
-        if any(load is not None and load >= busy_threshold for load in loads):
-            busy.append(latency)
-        elif loads and all(load is not None for load in loads):
-            idle.append(latency)
-        else:
-            unknown += 1
+    """``latencies`` and each co-tenant's load are ``(epoch s, value)`` samples: a sequence of
+    pairs, or the ``(n, 2)`` array of them."""
+    samples = _as_samples(latencies)
+    at, latency = samples[:, 0], samples[:, 1]
+    any_busy = np.zeros(len(at), dtype=bool)
+    all_fresh = np.full(len(at), bool(cotenant_load))
+    for load in cotenant_load.values():
+        value, fresh = as_of(_as_samples(load), at, max_age_s)
+        any_busy |= fresh & (value >= busy_threshold)
+        all_fresh &= fresh
+    busy = np.sort(latency[any_busy])
+    idle = np.sort(latency[~any_busy & all_fresh])
+    unknown = len(at) - len(busy) - len(idle)
 
-    busy_tail = percentile(busy, tail_pct) if busy else None
-    idle_tail = percentile(idle, tail_pct) if idle else None
+    busy_tail = sorted_array_percentile(busy, tail_pct) if len(busy) else None
+    idle_tail = sorted_array_percentile(idle, tail_pct) if len(idle) else None
     ratio = None
     if busy_tail is not None and idle_tail is not None:
         ratio = busy_tail / idle_tail if idle_tail > 0 else float("inf")
@@ -141,6 +152,10 @@ def tail_vs_cotenant_load(
     )
 
 
+def _as_samples(samples: Samples) -> np.ndarray:
+    return np.asarray(samples, dtype=float).reshape(-1, 2)
+
+
 def cotenants_by_deployment(placement: Mapping[str, Iterable[str]]) -> dict[str, tuple[str, ...]]:
     """From card -> deployments on it, each deployment's co-tenants on any card it shares."""
     cotenants: dict[str, set[str]] = {}
@@ -152,8 +167,8 @@ def cotenants_by_deployment(placement: Mapping[str, Iterable[str]]) -> dict[str,
 
 
 def interference_by_deployment(
-    latencies: Mapping[str, Sequence[Sample]],
-    load: Mapping[str, Sequence[Sample]],
+    latencies: Mapping[str, Samples],
+    load: Mapping[str, Samples],
     placement: Mapping[str, Iterable[str]],
     *,
     busy_threshold: float,

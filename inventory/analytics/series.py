@@ -2,13 +2,12 @@
 
 - :func:`align_on_common_timestamps` for series sampled on the same grid (rollups): keep only
   the moments every series has, so "at the same moment" means exactly that.
-- :class:`AsOf` for irregular samples (per-request latencies against a gauge): the value a
+- :func:`as_of` for irregular samples (per-request latencies against a gauge): the value a
   gauge had at a moment is its latest reading at or before it, if that reading is fresh.
 - :func:`max_per_timestamp` folds several series on one grid into their maximum, as arrays:
   a deployment's processes on one card into the deployment's demand.
 """
 
-from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -34,20 +33,20 @@ def align_on_common_timestamps(
     }
 
 
-class AsOf:
-    """Look up a gauge's value at any moment: its latest reading no older than ``max_age_s``."""
-
-    def __init__(self, samples: Sequence[Sample], max_age_s: float) -> None:
-        ordered = sorted(samples)
-        self._times = [at for at, _ in ordered]
-        self._values = [value for _, value in ordered]
-        self._max_age_s = max_age_s
-
-    def __call__(self, at: float) -> float | None:
-        index = bisect_right(self._times, at) - 1
-        if index < 0 or at - self._times[index] > self._max_age_s:
-            return None
-        return self._values[index]
+def as_of(samples: np.ndarray, at: np.ndarray, max_age_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """A gauge's value at each of the moments ``at``: its latest reading at or before the
+    moment, if no older than ``max_age_s``. ``samples`` is an ``(n, 2)`` array of ``(epoch s,
+    value)`` rows in any order; of two readings at one moment the higher counts (the last in
+    ``sorted`` order). Returns the values (meaningless where not fresh) and whether each is fresh.
+    """
+    if not len(samples):
+        return np.zeros(len(at)), np.zeros(len(at), dtype=bool)
+    order = np.lexsort((samples[:, 1], samples[:, 0]))
+    times, values = samples[order, 0], samples[order, 1]
+    index = np.searchsorted(times, at, side="right") - 1
+    latest = np.maximum(index, 0)
+    fresh = (index >= 0) & ~(at - times[latest] > max_age_s)
+    return values[latest], fresh
 
 
 def max_per_timestamp(

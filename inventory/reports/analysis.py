@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+import numpy as np
 from django.conf import settings
 from django.db.models import Prefetch
 from django.utils import timezone
@@ -23,7 +24,7 @@ from inventory.analytics.kv_advisor import (
     advise_kv_reservation_from_peaks,
 )
 from inventory.analytics.series import max_per_timestamp
-from inventory.analytics.stats import percentile
+from inventory.analytics.stats import sorted_array_percentile
 from inventory.models import Deployment, Event, Gpu, Host
 from inventory.timeseries import queries
 
@@ -158,18 +159,21 @@ def interference(
     # Only a deployment that shares a card has co-tenants to compare with, and only its own
     # minutes set its load: nobody else's history can change a report.
     sharing = sorted({d.pk for on_card in placement.values() if len(on_card) > 1 for d in on_card})
-    history = queries.engine_minutes(sharing, now - INTERFERENCE_WINDOW, now) if sharing else {}
+    history = queries.load_and_latency(sharing, now - INTERFERENCE_WINDOW, now)
     latencies, load = {}, {}
     for deployment in deployments:
-        minutes = history.get(deployment.pk, [])
-        running = [m.running_max for m in minutes if m.running_max is not None]
-        if not running:
+        if deployment.pk not in history:
             continue
-        typical = percentile(running, 95) or 1.0
-        load[label[deployment.pk]] = [(m.at, (m.running_max or 0) / typical) for m in minutes]
-        latencies[label[deployment.pk]] = [
-            (m.at, m.latency_p99_max) for m in minutes if m.latency_p99_max is not None
-        ]
+        # A minute without a figure reads as NaN (ingest stores no NaN: it refuses non-finite
+        # figures), so that each array is built in one step.
+        at, running, latency = (np.array(column, dtype=float) for column in history[deployment.pk])
+        measured = ~np.isnan(running)
+        if not measured.any():
+            continue
+        typical = sorted_array_percentile(np.sort(running[measured]), 95) or 1.0
+        load[label[deployment.pk]] = np.column_stack((at, np.where(measured, running, 0) / typical))
+        timed = ~np.isnan(latency)
+        latencies[label[deployment.pk]] = np.column_stack((at[timed], latency[timed]))
     return list(
         interference_by_deployment(
             latencies,

@@ -384,6 +384,34 @@ def running_peaks(
     )
 
 
+def load_and_latency(
+    deployment_ids: list[int], start: dt.datetime, end: dt.datetime
+) -> dict[int, tuple[list[float], list[float | None], list[float | None]]]:
+    """Per deployment, what the interference analysis reads of `engine_minutes`: its minutes'
+    epoch seconds, peaks of running requests and P99 latency peaks in (start, end], three
+    arrays in the same order (oldest first), a figure `None` where the minute has none.
+
+    One row a deployment, not a row a minute: two days of a shared host's minutes are tens of
+    thousands of rows, each a tuple of seven columns where three are read.
+    """
+    if not deployment_ids:
+        return {}
+    return {
+        deployment_id: (at, running, latency)
+        for deployment_id, at, running, latency in _tuples(
+            """
+            SELECT deployment_id, array_agg(extract(epoch FROM bucket)::float8 ORDER BY bucket),
+                   array_agg(running_max ORDER BY bucket),
+                   array_agg(latency_p99_max ORDER BY bucket)
+            FROM inventory_engine_rollup_1m
+            WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
+            GROUP BY deployment_id
+            """,
+            [deployment_ids, start, end],
+        )
+    }
+
+
 def running_percentile(
     deployment_ids: list[int], start: dt.datetime, end: dt.datetime, pct: int
 ) -> dict[int, float]:

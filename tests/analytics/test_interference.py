@@ -1,4 +1,7 @@
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from console.reasons import render
 from inventory.analytics.interference import (
@@ -7,6 +10,7 @@ from inventory.analytics.interference import (
     interference_by_deployment,
     tail_vs_cotenant_load,
 )
+from tests.analytics import interference_reference as reference
 
 MINUTE = 60.0
 # The co-tenant runs 5 requests for the first 50 minutes, then none; one reading a minute.
@@ -115,3 +119,41 @@ def test_reports_for_every_deployment_with_cotenants():
     assert [(r.deployment, r.cotenants, r.verdict) for r in reports] == [
         ("chat", ("code",), InterferenceVerdict.TAIL_RISES)
     ]
+
+
+# The array code against the sample-by-sample loop it replaced, on random series: seconds drawn
+# from a small range so that readings tie, go stale (gaps) and repeat a moment, loads on either
+# side of the threshold, latencies with ties.
+_moments = st.integers(0, 600).map(float)
+_load = st.lists(
+    st.tuples(_moments, st.sampled_from([0.0, 0.5, 1.0, 2.0]) | st.floats(0, 3)), max_size=30
+)
+
+
+@settings(max_examples=400, deadline=None)  # a shared machine: time is no property here
+@given(
+    st.lists(st.tuples(_moments, st.sampled_from([0.1, 0.3]) | st.floats(0, 5)), max_size=60),
+    st.dictionaries(st.sampled_from("abc"), _load, max_size=3),
+    st.sampled_from([0.5, 1.0]) | st.floats(0, 3),
+    st.sampled_from([50.0, 95.0, 99.0, 100.0]),
+    st.sampled_from([0.0, 30.0, 60.0, 120.0]),
+    st.booleans(),
+)
+def test_the_figures_are_the_sample_by_sample_ones(
+    latencies, load, threshold, pct, max_age, as_array
+):
+    def given_as(samples):
+        return np.array(samples, dtype=float).reshape(-1, 2) if as_array else samples
+
+    report = tail_vs_cotenant_load(
+        "chat",
+        given_as(latencies),
+        {name: given_as(samples) for name, samples in load.items()},
+        busy_threshold=threshold,
+        tail_pct=pct,
+        max_age_s=max_age,
+    )
+    expected = reference.interference_figures(
+        latencies, load, busy_threshold=threshold, tail_pct=pct, max_age_s=max_age
+    )
+    assert reference.report_figures(report) == expected

@@ -1,6 +1,7 @@
+import numpy as np
 import pytest
 
-from inventory.analytics.series import AsOf, align_on_common_timestamps
+from inventory.analytics.series import align_on_common_timestamps, as_of
 
 
 def test_alignment_keeps_only_moments_every_series_has():
@@ -17,9 +18,14 @@ def test_alignment_rejects_duplicate_timestamps():
 
 
 def test_as_of_returns_the_latest_fresh_reading():
-    lookup = AsOf([(100.0, 1), (160.0, 2)], max_age_s=30)
-    assert lookup(99.0) is None  # before the first reading
-    assert lookup(100.0) == 1
-    assert lookup(125.0) == 1
-    assert lookup(131.0) is None  # 31 s old: stale
-    assert lookup(170.0) == 2
+    values, fresh = as_of(
+        np.array([(160.0, 2), (100.0, 1)]), np.array([99.0, 100.0, 125.0, 131.0, 170.0]), 30
+    )
+    # Before the first reading, then fresh, fresh, 31 s old (stale), fresh.
+    assert list(fresh) == [False, True, True, False, True]
+    assert list(values[fresh]) == [1, 1, 2]
+
+
+def test_as_of_reads_nothing_without_readings():
+    _, fresh = as_of(np.zeros((0, 2)), np.array([1.0, 2.0]), 30)
+    assert not fresh.any()

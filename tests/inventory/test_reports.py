@@ -16,6 +16,7 @@ from inventory.analytics.kv_advisor import (
     KvFlag,
     advise_kv_reservation,
 )
+from inventory.analytics.stats import percentile
 from inventory.models import Deployment
 from inventory.reports import analysis
 from inventory.reports.capacity import card_capacity
@@ -23,7 +24,7 @@ from inventory.reports.fleet import fleet_rows
 from inventory.reports.ledger import card_views
 from inventory.reports.series import host_charts
 from inventory.timeseries import partitions, queries
-from tests.analytics import copeak_reference
+from tests.analytics import copeak_reference, interference_reference
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
 
@@ -337,7 +338,7 @@ def test_the_fragment_reads_the_peaks_once_and_the_minutes_only_of_card_sharers(
         monkeypatch.setattr(queries, name, read)
 
     spy("running_peaks")
-    spy("engine_minutes")
+    spy("load_and_latency")
     client = client_as("manager")
     with CaptureQueriesContext(connection) as captured:
         response = client.get(f"/hosts/{gpu.host.name}/analysis/")
@@ -345,7 +346,7 @@ def test_the_fragment_reads_the_peaks_once_and_the_minutes_only_of_card_sharers(
     assert reads == [
         ("running_peaks", sorted([chat.pk, code.pk, alone.pk]), analysis.KV_WINDOW),
         # The card-sharing pair: `alone` has no co-tenant, so no minute of it can matter.
-        ("engine_minutes", sorted([chat.pk, code.pk]), analysis.INTERFERENCE_WINDOW),
+        ("load_and_latency", sorted([chat.pk, code.pk]), analysis.INTERFERENCE_WINDOW),
     ]
     engine_reads = [q for q in captured.captured_queries if "engine_rollup_1m" in q["sql"]]
     assert len(engine_reads) == 2
@@ -394,3 +395,55 @@ def test_the_advice_from_the_database_peaks_is_the_advice_from_every_minute():
     (row,) = analysis.kv_advice(gpu.host, now)
     assert row.advice == expected
     assert expected.excursions_in_window > 1 and expected.p95_concurrency % 1
+
+
+def test_interference_from_the_minutes_arrays_is_the_interference_from_every_minute():
+    gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    sharing = [
+        DeploymentFactory(host=gpu.host, gpus=[gpu], served_model=ServedModelFactory(name=name))
+        for name in ("chat", "code", "embed")
+    ]
+    now = timezone.now()
+    partitions.ensure_partitions(now - dt.timedelta(days=3), now)
+    with connection.cursor() as cursor:
+        # Three days of minutes (the first outside the window), some missing, some without a
+        # peak or a latency, five-minute gaps (stale loads), loads that tie and straddle each
+        # one's half P95.
+        for n, deployment in enumerate(sharing):
+            cursor.execute(
+                "INSERT INTO inventory_engine_rollup_1m (deployment_id, bucket, samples, "
+                "running_max, running_sum, running_count, requests, latency_p99_max) "
+                "SELECT %s, date_trunc('minute', %s::timestamptz) - m * interval '1 minute', 6, "
+                "CASE WHEN m %% 89 = %s THEN NULL ELSE ((m + %s) * 37 %% 101) / 7.0 END, "
+                "60, 6, 120, "
+                "CASE WHEN m %% 31 = 2 THEN NULL ELSE ((m * 13 + %s) %% 17) / 10.0 END "
+                "FROM generate_series(0, 3 * 1440) m "
+                "WHERE m %% (11 + %s) <> 5 AND (m + 40 * %s) %% 600 >= 5",
+                [deployment.pk, now, n, 7 * n, n, n, n],
+            )
+    # What the host page computed before it read arrays: every minute a tuple, every latency
+    # looked up one by one in every co-tenant's load.
+    minutes = queries.engine_minutes(
+        [d.pk for d in sharing], now - analysis.INTERFERENCE_WINDOW, now
+    )
+    label = {d.pk: f"{d.served_model.name} #{d.pk}" for d in sharing}
+    load, latencies = {}, {}
+    for deployment in sharing:
+        rows = minutes[deployment.pk]
+        typical = percentile([m.running_max for m in rows if m.running_max is not None], 95)
+        load[label[deployment.pk]] = [(m.at, (m.running_max or 0) / typical) for m in rows]
+        latencies[label[deployment.pk]] = [
+            (m.at, m.latency_p99_max) for m in rows if m.latency_p99_max is not None
+        ]
+    reports = analysis.interference(gpu.host, now)
+    assert [r.deployment for r in reports] == sorted(label.values())
+    for report in reports:
+        expected = interference_reference.interference_figures(
+            latencies[report.deployment],
+            {other: load[other] for other in report.cotenants},
+            busy_threshold=analysis.BUSY_SHARE_OF_P95,
+            max_age_s=120.0,
+        )
+        assert interference_reference.report_figures(report) == expected
+        assert report.busy_samples > 100 and report.idle_samples > 100
+        assert report.unknown_samples
