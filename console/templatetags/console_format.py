@@ -58,8 +58,13 @@ def mib(value) -> str:
 @register.filter
 def iso_datetime(value) -> dt.datetime | None:
     """A time stored as an ISO 8601 string with its offset (inside a JSON field) back as a
-    datetime, so that the date filter shows it in the reader's zone like any other time."""
-    return dt.datetime.fromisoformat(value) if value else None
+    datetime, so that the date filter shows it in the reader's zone like any other time. None
+    for what does not read as one (a row written before times kept their date and offset):
+    templates then show the stored text as it is."""
+    try:
+        return dt.datetime.fromisoformat(value) if value else None
+    except (TypeError, ValueError):
+        return None
 
 
 @register.filter

@@ -9,11 +9,15 @@ P100 the maximum, and P95 of 20 values is ``x[18] + 0.05 * (x[19] - x[18])``.
 Empty input raises ``ValueError``: a statistic of nothing is a caller's bug, not a zero.
 """
 
+from __future__ import annotations
+
 import math
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # the host agent reads this module and installs no numpy
+    import numpy as np
 
 
 def _non_empty(values: Iterable[float]) -> list[float]:

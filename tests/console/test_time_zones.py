@@ -234,3 +234,17 @@ def test_a_moment_inside_a_gate_reason_is_shown_in_the_readers_zone_and_named():
     old = Reason("gate.load_test.run_by", {"user": "oncall", "at": "2026-07-01 01:00", "files": []})
     with timezone.override(zoneinfo.ZoneInfo("Asia/Shanghai")):
         assert "at 2026-07-01 09:00:00 CST" in render_here(old)
+
+
+def test_a_stored_time_that_is_no_iso_moment_shows_as_stored_not_as_a_server_error():
+    from console.templatetags.console_format import iso_datetime
+
+    assert iso_datetime("18:49:09") is None and iso_datetime(None) is None
+    result = {
+        "gate": "isolation", "status": "pass", "title": "Isolation", "runbook_slug": "mps",
+        "checked_at": dt.datetime(2026, 7, 1, 1, 5, tzinfo=dt.UTC), "evidence": {},
+        "summary": "", "summary_reason": None, "reasons": [],
+        "numbers": {"mode": "mps", "cotenants": [], "acknowledged_by": "oncall",
+                    "acknowledged_at": "yesterday"},
+    }  # fmt: skip
+    assert "oncall at yesterday" in render_to_string("proposals/_gate.html", {"result": result})
