@@ -87,16 +87,22 @@ def fragmentation_index(stats: AllocatorStats) -> FragmentationIndex | None:
     return FragmentationIndex(value, method)
 
 
-def index_from_batch(raw: dict | None) -> float | None:
-    """The index of a batch's ``allocator`` object, as ``fragmentation_index`` of
+def index_from_columns(
+    reserved: list, allocated: list, inactive_split: list, largest_free: list
+) -> list[float | None]:
+    """The index of each process row of a batch, from its allocator figures as columns
+    (inventory.telemetry.process_columns), as ``fragmentation_index`` of
     ``allocator_from_batch`` reads it, without building either object: ingest computes it for
-    every process row of every batch."""
-    if not raw:
-        return None
-    reserved = raw.get("reserved_bytes")
-    allocated = raw.get("allocated_bytes")
-    inactive_split = raw.get("inactive_split_bytes")
-    largest_free = raw.get("largest_free_block_bytes")
+    every row it writes."""
+    return list(map(_index_of_figures, reserved, allocated, inactive_split, largest_free))
+
+
+def _index_of_figures(
+    reserved: int | None,
+    allocated: int | None,
+    inactive_split: int | None,
+    largest_free: int | None,
+) -> float | None:
     if reserved is None or allocated is None or allocated > reserved or allocated < 0:
         return None
     if (inactive_split is not None and inactive_split < 0) or (

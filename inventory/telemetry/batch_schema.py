@@ -15,10 +15,13 @@ must have the type and range below or be null where null is allowed.
 from __future__ import annotations
 
 import math
+import operator
 import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from inventory.telemetry.process_columns import ProcessColumns
 
 SCHEMA = "gpu-telemetry-batch/1"
 
@@ -337,8 +340,9 @@ class FieldsChecked(dict):
     has checked for type and range already: check_batch runs only the checks across fields."""
 
 
-def check_batch(payload: Any, window: Window) -> None:
-    """Raise BatchRejected with the first problem found; return None for a sound batch."""
+def check_batch(payload: Any, window: Window) -> ProcessColumns:
+    """Raise BatchRejected with the first problem found; for a sound batch, its process rows
+    as the columns the checks across rows read (ingest writes them from these)."""
     typed = type(payload) is FieldsChecked
     if not typed:
         if not isinstance(payload, dict):
@@ -376,12 +380,14 @@ def check_batch(payload: Any, window: Window) -> None:
             raise BatchRejected("bad_uuid", "not_mig", f"{path}.uuid", value=repr(row["uuid"]))
         _used_within(row, row.get("total_bytes"), path)
     processes = _rows(payload, "processes", _PROCESS, typed)
-    _processes(processes, totals)
     if not typed:
         for position, row in enumerate(processes):
             if row.get("allocator") is not None:
                 path = f"processes[{position}].allocator"
                 _fields(_object(row["allocator"], path), _ALLOCATOR, path)
+    columns = ProcessColumns.of(processes)
+    if not _processes_sound(columns, totals):
+        _processes(processes, totals)  # finds the first row at fault, and says why
     engines = _rows(payload, "engines", _ENGINE, typed)
     if not typed:
         for position, row in enumerate(engines):
@@ -396,6 +402,7 @@ def check_batch(payload: Any, window: Window) -> None:
             _fields(_object(row["detail"], f"{path}.detail"), _EVENT_DETAIL, f"{path}.detail")
             _strings(row["detail"], f"{path}.detail", depth=0)
     _rows(payload, "faults", _FAULT, typed)
+    return columns
 
 
 def _rows(payload: dict, key: str, fields: _Spec, typed: bool = False) -> list[dict]:
@@ -537,9 +544,30 @@ _CARD_WITHIN_TOTAL = ("used_bytes_max", "used_bytes_last", "reserved_bytes_max",
                       "free_bytes_last")  # fmt: skip
 
 
+def _processes_sound(columns: ProcessColumns, totals: dict) -> bool:
+    """Whether _processes finds nothing, asked of whole columns at once (set, map and zip
+    run in C): the row by row search runs only for a batch that has something to refuse."""
+    if None in columns.card:
+        return False
+    if len(set(zip(columns.card, columns.pid, columns.kind, strict=True))) < len(columns):
+        return False
+    limits = [
+        None if total is None else total * (1 + USED_OVER_TOTAL_TOLERANCE)
+        for total in map(totals.get, columns.card)
+    ]
+    if None in limits:  # some card without a total: nothing to hold its rows to
+        limits = [math.inf if limit is None else limit for limit in limits]
+    for used in (columns.used_bytes_max, columns.used_bytes_last):
+        if None in used:
+            used = [value or 0 for value in used]
+        if any(map(operator.gt, used, limits)):
+            return False
+    return True
+
+
 def _processes(rows: list[dict], totals: dict) -> None:
-    """Each (card, PID) once, and none using more than its card has. The hot loop of the
-    checks across fields: a row's path is put together only when it is refused."""
+    """Each (card, PID) once, and none using more than its card has: raises the first row's
+    problem, its path put together only then."""
     seen = set()
     limits = {
         card: total * (1 + USED_OVER_TOTAL_TOLERANCE)

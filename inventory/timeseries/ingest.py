@@ -11,14 +11,16 @@ import datetime as dt
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 
 from django.conf import settings
 from django.db import connection, transaction
 
 from console.audit import Action, snapshot
 from console.audit.changes import record as audit_record
-from inventory.analytics.fragmentation import index_from_batch
+from inventory.analytics.fragmentation import index_from_columns
 from inventory.analytics.oom_triage import triage_snapshot
 from inventory.models import (
     CollectorFault,
@@ -37,6 +39,7 @@ from inventory.telemetry.batch_schema import (
     Window,
     check_batch,
 )
+from inventory.telemetry.process_columns import ProcessColumns
 from inventory.timeseries import partitions, samples
 
 log = logging.getLogger(__name__)
@@ -87,10 +90,10 @@ def ingest_batches(
     window = acceptance_window(now)
     hosts = _hosts_by_name(payloads)
     cards = _known_cards(payloads)
-    accepted: dict[str, tuple[int, dict]] = {}
+    accepted: dict[str, tuple[int, _Accepted]] = {}
     for position, payload in enumerate(payloads):
         try:
-            check_batch(payload, window)
+            columns = check_batch(payload, window)
             if payload["host"] not in hosts:
                 raise BatchRejected(
                     "unknown_host", "unknown_host", "host", host=repr(payload["host"])
@@ -107,18 +110,26 @@ def ingest_batches(
         lists = {key: payload.get(key) or [] for key in MAX_LIST}
         accepted[batch_id] = (
             position,
-            {**payload, **lists, "processes": _one_row_per_process(lists["processes"])},
+            _Accepted({**payload, **lists}, columns.one_per_process()),
         )
     if accepted:
-        starts = [_ts(p["interval_start"]) for _, p in accepted.values()]
-        ends = [_ts(p["interval_end"]) for _, p in accepted.values()]
+        starts = [_ts(a.payload["interval_start"]) for _, a in accepted.values()]
+        ends = [_ts(a.payload["interval_end"]) for _, a in accepted.values()]
         # Partitions are created in their own transactions, so a failed group cannot undo them.
         partitions.ensure_partitions(min(starts), max(ends))
         with transaction.atomic():
-            written = _write([payload for _, payload in accepted.values()], hosts)
+            written = _write([batch for _, batch in accepted.values()], hosts)
         for batch_id, (position, _) in accepted.items():
             results[position] = written.get(batch_id) or IngestResult(batch_id, duplicate=True)
     return results
+
+
+@dataclass(frozen=True)
+class _Accepted:
+    """A batch that passed its check, with its process rows as columns, one per process."""
+
+    payload: dict
+    processes: ProcessColumns
 
 
 def _known_cards(payloads: list[dict]) -> dict[str, tuple[int, int]]:
@@ -197,16 +208,18 @@ def _claim(payloads: list[dict], hosts: dict[str, Host], rows: dict[str, int]) -
         return {str(row[0]) for row in cursor.fetchall()}
 
 
-def _write(payloads: list[dict], hosts: dict[str, Host]) -> dict[str, IngestResult]:
+def _write(batches: list[_Accepted], hosts: dict[str, Host]) -> dict[str, IngestResult]:
     """Write the batches not seen before; the rest come back as duplicates (absent here)."""
     tables = _Rows()
     counts: dict[str, int] = {}
+    payloads = [batch.payload for batch in batches]
     maps_of = _Maps.load_for({hosts[p["host"]] for p in payloads})
-    for payload in payloads:
+    for batch in batches:
+        payload = batch.payload
         maps = maps_of[hosts[payload["host"]].pk]
         maps.discover(hosts[payload["host"]], payload)
         end = _ts(payload["interval_end"])
-        counts[str(payload["batch_id"])] = _collect_samples(payload, maps, end, tables)
+        counts[str(payload["batch_id"])] = _collect_samples(batch, maps, end, tables)
     fresh = _claim(payloads, hosts, counts)
     if len(fresh) < len(payloads):
         tables = tables.only(fresh)
@@ -219,10 +232,7 @@ def _write(payloads: list[dict], hosts: dict[str, Host]) -> dict[str, IngestResu
         events.extend(_events(payload, host, maps_of[host.pk]))
         faults.extend(_faults(payload, host, maps_of[host.pk]))
     samples.write(
-        tables.cards,
-        tables.processes,
-        tables.engines,
-        tables.migs,
+        *tables.each_table(),
         {_ts(p["interval_end"]) for p in payloads},
     )
     Event.objects.bulk_create(events, ignore_conflicts=True)
@@ -240,16 +250,27 @@ def _write(payloads: list[dict], hosts: dict[str, Host]) -> dict[str, IngestResu
 
 @dataclass
 class _Rows:
-    cards: list = field(default_factory=list)
-    processes: list = field(default_factory=list)
-    engines: list = field(default_factory=list)
-    migs: list = field(default_factory=list)
+    """A group's rows by table, batch by batch: (batch id, rows) each. A batch's process rows
+    are an iterator (zip over its columns), drawn from while the COPY is under way, so building
+    them overlaps the database's work on the rows sent before."""
+
+    cards: list[tuple[uuid.UUID, Iterable[tuple]]] = field(default_factory=list)
+    processes: list[tuple[uuid.UUID, Iterable[tuple]]] = field(default_factory=list)
+    engines: list[tuple[uuid.UUID, Iterable[tuple]]] = field(default_factory=list)
+    migs: list[tuple[uuid.UUID, Iterable[tuple]]] = field(default_factory=list)
 
     def only(self, batch_ids: set[str]) -> "_Rows":
-        """The rows of these batches (the batch id is the third column of every table)."""
+        """The rows of these batches."""
         ids = {uuid.UUID(batch_id) for batch_id in batch_ids}
-        return _Rows(*([row for row in rows if row[2] in ids] for rows in
+        return _Rows(*([(b, rows) for b, rows in table if b in ids] for table in
                        (self.cards, self.processes, self.engines, self.migs)))  # fmt: skip
+
+    def each_table(self) -> list[Iterable[tuple] | None]:
+        """Each table's rows, None for a table without any."""
+        return [
+            chain.from_iterable(rows for _, rows in table) if table else None
+            for table in (self.cards, self.processes, self.engines, self.migs)
+        ]
 
 
 @dataclass
@@ -294,6 +315,18 @@ class _Maps:
         index = row.get("card_index", row.get("index"))
         return self.gpu_by_index.get(index)
 
+    def deployment_ids(self, raws: list) -> list[int | None]:
+        """deployment_id of each, most by one dictionary lookup: ids come as the text of a
+        number (what the plan sent), and only an odd one (" 12", "012") needs parsing."""
+        by_text = {str(pk): pk for pk in self.deployments}
+        found = list(map(by_text.get, raws))
+        if found.count(None) != raws.count(None):
+            found = [
+                pk if pk is not None else self.deployment_id(raw)
+                for pk, raw in zip(found, raws, strict=True)
+            ]
+        return found
+
     def deployment_id(self, raw) -> int | None:
         """The host's deployment a batch names (by its id, as text), or None."""
         if raw is None:
@@ -326,53 +359,12 @@ def _discover_card(host: Host, card: dict) -> Gpu:
     return gpu
 
 
-def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_Rows") -> int:
+def _collect_samples(batch: _Accepted, maps: "_Maps", end: dt.datetime, tables: "_Rows") -> int:
+    payload = batch.payload
     batch_id = uuid.UUID(str(payload["batch_id"]))
     interval_s = max(0.0, payload["interval_end"] - payload["interval_start"])
-    card_frag: dict[int, float] = {}
-    process_rows = []
-    append = process_rows.append
     by_uuid = maps.gpu_by_uuid
-    mig_of = maps.mig_by_uuid
-    deployment_of = maps.deployment_id
-    for row in payload.get("processes", []):
-        # Most rows name their card by uuid: one lookup before the general rule.
-        gpu_id = by_uuid.get(row.get("card_uuid")) or maps.gpu_id(row)
-        if gpu_id is None:
-            continue
-        alloc = row.get("allocator")
-        if alloc:
-            frag = index_from_batch(alloc)
-            if frag is not None and frag >= card_frag.get(gpu_id, 0.0):
-                card_frag[gpu_id] = frag
-            reserved, allocated = alloc.get("reserved_bytes"), alloc.get("allocated_bytes")
-            inactive, largest = (
-                alloc.get("inactive_split_bytes"),
-                alloc.get("largest_free_block_bytes"),
-            )
-        else:
-            frag = reserved = allocated = inactive = largest = None
-        mig_uuid = row.get("mig_device_uuid")
-        append(
-            (
-                gpu_id,
-                end,
-                batch_id,
-                row["pid"],
-                row.get("kind") or "compute",
-                row.get("name"),
-                deployment_of(row.get("deployment_id")),
-                mig_of.get(mig_uuid) if mig_uuid else None,
-                row.get("used_bytes_max"),
-                row.get("used_bytes_last"),
-                row.get("samples") or 0,
-                reserved,
-                allocated,
-                inactive,
-                largest,
-                frag,
-            )
-        )
+    processes, card_frag = _process_rows(batch.processes, maps, end, batch_id)
     card_rows = []
     for card in payload.get("cards", []):
         gpu_id = by_uuid.get(card.get("uuid")) or maps.gpu_id(card)
@@ -438,20 +430,82 @@ def _collect_samples(payload: dict, maps: "_Maps", end: dt.datetime, tables: "_R
         for row in payload.get("mig_devices", [])
         if row.get("uuid") in maps.mig_by_uuid
     ]
-    tables.cards.extend(card_rows)
-    tables.processes.extend(process_rows)
-    tables.engines.extend(engine_rows)
-    tables.migs.extend(mig_rows)
-    return len(card_rows) + len(process_rows) + len(engine_rows) + len(mig_rows)
+    for table, rows in ((tables.cards, card_rows), (tables.engines, engine_rows),
+                        (tables.migs, mig_rows)):  # fmt: skip
+        if rows:
+            table.append((batch_id, rows))
+    if processes:
+        tables.processes.append((batch_id, processes.rows))
+    return len(card_rows) + len(processes) + len(engine_rows) + len(mig_rows)
+
+
+@dataclass(frozen=True)
+class _ProcessRows:
+    rows: Iterable[tuple]
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def _process_rows(
+    columns: ProcessColumns, maps: "_Maps", end: dt.datetime, batch_id: uuid.UUID
+) -> tuple[_ProcessRows, dict[int, float]]:
+    """The batch's process sample rows, in PROCESS_COLUMNS' order, and each card's highest
+    fragmentation index. A row whose card the host does not have is left out."""
+    gpu_ids = list(map(maps.gpu_by_uuid.get, columns.card_uuid))
+    if None in gpu_ids:  # named by index only, or by a UUID the inventory does not hold
+        by_index = maps.gpu_by_index
+        gpu_ids = [
+            gpu_id if gpu_id is not None else by_index.get(index)
+            for gpu_id, index in zip(gpu_ids, columns.card_index, strict=True)
+        ]
+        if None in gpu_ids:
+            kept = [position for position, gpu_id in enumerate(gpu_ids) if gpu_id is not None]
+            columns = columns.take(kept)
+            gpu_ids = [gpu_ids[position] for position in kept]
+    frags = index_from_columns(
+        columns.reserved_bytes,
+        columns.allocated_bytes,
+        columns.inactive_split_bytes,
+        columns.largest_free_block_bytes,
+    )
+    card_frag: dict[int, float] = {}
+    for gpu_id, frag in zip(gpu_ids, frags, strict=True):
+        if frag is not None and frag >= card_frag.get(gpu_id, 0.0):
+            card_frag[gpu_id] = frag
+    kinds = columns.kind
+    if None in kinds or "" in kinds:
+        kinds = [kind or "compute" for kind in kinds]
+    counts = columns.samples
+    if None in counts:
+        counts = [count or 0 for count in counts]
+    count = len(gpu_ids)
+    rows = zip(
+        gpu_ids,
+        repeat(end, count),
+        repeat(batch_id, count),
+        columns.pid,
+        kinds,
+        columns.name,
+        maps.deployment_ids(columns.deployment_id),
+        list(map(maps.mig_by_uuid.get, columns.mig_device_uuid)),
+        columns.used_bytes_max,
+        columns.used_bytes_last,
+        counts,
+        columns.reserved_bytes,
+        columns.allocated_bytes,
+        columns.inactive_split_bytes,
+        columns.largest_free_block_bytes,
+        frags,
+        strict=True,
+    )
+    return _ProcessRows(rows, count), card_frag
 
 
 def _one_row_per_process(processes: list[dict]) -> list[dict]:
-    """The batch's process rows, one per card and PID.
-
-    NVML lists an MPS client in both its compute and its MPS list, with the same memory;
-    agents before the collector merged the two sent both rows. Counted twice, the client's
-    memory would double on the card: keep the MPS row.
-    """
+    """The batch's process rows, one per card and PID, the MPS row kept where there are two
+    (as ProcessColumns.one_per_process, for the rows an event's snapshot shows)."""
     rows: dict[tuple, dict] = {}
     for row in processes:
         key = (row.get("card_uuid") or row.get("card_index"), row["pid"])
@@ -469,7 +523,7 @@ def _process_snapshot(payload: dict, card_index, card_uuid) -> list[dict]:
             "used_bytes": row.get("used_bytes_max"),
             "allocator": row.get("allocator"),
         }
-        for row in payload.get("processes", [])
+        for row in _one_row_per_process(payload.get("processes", []))
         if row.get("card_uuid") == card_uuid or row.get("card_index") == card_index
     ]
 

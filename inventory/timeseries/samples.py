@@ -47,13 +47,14 @@ _TABLES = (
 
 
 def write(card_rows, process_rows, engine_rows, mig_rows, times: set[dt.datetime]) -> None:
-    """Write one group's rows and mark their minutes dirty; call inside the group's transaction."""
+    """Write one group's rows (an iterable of tuples each, or None where a table has none) and
+    mark their minutes dirty; call inside the group's transaction."""
     with connection.cursor() as wrapper:
         cursor = wrapper.cursor  # the psycopg cursor, for COPY
         for (table, columns, types), rows in zip(
             _TABLES, (card_rows, process_rows, engine_rows, mig_rows), strict=True
         ):
-            if not rows:
+            if rows is None:
                 continue
             with cursor.copy(
                 f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"

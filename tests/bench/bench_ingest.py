@@ -56,7 +56,11 @@ from inventory.models import (  # noqa: E402
 from inventory.telemetry import batch_decoding, signing  # noqa: E402
 from inventory.telemetry.compression import BATCH_COMPRESSION  # noqa: E402
 from inventory.timeseries import partitions, rollups, samples  # noqa: E402
-from inventory.timeseries.ingest_worker import GROUP_WAIT_S, IngestWorker  # noqa: E402
+from inventory.timeseries.ingest_worker import (  # noqa: E402
+    GROUP_WAIT_S,
+    IngestWorker,
+    freeze_what_started,
+)
 
 GIB = 1024**3
 CARDS, PROCESSES_PER_CARD = 8, 4
@@ -386,6 +390,7 @@ def main() -> None:
     args = parser.parse_args()
 
     fleet = build_fleet(args.hosts)
+    freeze_what_started()  # as the ingest_worker command does
     now = time.time()
     partitions.ensure_partitions(
         timezone.now() - timezone.timedelta(hours=3), timezone.now() + timezone.timedelta(hours=1)

@@ -4,7 +4,12 @@ from django.core.management.base import BaseCommand
 from kombu import Connection
 
 from console.celery import app
-from inventory.timeseries.ingest_worker import GROUP, GROUP_WAIT_S, IngestWorker
+from inventory.timeseries.ingest_worker import (
+    GROUP,
+    GROUP_WAIT_S,
+    IngestWorker,
+    freeze_what_started,
+)
 
 
 class Command(BaseCommand):
@@ -20,5 +25,6 @@ class Command(BaseCommand):
             app.conf.broker_url, transport_options=app.conf.broker_transport_options
         ) as connection:
             worker = IngestWorker(connection, max_group=max_group, max_wait_s=max_wait)
+            freeze_what_started()
             self.stdout.write(f"ingest worker: groups of up to {max_group}, {max_wait} s")
             worker.run(safety_interval=min(1.0, max_wait))
