@@ -1,8 +1,9 @@
 """How batches travel from host agents to the ingest workers: plain JSON messages on a queue.
 
 Not Celery tasks: the ingest workers take them off the queue in groups and write each group in
-one transaction, which one-task-per-message cannot do. Each body is the batch's JSON, signed
-with its host's secret in a header (inventory.telemetry.signing), and travels zlib-compressed
+one transaction, which one-task-per-message cannot do. Each body is the batch's JSON, its
+process rows as columns (inventory.telemetry.process_columns), signed with its host's secret
+in a header (inventory.telemetry.signing), and travels zlib-compressed
 (inventory.telemetry.compression): the signature covers the JSON, not the compressed bytes.
 """
 
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from kombu import Connection, Exchange, Queue
 
 from inventory.telemetry import signing
+from inventory.telemetry.batch_schema import on_the_wire
 from inventory.telemetry.compression import BATCH_COMPRESSION
 
 INGEST_QUEUE = Queue("ingest", Exchange("ingest", type="direct"), routing_key="ingest")
@@ -28,7 +30,7 @@ def batch_publisher(connect: Callable[[], Connection], secret_for: Callable[[str
     """
 
     def publish(batch: dict) -> None:
-        body = signing.encode(batch)
+        body = signing.encode(on_the_wire(batch))
         secret = secret_for(batch["host"])
         headers = {signing.HEADER: signing.sign(secret, body)} if secret else {}
         with connect() as connection:

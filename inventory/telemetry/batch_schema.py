@@ -21,9 +21,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from inventory.telemetry.process_columns import ProcessColumns
+from inventory.telemetry.process_columns import ProcessColumns, columns_of, rows_of_wire
 
 SCHEMA = "gpu-telemetry-batch/1"
+# The same batch with its process rows as columns (inventory.telemetry.process_columns): what
+# agents publish.
+COLUMNAR_SCHEMA = "gpu-telemetry-batch/2"
+SCHEMAS = (SCHEMA, COLUMNAR_SCHEMA)
 
 SMALLINT = 2**15 - 1
 INTEGER = 2**31 - 1
@@ -85,6 +89,7 @@ MESSAGES = {
     "out_of_range.beyond_64_bits": gettext_noop("an integer beyond 64 bits"),
     "bad_length.between": gettext_noop("{length} characters, expected {low}-{high}"),
     "bad_length.at_most": gettext_noop("{length} characters, at most {limit}"),
+    "bad_length.column": gettext_noop("{length} values, expected one a row: {expected}"),
     "nul_byte.nul_byte": gettext_noop("text holds a NUL byte"),
     "too_deep.levels": gettext_noop("nested more than {limit} levels"),
     "duplicate.card_index": gettext_noop("card index {index} twice"),
@@ -347,13 +352,13 @@ def check_batch(payload: Any, window: Window) -> ProcessColumns:
     if not typed:
         if not isinstance(payload, dict):
             raise BatchRejected("not_an_object", "not_an_object", kind=_kind(payload))
-        if payload.get("schema") != SCHEMA:
+        if payload.get("schema") not in SCHEMAS:
             raise BatchRejected(
                 "unknown_schema",
                 "unknown",
                 "schema",
                 schema=repr(payload.get("schema")),
-                expected=SCHEMA,
+                expected=" or ".join(SCHEMAS),
             )
     for key in ("batch_id", "sampler_id"):
         _uuid(payload.get(key), key)
@@ -379,15 +384,20 @@ def check_batch(payload: Any, window: Window) -> ProcessColumns:
         if not MIG_UUID.fullmatch(row["uuid"]):
             raise BatchRejected("bad_uuid", "not_mig", f"{path}.uuid", value=repr(row["uuid"]))
         _used_within(row, row.get("total_bytes"), path)
-    processes = _rows(payload, "processes", _PROCESS, typed)
-    if not typed:
-        for position, row in enumerate(processes):
-            if row.get("allocator") is not None:
-                path = f"processes[{position}].allocator"
-                _fields(_object(row["allocator"], path), _ALLOCATOR, path)
-    columns = ProcessColumns.of(processes)
-    if not _processes_sound(columns, totals):
-        _processes(processes, totals)  # finds the first row at fault, and says why
+    if payload["schema"] == COLUMNAR_SCHEMA:
+        columns = _wire_processes(payload.get("processes"), typed)
+        if not _processes_sound(columns, totals):
+            _processes(rows_of_wire(payload["processes"]), totals)  # the row at fault, and why
+    else:
+        processes = _rows(payload, "processes", _PROCESS, typed)
+        if not typed:
+            for position, row in enumerate(processes):
+                if row.get("allocator") is not None:
+                    path = f"processes[{position}].allocator"
+                    _fields(_object(row["allocator"], path), _ALLOCATOR, path)
+        columns = ProcessColumns.of(processes)
+        if not _processes_sound(columns, totals):
+            _processes(processes, totals)  # finds the first row at fault, and says why
     engines = _rows(payload, "engines", _ENGINE, typed)
     if not typed:
         for position, row in enumerate(engines):
@@ -403,6 +413,16 @@ def check_batch(payload: Any, window: Window) -> ProcessColumns:
             _strings(row["detail"], f"{path}.detail", depth=0)
     _rows(payload, "faults", _FAULT, typed)
     return columns
+
+
+def on_the_wire(batch: dict) -> dict:
+    """The batch as agents publish it ("gpu-telemetry-batch/2"): its process rows as
+    columns, every field of every row."""
+    return {
+        **batch,
+        "schema": COLUMNAR_SCHEMA,
+        "processes": columns_of(batch.get("processes") or []),
+    }
 
 
 def _rows(payload: dict, key: str, fields: _Spec, typed: bool = False) -> list[dict]:
@@ -423,22 +443,66 @@ def _rows(payload: dict, key: str, fields: _Spec, typed: bool = False) -> list[d
 
 
 def _fields(row: dict, fields: _Spec, path: str, position: int | None = None) -> None:
-    """The hot loop of ingest: a sound value costs a type test and a comparison; the path of
-    a bad one is put together only when it is refused."""
+    """Each field of a row: a sound value costs a type test and a comparison; the path of a
+    bad one is put together only when it is refused."""
     for name, kind, low, high, required, field in fields:
         value = row.get(name)
         if value is None:
             if required:
                 raise BatchRejected("missing", "required", _where(path, position, name))
             continue
-        actual = type(value)
-        if actual is kind or (actual is int and kind is float):
-            if actual is str:
-                if low <= len(value) <= high and "\x00" not in value:
-                    continue
-            elif actual is bool or low <= value <= high:  # NaN fails the comparison
+        if not _sound(value, kind, low, high):
+            _refuse(value, field, _where(path, position, name))
+
+
+def _sound(value: Any, kind: type, low: float, high: float) -> bool:
+    actual = type(value)
+    if actual is kind or (actual is int and kind is float):
+        if actual is str:
+            return low <= len(value) <= high and "\x00" not in value
+        return actual is bool or low <= value <= high  # NaN fails the comparison
+    return False
+
+
+def _wire_processes(columns: Any, typed: bool) -> ProcessColumns:
+    """A "/2" batch's processes: an object of columns, each a list of one value a row (or
+    null: a field no row has), the allocator's figures an object of columns of their own."""
+    if columns is None:
+        return ProcessColumns.of([])
+    if not typed:
+        _object(columns, "processes")
+        if not isinstance(columns.get("pid"), list):
+            if columns.get("pid") is None:
+                raise BatchRejected("missing", "required", "processes.pid")
+            raise BatchRejected("bad_type", "expected_list", "processes.pid",
+                                kind=_kind(columns["pid"]))  # fmt: skip
+    count = len(columns["pid"])
+    if count > MAX_LIST["processes"]:
+        raise BatchRejected("too_many", "rows", "processes", count=count,
+                            limit=MAX_LIST["processes"])  # fmt: skip
+    allocator = columns.get("allocator")
+    if allocator is not None and not typed:
+        _object(allocator, "processes.allocator")
+    for within, spec, path in ((columns, _PROCESS, "processes"),
+                               (allocator or {}, _ALLOCATOR, "processes.allocator")):  # fmt: skip
+        for name, kind, low, high, required, field in spec:
+            values = within.get(name)
+            if values is None:
                 continue
-        _refuse(value, field, _where(path, position, name))
+            where = f"{path}.{name}"
+            if not typed and not isinstance(values, list):
+                raise BatchRejected("bad_type", "expected_list", where, kind=_kind(values))
+            if len(values) != count:
+                raise BatchRejected("bad_length", "column", where, length=len(values),
+                                    expected=count)  # fmt: skip
+            if not typed:
+                for position, value in enumerate(values):
+                    if value is None:
+                        if required:
+                            raise BatchRejected("missing", "required", f"{where}[{position}]")
+                    elif not _sound(value, kind, low, high):
+                        _refuse(value, field, f"{where}[{position}]")
+    return ProcessColumns.of_wire(columns)
 
 
 def _where(path: str, position: int | None, name: str) -> str:

@@ -69,6 +69,11 @@ A value that was never read in the interval is null.
               "count": int, "first_ts": float, "last_ts": float}],
   "faults_dropped": int                   # distinct fault kinds over the per-batch cap
 }
+
+On the wire the agent publishes the same batch as "gpu-telemetry-batch/2"
+(batch_schema.on_the_wire): "processes" is an object of columns, one list a field with a value
+a row, {"pid": [...], "card_index": [...], ..., "allocator": {"reserved_bytes": [...], ...}}
+(inventory.telemetry.process_columns). Ingest takes both.
 """
 
 from __future__ import annotations

@@ -34,12 +34,13 @@ from inventory.models import (
 from inventory.models.fleet import HOST_NAME_PATTERN
 from inventory.telemetry.batch_schema import (
     CARD_UUID,
+    COLUMNAR_SCHEMA,
     MAX_LIST,
     BatchRejected,
     Window,
     check_batch,
 )
-from inventory.telemetry.process_columns import ProcessColumns
+from inventory.telemetry.process_columns import ProcessColumns, rows_of_wire
 from inventory.timeseries import partitions, samples
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,11 @@ def ingest_batches(
         if batch_id in accepted:  # the same batch twice in one group: a redelivery
             results[position] = IngestResult(batch_id, duplicate=True)
             continue
-        # A list sent as null is an empty list from here on.
+        # A list sent as null is an empty list from here on; process rows are read whole only
+        # for an event's snapshot.
         lists = {key: payload.get(key) or [] for key in MAX_LIST}
+        if payload["schema"] == COLUMNAR_SCHEMA:
+            lists["processes"] = rows_of_wire(payload["processes"]) if lists["events"] else []
         accepted[batch_id] = (
             position,
             _Accepted({**payload, **lists}, columns.one_per_process()),

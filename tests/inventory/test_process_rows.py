@@ -3,6 +3,7 @@ batch row by row gives: card by UUID else index, deployment and MIG device only 
 has them, the allocator's figures and fragmentation index, the defaults of a missing field."""
 
 import datetime as dt
+import json
 import uuid
 
 import pytest
@@ -12,9 +13,10 @@ from hypothesis import strategies as st
 
 from inventory.analytics.fragmentation import fragmentation_index
 from inventory.analytics.snapshot import allocator_from_batch
-from inventory.models import ProcessSample
+from inventory.models import Event, ProcessSample
+from inventory.telemetry.batch_schema import on_the_wire
 from inventory.timeseries.ingest import IngestResult, ingest_batches
-from tests.batches import GIB, batch
+from tests.batches import GIB, batch, process_row
 from tests.factories import DeploymentFactory, GpuFactory, MigSliceFactory
 
 pytestmark = pytest.mark.django_db
@@ -108,17 +110,47 @@ _FIELDS = ("pid", "gpu_id", "kind", "name", "deployment_id", "mig_slice_id", "us
            "alloc_inactive_split_last", "alloc_largest_free_last", "frag_index_max")  # fmt: skip
 
 
+def _as_rows(payload: dict) -> dict:
+    return payload
+
+
+@pytest.mark.parametrize("form", [_as_rows, on_the_wire], ids=["rows", "columns"])
 @hypothesis_settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(specs=st.lists(_row, max_size=6))
-def test_each_row_lands_as_the_row_by_row_reading_says(host_parts, specs):
+def test_each_row_lands_as_the_row_by_row_reading_says(host_parts, form, specs):
     rows = [_sent(position, spec, host_parts) for position, spec in enumerate(specs)]
     payload = batch(host_parts[0].host, start=T0.timestamp() - 10, end=T0.timestamp(),
                     processes=rows)  # fmt: skip
-    (result,) = ingest_batches([payload])
+    (result,) = ingest_batches([json.loads(json.dumps(form(payload)))])
     assert isinstance(result, IngestResult), result
     expected = [r for r in (_read_row_by_row(row, host_parts) for row in rows) if r is not None]
     landed = ProcessSample.objects.filter(batch_id=uuid.UUID(payload["batch_id"]))
     assert sorted(landed.values_list(*_FIELDS)) == sorted(expected)
     assert result.rows == len(expected)
+
+
+def test_an_event_of_a_columnar_batch_keeps_the_cards_processes_at_that_moment(host_parts):
+    card = host_parts[0]
+    as_compute = process_row(card, 12, used_max=29 * GIB, used_last=10 * GIB)
+    payload = batch(
+        card.host,
+        start=T0.timestamp() - 10,
+        end=T0.timestamp(),
+        processes=[
+            process_row(card, 11, used_max=50 * GIB, used_last=50 * GIB,
+                        alloc={"reserved_bytes": 40 * GIB, "allocated_bytes": 39 * GIB}),
+            as_compute,
+            {**as_compute, "kind": "mps"},  # an MPS client NVML lists twice: once in the snapshot
+        ],
+        events=[{"ts": T0.timestamp() - 4, "kind": "oom", "card_index": 0, "card_uuid": card.uuid,
+                 "detail": {"pid": 12, "requested_bytes": 2 * GIB}}],
+    )  # fmt: skip
+    (result,) = ingest_batches([json.loads(json.dumps(on_the_wire(payload)))])
+    assert isinstance(result, IngestResult) and result.rows == 2
+    snapshot = Event.objects.get().snapshot
+    assert [(p["pid"], p["used_bytes"], p["allocator"]) for p in snapshot["processes"]] == [
+        (11, 50 * GIB, {"reserved_bytes": 40 * GIB, "allocated_bytes": 39 * GIB}),
+        (12, 29 * GIB, None),
+    ]
