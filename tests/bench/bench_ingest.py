@@ -403,8 +403,11 @@ def main() -> None:
     process_rows = batches * CARDS * PROCESSES_PER_CARD
     print(f"{batches} batches from {args.hosts} hosts: {process_rows} process rows, "
           f"{batches * CARDS} card rows")  # fmt: skip
+    measured = wire_batches(fleet, args.intervals, now - 7200)
+    host, gpus, deployments = fleet[0]
+    as_rows = signing.encode(make_batch(host, gpus, deployments, 1, now, str(uuid.uuid4())))
     with _time_spent_in(samples, "write") as copy_stage:
-        ingest_s = ingest_path(wire_batches(fleet, args.intervals, now - 7200), args.group)
+        ingest_s = ingest_path(measured, args.group)
     started = time.perf_counter()
     rollups.refresh_all()
     refresh_s = time.perf_counter() - started
@@ -455,6 +458,8 @@ def main() -> None:
     report["copy_stage_s"] = copy_stage["seconds"]
     report["decode_only_s"] = decode_s
     report["decode_share_of_writer"] = decode_s / ingest_s
+    report["wire_bytes_per_batch"] = sum(len(body) for body, _ in measured) / len(measured)
+    report["row_form_bytes_per_batch"] = len(as_rows)
     report["workers"] = shards
     # Each worker refreshes what it wrote: the figure includes the rollups.
     report["parallel_ingest_rows_per_s"] = process_rows / parallel_ingest_s

@@ -76,8 +76,13 @@ def ingest_section(figures: dict) -> str:
         lines.append(
             f"- Decoding the batches' JSON, with the field checks done while decoding (msgspec),"
             f" takes {figures['decode_share_of_writer']:.0%} of the writer's time in the same "
-            f"run ({figures['decode_only_s'] / figures['batches'] * 1e6:.0f} µs a batch): what "
-            "one message carries is what bounds the writer's share of raw COPY."
+            f"run ({figures['decode_only_s'] / figures['batches'] * 1e6:.0f} µs a batch)."
+        )
+    if "wire_bytes_per_batch" in figures:
+        lines.append(
+            f"- A batch travels with its process rows as columns (gpu-telemetry-batch/2): "
+            f"{figures['wire_bytes_per_batch']:,.0f} bytes of JSON, against "
+            f"{figures['row_form_bytes_per_batch']:,.0f} as rows (/1, still accepted)."
         )
     for broker in figures.get("brokers", []):
         one, together = broker["rows_per_s"], broker.get("parallel_rows_per_s")
