@@ -62,6 +62,7 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(BASE_DIR))
 
 from inventory.agent.transport import INGEST_QUEUE  # noqa: E402
+from inventory.telemetry.batch_schema import on_the_wire  # noqa: E402
 from tests.processes import free_port, start_logged, wait_for_port  # noqa: E402
 
 SAMPLE_S = 0.5
@@ -224,6 +225,13 @@ def hostile_batches(template: dict) -> list[tuple[str, bytes]]:
 
         return change
 
+    def on_the_wire_then(change):
+        def wired(payload):
+            payload.update(on_the_wire(payload))
+            change(payload)
+
+        return wired
+
     now = time.time()
     total = template["cards"][0]["total_bytes"]
     kinds = {
@@ -245,9 +253,17 @@ def hostile_batches(template: dict) -> list[tuple[str, bytes]]:
         "9,000 processes": setter("processes", [{"card_index": 0, "pid": 1}] * 9000),
         "string for a number": setter("cards.0.used_bytes_max", "80G"),
         "wrong schema": setter("schema", "gpu-telemetry-batch/0"),
+        # The form agents publish: process rows as columns.
+        "columns: pid 2^40": on_the_wire_then(setter("processes.pid.0", 2**40)),
+        "columns: a column one short": on_the_wire_then(
+            lambda p: p["processes"]["used_bytes_max"].pop()
+        ),
+        "columns: NUL in a process name": on_the_wire_then(setter("processes.name.0", "vllm\x00")),
+        "columns: a list of lists": on_the_wire_then(setter("processes", [[1, 2]])),
     }
     if not template["processes"]:
-        for kind in ("process without pid", "pid 2^40"):
+        for kind in ("process without pid", "pid 2^40", "columns: pid 2^40",
+                     "columns: a column one short", "columns: NUL in a process name"):  # fmt: skip
             del kinds[kind]
     messages = [(kind, json.dumps(mutated(change)).encode()) for kind, change in kinds.items()]
     healthy = json.dumps(mutated(lambda p: None))
