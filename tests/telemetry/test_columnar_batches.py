@@ -5,7 +5,6 @@ verdict typed or plain, and the same columns for ingest to write."""
 import copy
 import json
 
-import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,13 +16,12 @@ from inventory.telemetry.batch_schema import (
     COLUMNAR_SCHEMA,
     FIELDS,
     SCHEMA,
-    BatchRejected,
     FieldsChecked,
     check_batch,
     on_the_wire,
 )
 from inventory.telemetry.process_columns import columns_of, rows_of_wire
-from tests.telemetry.test_batch_decoding import _edges
+from tests.telemetry.test_batch_decoding import _edges, _plain, _typed
 from tests.telemetry.test_batch_schema import (
     HOSTILE,
     JSON_VALUES,
@@ -35,24 +33,9 @@ from tests.telemetry.test_batch_schema import (
 )
 
 
-def _verdict(payload):
-    try:
-        check_batch(payload, WINDOW)
-    except BatchRejected as rejected:
-        return rejected.code, rejected.path
-    return None
-
-
 def _either_way(body: bytes):
     """The verdict typed and plain, which must agree."""
-    try:
-        typed = _verdict(batch_decoding.decode(body))
-    except orjson.JSONDecodeError:
-        typed = ("not_json", "")
-    try:
-        plain = _verdict(orjson.loads(body))
-    except orjson.JSONDecodeError:
-        plain = ("not_json", "")
+    typed, plain = _typed(body), _plain(body)
     assert typed == plain
     return typed
 
