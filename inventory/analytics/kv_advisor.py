@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
+import numpy as np
+
 from console.reasons import Reason, gettext_noop, register
 from inventory.analytics.kv import (
     DEFAULT_BUFFER,
@@ -40,7 +42,13 @@ from inventory.analytics.kv import (
     recommended_kv_reservation_bytes,
     whole_requests,
 )
-from inventory.analytics.stats import count_excursions, mean, percentile
+from inventory.analytics.stats import (
+    count_array_excursions,
+    count_excursions,
+    mean,
+    percentile,
+    sorted_array_percentile,
+)
 
 SEVEN_DAYS_S = 7 * 24 * 3600.0
 
@@ -136,6 +144,20 @@ class KvAdvice:
         return kv_reservation_gap_bytes(self.recommended_bytes, self.current_reservation_bytes)
 
 
+class _Observed(NamedTuple):
+    """What the advice reads of a history: its concurrency figures, its tokens in use, and
+    its demand inside the window against the current reservation."""
+
+    samples: int
+    mean_concurrency: float
+    p95_concurrency: float
+    peak_concurrency: float
+    p95_tokens_in_use: float | None
+    peak_tokens_in_use: float | None
+    excursions: int
+    window_peak: float
+
+
 def _observed_tokens_per_request(samples: Sequence[KvDemandSample]) -> float:
     ratios = [
         s.tokens_in_use / s.running_requests
@@ -185,11 +207,21 @@ def advise_kv_reservation(
         for s in ordered
         if end - window_s < s.at <= end
     ]
+    running = [s.running_requests for s in ordered]
+    tokens = [s.tokens_in_use for s in ordered if s.tokens_in_use is not None]
+    observed = _Observed(
+        samples=len(running),
+        mean_concurrency=mean(running),
+        p95_concurrency=percentile(running, 95),
+        peak_concurrency=max(running),
+        p95_tokens_in_use=percentile(tokens, 95) if tokens else None,
+        peak_tokens_in_use=max(tokens) if tokens else None,
+        excursions=count_excursions(window_demand, current_reservation_bytes),
+        window_peak=max(window_demand, default=0.0),
+    )
     return _advise(
         deployment,
-        [s.running_requests for s in ordered],
-        [s.tokens_in_use for s in ordered if s.tokens_in_use is not None],
-        window_demand,
+        observed,
         current=current_reservation_bytes,
         bytes_per_token=bytes_per_token,
         per_request=per_request,
@@ -206,7 +238,7 @@ def advise_kv_reservation(
 
 def advise_kv_reservation_from_peaks(
     deployment: str,
-    running: Sequence[float],
+    running: Sequence[float] | np.ndarray,
     *,
     current_reservation_bytes: int,
     bytes_per_token: float,
@@ -224,16 +256,29 @@ def advise_kv_reservation_from_peaks(
     given as their running requests alone, oldest first.
 
     The host page's form of the same advice: a week of minutes is read as one array of peaks a
-    deployment, not as ten thousand timed samples to build and sort again.
+    deployment, not as ten thousand timed samples to build and sort again. Its figures are
+    computed over the array, each the same number to the last bit as over the samples: the
+    mean as an exact sum, the P95 off the sorted array, the demand multiplied in the same
+    order.
     """
-    if not running:
+    if not len(running):
         raise ValueError(f"{deployment}: no demand samples")
     _check_options(mean_tolerance, window_s)
+    peaks = np.asarray(running, dtype=float)
+    window_demand = peaks * tokens_per_request * bytes_per_token
+    observed = _Observed(
+        samples=len(peaks),
+        mean_concurrency=mean(peaks.tolist()),
+        p95_concurrency=sorted_array_percentile(np.sort(peaks), 95),
+        peak_concurrency=peaks.max().item(),
+        p95_tokens_in_use=None,
+        peak_tokens_in_use=None,
+        excursions=count_array_excursions(window_demand, current_reservation_bytes),
+        window_peak=window_demand.max().item(),
+    )
     return _advise(
         deployment,
-        running,
-        [],
-        [r * tokens_per_request * bytes_per_token for r in running],
+        observed,
         current=current_reservation_bytes,
         bytes_per_token=bytes_per_token,
         per_request=tokens_per_request,
@@ -250,9 +295,7 @@ def advise_kv_reservation_from_peaks(
 
 def _advise(
     deployment: str,
-    running: Sequence[float],
-    tokens: Sequence[float],
-    window_demand: Sequence[float],
+    observed: _Observed,
     *,
     current: int,
     bytes_per_token: float,
@@ -266,11 +309,10 @@ def _advise(
     tensor_parallel: int,
     pipeline_parallel: int,
 ) -> KvAdvice:
-    """The figures, from the running requests and tokens in use in time order and the demand
-    of the samples inside the window."""
-    mean_concurrency = mean(running)
-    p95_concurrency = percentile(running, 95)
-    peak_concurrency = max(running)
+    """The advice, from what was observed."""
+    mean_concurrency = observed.mean_concurrency
+    p95_concurrency = observed.p95_concurrency
+    peak_concurrency = observed.peak_concurrency
 
     sized_concurrency = p95_concurrency if sizing is SizingBasis.P95 else peak_concurrency
     recommended = recommended_kv_reservation_bytes(
@@ -279,8 +321,8 @@ def _advise(
     mean_need = kv_reservation_bytes(mean_concurrency, per_request, bytes_per_token, 0)
     p95_need = kv_reservation_bytes(p95_concurrency, per_request, bytes_per_token, 0)
 
-    excursions = count_excursions(window_demand, current)
-    window_peak = max(window_demand, default=0.0)
+    excursions = observed.excursions
+    window_peak = observed.window_peak
 
     explanations = [
         Reason(
@@ -350,12 +392,12 @@ def _advise(
         )
     return KvAdvice(
         deployment=deployment,
-        samples=len(running),
+        samples=observed.samples,
         mean_concurrency=mean_concurrency,
         p95_concurrency=p95_concurrency,
         peak_concurrency=peak_concurrency,
-        p95_tokens_in_use=percentile(tokens, 95) if tokens else None,
-        peak_tokens_in_use=max(tokens) if tokens else None,
+        p95_tokens_in_use=observed.p95_tokens_in_use,
+        peak_tokens_in_use=observed.peak_tokens_in_use,
         tokens_per_request=per_request,
         bytes_per_token=bytes_per_token,
         buffer=buffer,

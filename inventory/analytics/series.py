@@ -4,8 +4,6 @@
   the moments every series has, so "at the same moment" means exactly that.
 - :func:`as_of` for irregular samples (per-request latencies against a gauge): the value a
   gauge had at a moment is its latest reading at or before it, if that reading is fresh.
-- :func:`max_per_timestamp` folds several series on one grid into their maximum, as arrays:
-  a deployment's processes on one card into the deployment's demand.
 """
 
 from collections.abc import Mapping, Sequence
@@ -47,17 +45,3 @@ def as_of(samples: np.ndarray, at: np.ndarray, max_age_s: float) -> tuple[np.nda
     latest = np.maximum(index, 0)
     fresh = (index >= 0) & ~(at - times[latest] > max_age_s)
     return values[latest], fresh
-
-
-def max_per_timestamp(
-    parts: Sequence[tuple[Sequence[float], Sequence[float]]],
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(timestamps, values)`` pairs in any order in, one pair out: each timestamp once,
-    ascending, with the highest value any part had at it."""
-    times = np.concatenate([np.asarray(part[0]) for part in parts])
-    values = np.concatenate([np.asarray(part[1]) for part in parts])
-    order = np.lexsort((values, times))  # by time, then value: a time's last is its highest
-    times, values = times[order], values[order]
-    last = np.ones(len(times), dtype=bool)
-    last[:-1] = times[1:] != times[:-1]
-    return times[last], values[last]

@@ -85,6 +85,13 @@ def count_excursions(values: Iterable[float], threshold: float) -> int:
     return excursions
 
 
+def count_array_excursions(values: np.ndarray, threshold: float) -> int:
+    """`count_excursions` of a numpy array (in time order): a run starts at each value above
+    ``threshold`` whose predecessor is not."""
+    above = values > threshold
+    return int(above[:1].sum() + (above[1:] & ~above[:-1]).sum())
+
+
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
     """The ``q``-quantile (``q`` in ``[0, 1]``) of a Prometheus-style cumulative histogram.
 

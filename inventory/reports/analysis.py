@@ -23,7 +23,6 @@ from inventory.analytics.kv_advisor import (
     KvAdvice,
     advise_kv_reservation_from_peaks,
 )
-from inventory.analytics.series import max_per_timestamp
 from inventory.analytics.stats import sorted_array_percentile
 from inventory.models import Deployment, Event, Gpu, Host
 from inventory.timeseries import queries
@@ -75,7 +74,7 @@ def kv_advice(
     for deployment in deployments:
         per_token = deployment.served_model.effective_kv_bytes_per_token
         running = peaks.get(deployment.pk)
-        if not running:
+        if running is None:
             rows.append(KvRow(deployment, None, "no engine history in the last 7 days"))
             continue
         if not deployment.kv_tokens_per_request or not per_token:
@@ -118,21 +117,18 @@ def copeaks(host: Host, now: dt.datetime | None = None) -> list[CoPeakReport]:
     }
     if not gpus:
         return []
-    processes: dict[int, dict[int, list]] = {}
+    demand: dict[int, dict[int, tuple]] = {}
     for gpu_id, deployment_id, at, used_max in queries.deployment_memory_minutes(
         list(gpus), now - COPEAK_WINDOW
     ):
-        processes.setdefault(gpu_id, {}).setdefault(deployment_id, []).append((at, used_max))
+        demand.setdefault(gpu_id, {})[deployment_id] = (at, used_max)
     names = dict(Deployment.objects.filter(host=host).values_list("pk", "served_model__name"))
     reports = []
-    for gpu_id, per_deployment in sorted(processes.items(), key=lambda item: gpus[item[0]].index):
-        # By deployment, not PID: a restart continues the line.
+    for gpu_id, per_deployment in sorted(demand.items(), key=lambda item: gpus[item[0]].index):
         shared = longest_shared_tenancy(
             {
-                f"{names.get(deployment_id, deployment_id)} #{deployment_id}": max_per_timestamp(
-                    parts
-                )
-                for deployment_id, parts in per_deployment.items()
+                f"{names.get(deployment_id, deployment_id)} #{deployment_id}": series
+                for deployment_id, series in per_deployment.items()
             }
         )
         if shared:
@@ -164,9 +160,7 @@ def interference(
     for deployment in deployments:
         if deployment.pk not in history:
             continue
-        # A minute without a figure reads as NaN (ingest stores no NaN: it refuses non-finite
-        # figures), so that each array is built in one step.
-        at, running, latency = (np.array(column, dtype=float) for column in history[deployment.pk])
+        at, running, latency = history[deployment.pk]  # NaN: the minute has no figure
         measured = ~np.isnan(running)
         if not measured.any():
             continue

@@ -53,6 +53,9 @@ TABLES = (
     PartitionedTable("inventory_card_rollup_1h", "month", HOUR),
     PartitionedTable("inventory_process_rollup_1h", "month", HOUR),
     PartitionedTable("inventory_engine_rollup_1h", "month", HOUR),
+    # The minute rollups' figures the analyses read, an hour a row: as long as the minutes.
+    PartitionedTable("inventory_memory_minutes_1h", "day", MINUTE),
+    PartitionedTable("inventory_engine_minutes_1h", "day", MINUTE),
 )
 
 _PARTITION = re.compile(r"_p(\d{6}|\d{8})$")

@@ -13,6 +13,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import NamedTuple
 
+import numpy as np
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -295,29 +296,53 @@ def deployment_memory_series(
     )
 
 
+def _microseconds(moment: dt.datetime) -> int:
+    """Epoch microseconds, exactly (what a pack stores for a minute's start)."""
+    return (moment - EPOCH) // dt.timedelta(microseconds=1)
+
+
+def _unpack(packed: bytes, dtype: str) -> np.ndarray:
+    """A packed figure (`rollups`: big-endian 8-byte values) as a native array."""
+    return np.frombuffer(packed, dtype=dtype).astype(dtype.replace(">", "="))
+
+
+def _inside(at_us: np.ndarray, start: dt.datetime, end: dt.datetime | None = None) -> np.ndarray:
+    """Which minutes lie in (start, end]: a pack is an hour, a window starts (and ends) inside
+    one."""
+    inside = at_us > _microseconds(start)
+    if end is not None:
+        inside &= at_us <= _microseconds(end)
+    return inside
+
+
 def deployment_memory_minutes(
     gpu_ids: list[int], start: dt.datetime
-) -> list[tuple[int, int, list[int], list[int]]]:
-    """What the co-peak analysis reads: the minute rollups of these cards since `start`, one
-    row a process (card, PID and deployment) with its minutes' epoch seconds and memory peaks
-    as two arrays in no set order; minutes without a deployment or a figure are left out. The
-    maximum over a deployment's processes is the caller's (`analytics.series.max_per_timestamp`).
+) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    """What the co-peak analysis reads: per card and deployment on it, its minutes since
+    `start` (epoch microseconds, ascending) and in each the highest memory any of its
+    processes held (by deployment, not PID: a restart continues the line), as two int64
+    arrays; minutes without a deployment or a figure are left out.
 
-    A week of a shared card's minutes is tens of thousands of rows: grouped per minute here
-    they cost a sort spilled to disk and a Python tuple each; per process they are a handful of
-    groups, each array one value.
+    Read from the hourly packs of the minute rollups (`rollups.PACK_OF_MEMORY`): a week of a
+    shared card is a few hundred rows, where its minute rows are tens of thousands.
     """
-    return _tuples(
+    rows = _tuples(
         """
-        SELECT gpu_id, deployment_id, array_agg(extract(epoch FROM bucket)::bigint),
-               array_agg(used_max)
-        FROM inventory_process_rollup_1m
+        SELECT gpu_id, deployment_id, string_agg(at_us, ''::bytea ORDER BY bucket),
+               string_agg(used_max, ''::bytea ORDER BY bucket)
+        FROM inventory_memory_minutes_1h
         WHERE gpu_id = ANY(%s) AND bucket > %s
-          AND deployment_id IS NOT NULL AND used_max IS NOT NULL
-        GROUP BY gpu_id, pid, deployment_id
+        GROUP BY gpu_id, deployment_id
         """,
-        [gpu_ids, start],
+        [gpu_ids, start - dt.timedelta(hours=1)],
     )
+    answer = []
+    for gpu_id, deployment_id, packed_at, used_max in rows:
+        at_us = _unpack(packed_at, ">i8")
+        inside = _inside(at_us, start)
+        if inside.any():
+            answer.append((gpu_id, deployment_id, at_us[inside], _unpack(used_max, ">i8")[inside]))
+    return answer
 
 
 class EngineMinute(NamedTuple):
@@ -358,57 +383,72 @@ def engine_minutes(
     }
 
 
-def running_peaks(
-    deployment_ids: list[int], start: dt.datetime, end: dt.datetime
-) -> dict[int, list[float]]:
-    """Per deployment, the peaks of running requests of its engine's minutes in (start, end],
-    oldest first, minutes without one left out: `engine_minutes`' `running_max`, the one column
-    the KV advice reads (its mean, P95, peak and excursions).
-
-    One array a deployment, not a row a minute: a week is ten thousand minutes, and rows cost
-    the database, the driver and Python several times what one column in one value does.
-    """
+def _engine_packs(
+    deployment_ids: list[int], start: dt.datetime, end: dt.datetime, *figures: str
+) -> dict[int, tuple[np.ndarray, ...]]:
+    """Per deployment with minutes in (start, end]: their epoch microseconds and `figures`
+    (columns of `inventory_engine_minutes_1h`, NaN where a minute has none), oldest first,
+    from the hourly packs of the engine's minute rollups."""
     if not deployment_ids:
         return {}
-    return dict(
-        _tuples(
-            """
-            SELECT deployment_id, array_agg(running_max ORDER BY bucket)
-            FROM inventory_engine_rollup_1m
-            WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
-              AND running_max IS NOT NULL
-            GROUP BY deployment_id
-            """,
-            [deployment_ids, start, end],
-        )
+    # The column names come from the callers below, never from a request.
+    columns = "".join(f", string_agg({figure}, ''::bytea ORDER BY bucket)" for figure in figures)
+    rows = _tuples(
+        f"""
+        SELECT deployment_id, string_agg(at_us, ''::bytea ORDER BY bucket){columns}
+        FROM inventory_engine_minutes_1h
+        WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
+        GROUP BY deployment_id
+        """,
+        [deployment_ids, start - dt.timedelta(hours=1), end],
     )
+    answer = {}
+    for deployment_id, packed_at, *packed in rows:
+        at_us = _unpack(packed_at, ">i8")
+        inside = _inside(at_us, start, end)
+        if inside.any():
+            answer[deployment_id] = (
+                at_us[inside],
+                *(_unpack(figure, ">f8")[inside] for figure in packed),
+            )
+    return answer
+
+
+def running_peaks(
+    deployment_ids: list[int], start: dt.datetime, end: dt.datetime
+) -> dict[int, np.ndarray]:
+    """Per deployment, the peaks of running requests of its engine's minutes in (start, end],
+    oldest first, minutes without one left out (a deployment without any too): `engine_minutes`'
+    `running_max` as a float array, the one column the KV advice reads (its mean, P95, peak and
+    excursions).
+
+    From the hourly packs: a week is ten thousand minutes, and rows cost the database, the
+    driver and Python many times what one packed value does.
+    """
+    answer = {}
+    for deployment_id, (_, running) in _engine_packs(
+        deployment_ids, start, end, "running_max"
+    ).items():
+        peaks = running[~np.isnan(running)]
+        if len(peaks):
+            answer[deployment_id] = peaks
+    return answer
 
 
 def load_and_latency(
     deployment_ids: list[int], start: dt.datetime, end: dt.datetime
-) -> dict[int, tuple[list[float], list[float | None], list[float | None]]]:
+) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per deployment, what the interference analysis reads of `engine_minutes`: its minutes'
     epoch seconds, peaks of running requests and P99 latency peaks in (start, end], three
-    arrays in the same order (oldest first), a figure `None` where the minute has none.
+    float arrays in the same order (oldest first), a figure NaN where the minute has none.
 
-    One row a deployment, not a row a minute: two days of a shared host's minutes are tens of
-    thousands of rows, each a tuple of seven columns where three are read.
+    From the hourly packs: two days of a shared host's minutes are tens of thousands of rows.
     """
-    if not deployment_ids:
-        return {}
     return {
-        deployment_id: (at, running, latency)
-        for deployment_id, at, running, latency in _tuples(
-            """
-            SELECT deployment_id, array_agg(extract(epoch FROM bucket)::float8 ORDER BY bucket),
-                   array_agg(running_max ORDER BY bucket),
-                   array_agg(latency_p99_max ORDER BY bucket)
-            FROM inventory_engine_rollup_1m
-            WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
-            GROUP BY deployment_id
-            """,
-            [deployment_ids, start, end],
-        )
+        deployment_id: (at_us / 1e6, running, latency)
+        for deployment_id, (at_us, running, latency) in _engine_packs(
+            deployment_ids, start, end, "running_max", "latency_p99_max"
+        ).items()
     }
 
 

@@ -7,6 +7,15 @@ data harmless: a minute that receives another batch is dirty again and comes out
 figure keeps its peak (max of the interval maxima) beside sums and counts for means. Refreshes
 run one at a time (a transaction advisory lock): two refreshers rebuilding the same hour would
 otherwise race on its rows.
+
+Beside the hour rows, each hour's minutes that the host page's analyses read are packed in one
+row (`PACK_OF_MEMORY`, `PACK_OF_ENGINES`), recomputed from the same minute rows in the same
+step: a week of a shared host is then a few thousand rows to read, not a few hundred thousand.
+A pack holds the minutes in time order as big-endian 8-byte arrays, one `bytea` a figure
+(decoded by `inventory.timeseries.queries`): the minute's start in epoch microseconds and its
+figure, a missing figure as NaN (ingest refuses non-finite figures, so a NaN is never data).
+A `real` figure goes through its text form, as a `real` column reaches Python, so that a packed
+figure is the very float the minute row gives.
 """
 
 from __future__ import annotations
@@ -83,6 +92,44 @@ WHERE bucket >= %(first)s AND bucket < %(last)s
 GROUP BY 1, 2
 """
 
+PACK_OF_MEMORY = """
+INSERT INTO inventory_memory_minutes_1h (gpu_id, deployment_id, bucket, minutes, at_us,
+    used_max)
+SELECT gpu_id, deployment_id, date_trunc('hour', bucket, 'UTC'), count(*),
+    string_agg(int8send((extract(epoch FROM bucket) * 1000000)::bigint), ''::bytea
+               ORDER BY bucket),
+    string_agg(int8send(used_max), ''::bytea ORDER BY bucket)
+FROM (
+    -- By deployment, not PID: the highest any of its processes on the card held that minute.
+    SELECT gpu_id, deployment_id, bucket, max(used_max) AS used_max
+    FROM inventory_process_rollup_1m
+    WHERE bucket >= %(first)s AND bucket < %(last)s
+      AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
+      AND deployment_id IS NOT NULL AND used_max IS NOT NULL
+    GROUP BY 1, 2, 3
+) minutes
+GROUP BY 1, 2, 3
+"""
+PACK_OF_ENGINES = """
+INSERT INTO inventory_engine_minutes_1h (deployment_id, bucket, minutes, at_us, running_max,
+    latency_p99_max)
+SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), count(*),
+    string_agg(int8send((extract(epoch FROM bucket) * 1000000)::bigint), ''::bytea
+               ORDER BY bucket),
+    string_agg(float8send(coalesce(running_max::text::float8, 'NaN')), ''::bytea
+               ORDER BY bucket),
+    string_agg(float8send(coalesce(latency_p99_max::text::float8, 'NaN')), ''::bytea
+               ORDER BY bucket)
+FROM inventory_engine_rollup_1m
+WHERE bucket >= %(first)s AND bucket < %(last)s
+  AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
+GROUP BY 1, 2
+"""
+_PACKS = (
+    ("inventory_memory_minutes_1h", PACK_OF_MEMORY),
+    ("inventory_engine_minutes_1h", PACK_OF_ENGINES),
+)
+
 WITH_SAMPLES = " UNION ".join(
     f"SELECT DISTINCT date_trunc('minute', ts, 'UTC') FROM {table} "
     "WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)"
@@ -140,8 +187,30 @@ def refresh(limit: int = MINUTES_PER_REFRESH) -> int:
                 f"DELETE FROM inventory_{kind}_rollup_1h WHERE bucket = ANY(%s)", [hours]
             )
             cursor.execute(hour_sql, by_hour)
+        _pack(cursor, by_hour)
         cursor.execute("DELETE FROM inventory_rollup_dirty WHERE bucket = ANY(%s)", [dirty])
     return len(dirty)
+
+
+def _pack(cursor, by_hour: dict) -> None:
+    for table, pack_sql in _PACKS:
+        cursor.execute(f"DELETE FROM {table} WHERE bucket = ANY(%s)", [by_hour["hours"]])
+        cursor.execute(pack_sql, by_hour)
+
+
+@transaction.atomic
+def pack_hours(start: dt.datetime, end: dt.datetime) -> None:
+    """Pack again every hour that [start, end] touches, from the minute rollups as they are:
+    for minute rollups written other than through a refresh (the benchmark's generated
+    history, tests that write minutes straight)."""
+    hours = []
+    hour = _hour(start.astimezone(dt.UTC))
+    while hour <= end:
+        hours.append(hour)
+        hour += dt.timedelta(hours=1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REFRESH_LOCK])
+        _pack(cursor, {"hours": hours, "first": hours[0], "last": hour})
 
 
 def refresh_all() -> int:

@@ -11,7 +11,6 @@ from inventory.analytics.copeak import (
     analyse_copeak,
     longest_shared_tenancy,
 )
-from inventory.analytics.series import max_per_timestamp
 from inventory.analytics.units import GiB
 from tests.analytics import copeak_reference as reference
 
@@ -178,24 +177,3 @@ def test_more_tenants_than_an_int64_has_bits_still_find_their_shared_moments():
         "d00": [1],
         "d69": [69],
     }
-
-
-@given(
-    st.lists(
-        st.lists(
-            st.tuples(st.integers(0, 20), st.integers(0, 2**40)),
-            min_size=1,
-            unique_by=lambda sample: sample[0],
-        ),
-        min_size=1,
-        max_size=3,
-    )
-)
-def test_the_max_over_processes_is_the_highest_at_each_moment(processes):
-    expected = {}
-    for samples in processes:
-        for at, value in samples:
-            expected[at] = max(expected.get(at, value), value)
-    times, values = max_per_timestamp([_arrays(samples) for samples in processes])
-    assert list(times) == sorted(expected)
-    assert list(values) == [expected[at] for at in sorted(expected)]

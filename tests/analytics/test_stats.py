@@ -1,11 +1,13 @@
 import math
 import statistics
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from inventory.analytics.stats import (
+    count_array_excursions,
     count_exceedances,
     count_excursions,
     histogram_quantile,
@@ -109,3 +111,11 @@ def test_histogram_quantile_is_monotone_in_q(increments, a, b):
     buckets = [(0.25, counts[0]), (1.0, counts[1]), (math.inf, counts[2])]
     low, high = sorted((a, b))
     assert histogram_quantile(low, buckets) <= histogram_quantile(high, buckets)
+
+
+@given(st.lists(st.sampled_from((0.0, 3.5, 4.0, 4.5, 9.0))), st.sampled_from((0.0, 4, 4.5)))
+def test_the_excursions_of_an_array_are_the_excursions_of_its_values(values, threshold):
+    # Runs at the start and the end, ties at the threshold, nothing at all.
+    assert count_array_excursions(np.array(values), threshold) == count_excursions(
+        values, threshold
+    )

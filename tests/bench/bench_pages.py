@@ -7,7 +7,8 @@ Needs the database of DATABASE_URL migrated (make bench uses a separate bench da
 History is written straight into the rollup tables with generate_series, in time order
 as ingest leaves them: hourly card rollups for 30 days and minute rollups for the last 6 hours
 for every card, raw samples for the last 30 minutes, and, for the hosts whose pages are timed,
-process and engine rollups for the whole window. A few more hosts are built the way co-location
+process and engine rollups for the whole window (and the hourly packs of their minutes that a
+rollup refresh would write). A few more hosts are built the way co-location
 leaves them (SHARED_GROUPS: cards with two or three tenants each, like the demo's infer-01
 before its switch), with the timed hosts' history, so that the co-peak analysis has shared
 cards to read. Then the fleet board, the host page and its JSON are requested as a logged-in
@@ -41,7 +42,7 @@ from django.utils import timezone  # noqa: E402
 
 from console.heap import settle  # noqa: E402
 from inventory.models import Deployment, Gpu, Host, ServedModel  # noqa: E402
-from inventory.timeseries import partitions  # noqa: E402
+from inventory.timeseries import partitions, rollups  # noqa: E402
 
 GIB = 1024**3
 CARDS = 8
@@ -270,6 +271,13 @@ def write_history(hosts: list[Host], shared: list[Host]) -> dict[str, float]:
         sql(statement, params)
         timings[label] = round(time.perf_counter() - started, 1)
         print(f"  {label}: {timings[label]} s", flush=True)
+    # The minute rollups above were written straight, not by a refresh: pack their hours as a
+    # refresh would (the analyses read the packs).
+    label = "hourly packs of the minute rollups, 7 days"
+    started = time.perf_counter()
+    rollups.pack_hours(now - timezone.timedelta(days=7, hours=1), now)
+    timings[label] = round(time.perf_counter() - started, 1)
+    print(f"  {label}: {timings[label]} s", flush=True)
     sql("ANALYZE")
     return timings
 

@@ -23,7 +23,7 @@ from inventory.reports.capacity import card_capacity
 from inventory.reports.fleet import fleet_rows
 from inventory.reports.ledger import card_views
 from inventory.reports.series import host_charts
-from inventory.timeseries import partitions, queries
+from inventory.timeseries import partitions, queries, rollups
 from tests.analytics import copeak_reference, interference_reference
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
@@ -348,8 +348,10 @@ def test_the_fragment_reads_the_peaks_once_and_the_minutes_only_of_card_sharers(
         # The card-sharing pair: `alone` has no co-tenant, so no minute of it can matter.
         ("load_and_latency", sorted([chat.pk, code.pk]), analysis.INTERFERENCE_WINDOW),
     ]
-    engine_reads = [q for q in captured.captured_queries if "engine_rollup_1m" in q["sql"]]
+    engine_reads = [q for q in captured.captured_queries if "engine_minutes_1h" in q["sql"]]
     assert len(engine_reads) == 2
+    # The packs, not the minute rows: a week of minutes is a row an hour.
+    assert not [q for q in captured.captured_queries if "_rollup_1m" in q["sql"]]
     # Session, user, preferences, 2 permission sets, host; deployments and their cards once
     # for both analyses; peaks; co-peaks' tenants, cards, memory minutes and names; minutes.
     # Not the navigation's roles or firing alerts: a fragment shows no navigation.
@@ -377,6 +379,7 @@ def test_the_advice_from_the_database_peaks_is_the_advice_from_every_minute():
             "FROM generate_series(0, 8 * 1440) m WHERE m %% 13 <> 5",
             [deployment.pk, now],
         )
+    rollups.pack_hours(now - dt.timedelta(days=8, hours=1), now)  # as a refresh packs them
     minutes = queries.engine_minutes([deployment.pk], now - analysis.KV_WINDOW, now)
     samples = [
         KvDemandSample(minute.at, minute.running_max)
@@ -421,6 +424,7 @@ def test_interference_from_the_minutes_arrays_is_the_interference_from_every_min
                 "WHERE m %% (11 + %s) <> 5 AND (m + 40 * %s) %% 600 >= 5",
                 [deployment.pk, now, n, 7 * n, n, n, n],
             )
+    rollups.pack_hours(now - dt.timedelta(days=3), now)  # as a refresh packs them
     # What the host page computed before it read arrays: every minute a tuple, every latency
     # looked up one by one in every co-tenant's load.
     minutes = queries.engine_minutes(

@@ -9,7 +9,7 @@ from django.utils import timezone
 from console.proposals.gate_checks import check_kv
 from console.proposals.gates import GateStatus
 from console.proposals.gates.kv import Concurrency, KvRequest, evaluate_kv
-from inventory.timeseries import partitions
+from inventory.timeseries import partitions, rollups
 from tests.factories import GIB, DeploymentFactory, GpuFactory
 from tests.proposals.support import codes_of, create_proposal, english
 
@@ -107,6 +107,7 @@ def _write_engine_minutes(deployment, now, running):
                 "VALUES (%s, %s, 6, %s, %s, 6, 120)",
                 [deployment.pk, now - dt.timedelta(minutes=minute + 1), value, value * 6 * 0.5],
             )
+    rollups.pack_hours(now - dt.timedelta(minutes=len(running) + 1), now)  # as a refresh would
 
 
 @pytest.mark.django_db
