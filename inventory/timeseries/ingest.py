@@ -255,8 +255,7 @@ def _write(batches: list[_Accepted], hosts: dict[str, Host]) -> dict[str, Ingest
 @dataclass
 class _Rows:
     """A group's rows by table, batch by batch: (batch id, rows) each. A batch's process rows
-    are an iterator (zip over its columns), drawn from while the COPY is under way, so building
-    them overlaps the database's work on the rows sent before."""
+    are a zip over its columns: their tuples are made as the COPY takes them."""
 
     cards: list[tuple[uuid.UUID, Iterable[tuple]]] = field(default_factory=list)
     processes: list[tuple[uuid.UUID, Iterable[tuple]]] = field(default_factory=list)
@@ -368,7 +367,7 @@ def _collect_samples(batch: _Accepted, maps: "_Maps", end: dt.datetime, tables: 
     batch_id = uuid.UUID(str(payload["batch_id"]))
     interval_s = max(0.0, payload["interval_end"] - payload["interval_start"])
     by_uuid = maps.gpu_by_uuid
-    processes, card_frag = _process_rows(batch.processes, maps, end, batch_id)
+    processes, process_count, card_frag = _process_rows(batch.processes, maps, end, batch_id)
     card_rows = []
     for card in payload.get("cards", []):
         gpu_id = by_uuid.get(card.get("uuid")) or maps.gpu_id(card)
@@ -438,25 +437,16 @@ def _collect_samples(batch: _Accepted, maps: "_Maps", end: dt.datetime, tables: 
                         (tables.migs, mig_rows)):  # fmt: skip
         if rows:
             table.append((batch_id, rows))
-    if processes:
-        tables.processes.append((batch_id, processes.rows))
-    return len(card_rows) + len(processes) + len(engine_rows) + len(mig_rows)
-
-
-@dataclass(frozen=True)
-class _ProcessRows:
-    rows: Iterable[tuple]
-    count: int
-
-    def __len__(self) -> int:
-        return self.count
+    if process_count:
+        tables.processes.append((batch_id, processes))
+    return len(card_rows) + process_count + len(engine_rows) + len(mig_rows)
 
 
 def _process_rows(
     columns: ProcessColumns, maps: "_Maps", end: dt.datetime, batch_id: uuid.UUID
-) -> tuple[_ProcessRows, dict[int, float]]:
-    """The batch's process sample rows, in PROCESS_COLUMNS' order, and each card's highest
-    fragmentation index. A row whose card the host does not have is left out."""
+) -> tuple[Iterable[tuple], int, dict[int, float]]:
+    """The batch's process sample rows, in PROCESS_COLUMNS' order, how many, and each card's
+    highest fragmentation index. A row whose card the host does not have is left out."""
     gpu_ids = list(map(maps.gpu_by_uuid.get, columns.card_uuid))
     if None in gpu_ids:  # named by index only, or by a UUID the inventory does not hold
         by_index = maps.gpu_by_index
@@ -504,7 +494,7 @@ def _process_rows(
         frags,
         strict=True,
     )
-    return _ProcessRows(rows, count), card_frag
+    return rows, count, card_frag
 
 
 def _one_row_per_process(processes: list[dict]) -> list[dict]:

@@ -52,7 +52,8 @@ def freeze_what_started() -> None:
     """Leave everything alive once the worker has started (Django, its apps, the models) out of
     the cyclic garbage collector's passes. A group allocates some hundred thousand dicts and
     lists of decoded batches; each pass they set off walked every object of the process
-    again, and that cost a tenth to a fifth of the writer's time (tests/bench/bench_ingest.py).
+    again: a tenth to a fifth of the writer's time on bench_ingest's batches, measured with
+    and without the freeze.
     Call once, from the process that runs the worker."""
     gc.collect()
     gc.freeze()

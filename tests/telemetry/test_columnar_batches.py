@@ -15,7 +15,6 @@ from inventory.telemetry import batch_decoding, signing
 from inventory.telemetry.batch_schema import (
     COLUMNAR_SCHEMA,
     FIELDS,
-    SCHEMA,
     FieldsChecked,
     check_batch,
     on_the_wire,
@@ -52,14 +51,13 @@ def test_real_batches_on_the_wire_are_taken_typed_with_the_columns_of_their_rows
         assert check_batch(typed, WINDOW) == check_batch(copy.deepcopy(payload), WINDOW)
 
 
-@pytest.mark.parametrize(("mutate", "code", "path"), HOSTILE)
+# A wrong schema has no columnar form: on_the_wire names its own.
+@pytest.mark.parametrize(
+    ("mutate", "code", "path"), [case for case in HOSTILE if case[1] != "unknown_schema"]
+)
 def test_each_hostile_value_in_columns_gets_the_reason_it_gets_in_rows(mutate, code, path):
     payload = real_batch()
     mutate(payload)
-    if payload["schema"] != SCHEMA or not all(
-        isinstance(row, dict) for row in payload.get("processes") or [{}]
-    ):
-        pytest.skip("no rows of this schema to put in columns")
     in_rows = _either_way(json.dumps(payload).encode())  # over the wire, as sent
     in_columns = _either_way(_wire_body(payload))
     assert (in_columns and in_columns[0]) == (in_rows and in_rows[0])
