@@ -42,7 +42,7 @@ app.conf.update(
 )
 
 
-def _simulated_fleet(name: str):
+def _simulated_fleet(name: str, day_shift_s: float):
     """The demo fleet (None: the simulator's default), or the operations demo's host, whose
     MPS server crashes at SIMULATOR_MPS_CRASH_AT (epoch seconds) when that is set."""
     if name == "demo":
@@ -53,8 +53,8 @@ def _simulated_fleet(name: str):
         crash_at = env_str("SIMULATOR_MPS_CRASH_AT")
         if not crash_at:
             return [operations_host()]
-        midnight = int(wall_clock() // 86400) * 86400
-        return [operations_host(((1, float(crash_at) - midnight),))]
+        day_began = int(wall_clock() // 86400) * 86400 - day_shift_s % 86400
+        return [operations_host(((1, float(crash_at) - day_began),))]
     raise ValueError(f"SIMULATOR_FLEET={name!r}: expected demo or operations")
 
 
@@ -80,9 +80,14 @@ def _source_factory():
         from inventory.telemetry.simulator.incidents import DEMO_INCIDENTS
 
         incidents = DEMO_INCIDENTS if env_bool("DEMO_INCIDENTS", False) else ()
-        specs = _simulated_fleet(env_str("SIMULATOR_FLEET", "demo"))
+        day_shift_s = env_float("SIMULATOR_DAY_SHIFT_S", 0.0)
+        specs = _simulated_fleet(env_str("SIMULATOR_FLEET", "demo"), day_shift_s)
         simulator = FleetSimulator(
-            seed=env_int("SIMULATOR_SEED", 0), clock=wall_clock, incidents=incidents, specs=specs
+            seed=env_int("SIMULATOR_SEED", 0),
+            clock=wall_clock,
+            incidents=incidents,
+            specs=specs,
+            day_shift_s=day_shift_s,
         )
         _serve_simulated_endpoints(simulator)
         return simulator.source_for

@@ -119,15 +119,26 @@ class SimulatedSource:
 
 
 class FleetSimulator:
-    """The demo fleet, with simulated time pinned to the wall clock (t = 0 at UTC midnight)."""
+    """The demo fleet, with simulated time pinned to the wall clock (t = 0 at UTC midnight).
+
+    `day_shift_s` runs the fleet's day that far ahead of the wall clock: its traffic is that of
+    a later hour, while what it reports stays dated now (a test can meet the busy hour at any
+    time of day)."""
 
     def __init__(
-        self, seed: int, clock, *, specs=None, max_step_s: float = 1.0, incidents=()
+        self,
+        seed: int,
+        clock,
+        *,
+        specs=None,
+        max_step_s: float = 1.0,
+        incidents=(),
+        day_shift_s: float = 0.0,
     ) -> None:
         today = dt.datetime.fromtimestamp(clock(), tz=dt.UTC).replace(
             hour=0, minute=0, second=0, microsecond=0
         )
-        self.epoch = today.timestamp()
+        self.epoch = today.timestamp() - day_shift_s % 86_400
         self.clock = clock
         self.max_step_s = max_step_s
         self.fleet = Fleet(specs or demo_fleet_specs(), seed, epoch=self.epoch)

@@ -51,6 +51,20 @@ def simulated():
     return simulator, clock
 
 
+def test_a_shifted_day_runs_a_later_hours_traffic_dated_now():
+    at_peak = FleetSimulator(seed=0, clock=Clock(MIDNIGHT + 14 * 3600))
+    clock = Clock(MIDNIGHT + 3 * 3600)
+    shifted = FleetSimulator(seed=0, clock=clock, day_shift_s=11 * 3600)
+    unshifted = FleetSimulator(seed=0, clock=clock)
+    load = {}
+    for name, simulator in (("peak", at_peak), ("shifted", shifted), ("unshifted", unshifted)):
+        host = simulator.fleet.hosts["infer-00"]
+        assert simulator.advance(host) == simulator.clock()
+        load[name] = [replica.concurrency for replica in host.replicas]
+    assert load["shifted"] == load["peak"]
+    assert sum(load["unshifted"]) < sum(load["peak"]) / 2
+
+
 def _run(runtime: HostRuntime, clock: Clock, seconds: int) -> None:
     for _ in range(seconds):
         clock.t += 1
