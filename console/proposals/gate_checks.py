@@ -100,16 +100,6 @@ def share_of(proposal: Proposal, cards: int) -> Share:
     )
 
 
-def leaving_ids(proposal: Proposal) -> set[int]:
-    """The deployments the change takes over from: the one it moves, resizes or removes, and
-    those it replaces (stopped when it is applied). They no longer count as co-tenants."""
-    leaving = {proposal.deployment_id} if proposal.action != Proposal.Action.ADD else set()
-    # The what-if stores its proposal, and what it replaces, inside a rolled-back savepoint,
-    # so a preview reads them here as a filed proposal does.
-    leaving |= set(proposal.replaces.values_list("pk", flat=True))
-    return leaving - {None}
-
-
 def _tenants_by_card(host, leaving: Collection[int]) -> dict[int, list[Deployment]]:
     on_card: dict[int, list[Deployment]] = {}
     active = (
@@ -298,7 +288,7 @@ def _refused_cards(proposal: Proposal, gpus, now: dt.datetime) -> set[int]:
 
 
 def check_memory(proposal: Proposal, now: dt.datetime) -> tuple[GateOutcome, list[Gpu]]:
-    leaving = leaving_ids(proposal)
+    leaving = proposal.leaving_ids()
     headroom = settings.GATE_HEADROOM_BYTES
     if proposal.isolation_mode == Deployment.Isolation.MIG:
         budget = slice_budget(proposal.mig_slice, leaving)
@@ -383,7 +373,7 @@ def check_kv(proposal: Proposal, now: dt.datetime) -> GateOutcome:
 
 
 def _target_tenants(proposal: Proposal, targets: list[Gpu]) -> list[Deployment]:
-    leaving = leaving_ids(proposal)
+    leaving = proposal.leaving_ids()
     if proposal.isolation_mode == Deployment.Isolation.MIG:
         return list(
             Deployment.objects.filter(mig_slice=proposal.mig_slice)
@@ -407,7 +397,7 @@ def check_isolation(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
     siblings = (
         [
             d
-            for d in _gpu_instance_tenants(proposal.mig_slice, leaving_ids(proposal))
+            for d in _gpu_instance_tenants(proposal.mig_slice, proposal.leaving_ids())
             if d.mig_slice_id != proposal.mig_slice_id
         ]
         if mig
@@ -493,12 +483,12 @@ def check_load_test(proposal: Proposal, targets: list[Gpu], now: dt.datetime) ->
     target_labels = {gpu.pk: str(gpu) for gpu in targets}
     headroom = settings.GATE_HEADROOM_BYTES
     if proposal.isolation_mode == Deployment.Isolation.MIG:
-        budget = slice_budget(proposal.mig_slice, leaving_ids(proposal))
+        budget = slice_budget(proposal.mig_slice, proposal.leaving_ids())
         bounds = {budget.card: budget.usable_bytes - headroom}
         target_cards = (budget.card,)
         measured_gpus = [proposal.mig_slice.gpu]
     else:
-        budgets = card_budgets(proposal.host, leaving_ids(proposal), now)
+        budgets = card_budgets(proposal.host, proposal.leaving_ids(), now)
         bounds = {str(gpu): budgets[gpu].usable_bytes - headroom for gpu in targets}
         target_cards = tuple(target_labels.values())
         measured_gpus = targets
@@ -608,7 +598,7 @@ def _engine_claim(record, model, cards: int, total: int, product: str, reported,
 
 
 def check_engine_settings(proposal: Proposal, targets: list[Gpu], now: dt.datetime) -> GateOutcome:
-    leaving = leaving_ids(proposal)
+    leaving = proposal.leaving_ids()
     model = proposal.served_model
     if proposal.isolation_mode == Deployment.Isolation.MIG:
         piece = proposal.mig_slice

@@ -36,11 +36,11 @@ def real_rates(deployment_ids: list[int], now: dt.datetime) -> dict[int, float]:
     )
 
 
-def _cotenants(host: Host, gpus: list[Gpu], leaving: int | None) -> list[Deployment]:
+def _cotenants(host: Host, gpus: list[Gpu], leaving: set[int]) -> list[Deployment]:
     wanted = {gpu.pk for gpu in gpus}
     active = (
         host.deployments.exclude(status=Deployment.Status.STOPPED)
-        .exclude(pk=leaving)
+        .exclude(pk__in=leaving)
         .select_related("served_model")
         .prefetch_related("gpus")
         .order_by("pk")
@@ -117,17 +117,17 @@ def plan_for_deployments(
 
 def plan_for_host(host: Host, **options) -> LoadTestPlan:
     """Every active deployment of the host."""
-    return plan_for_deployments(host, _cotenants(host, [], None), **options)
+    return plan_for_deployments(host, _cotenants(host, [], set()), **options)
 
 
 def plan_for_proposal(proposal, *, endpoint_url: str = "", endpoint_api: str = "", **options):
     """Everyone who will share the proposal's cards: its own deployment (a move or resize) or
-    the new model at the endpoint given, and every co-tenant of its target cards."""
+    the new model at the endpoint given, and every co-tenant of its target cards that stays
+    (not those it replaces)."""
     from console.proposals.models import Proposal
 
     gpus = proposal.target_gpus()
-    leaving = proposal.deployment_id if proposal.action != Proposal.Action.ADD else None
-    deployments = _cotenants(proposal.host, gpus, leaving)
+    deployments = _cotenants(proposal.host, gpus, proposal.leaving_ids())
     extra: tuple[Target, ...] = ()
     if proposal.deployment_id is not None and proposal.action != Proposal.Action.ADD:
         deployments.insert(0, proposal.deployment)

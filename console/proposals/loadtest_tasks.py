@@ -16,7 +16,7 @@ from celery import shared_task
 from django.conf import settings
 
 from console.proposals import loadtest_inputs, loadtest_services, queue
-from console.proposals.gate_checks import card_budgets, leaving_ids
+from console.proposals.gate_checks import card_budgets
 from console.proposals.loadtest_execution import execute
 from console.proposals.loadtest_plan import LoadTestPlan
 from console.proposals.models import LoadTest, Proposal
@@ -29,7 +29,7 @@ LIVE_PEAKS_EVERY_S = 5.0
 
 
 def bounds_for(proposal: Proposal, gpus: list[Gpu]) -> dict[str, int]:
-    budgets = card_budgets(proposal.host, leaving_ids(proposal))
+    budgets = card_budgets(proposal.host, proposal.leaving_ids())
     headroom = settings.GATE_HEADROOM_BYTES
     return {str(gpu): budgets[gpu].usable_bytes - headroom for gpu in gpus if gpu in budgets}
 

@@ -254,6 +254,16 @@ class Proposal(EngineSettings):
             return self.mps_active_thread_percentage
         return deployment.mps_active_thread_percentage
 
+    def leaving_ids(self) -> set[int]:
+        """The deployments the change takes over from: the one it moves, resizes or removes,
+        and those it replaces (stopped when it is applied). They no longer count as co-tenants.
+        """
+        leaving = {self.deployment_id} if self.action != self.Action.ADD else set()
+        # The what-if stores its proposal, and what it replaces, inside a rolled-back savepoint,
+        # so a preview reads them here as a filed proposal does.
+        leaving |= set(self.replaces.values_list("pk", flat=True))
+        return leaving - {None}
+
     def validate_replaced(self, replaced) -> None:
         """The M2M replaced deployments: running ones of this host, never the one it changes."""
         wrong = [

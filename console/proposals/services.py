@@ -188,7 +188,11 @@ def do_edit_proposal(
         setattr(current, field, value)
     _acknowledge(current, acting_user, mps_acknowledged)
     cards = list(gpus) if gpus is not None else list(current.gpus.all())
-    replaced = list(replaces) if replaces is not None else list(current.replaces.all())
+    if replaces is None:
+        # One that has stopped since is no longer replaced, as the edit form no longer offers
+        # it; the audit row's before and after show it go.
+        replaces = current.replaces.exclude(status=Deployment.Status.STOPPED)
+    replaced = list(replaces)
     current.full_clean()
     current.validate_cards(cards)
     # Checked even when unchanged: a move to another host leaves its replicas behind.
@@ -462,7 +466,10 @@ def do_apply(proposal: Proposal, *, acting_user) -> Proposal:
 
 
 def _stop_replaced(proposal: Proposal, acting_user) -> None:
-    """The deployments the change took over from stop with it, each with its audit row."""
+    """The deployments the change took over from stop with it, each with its audit row. One
+    that had stopped already was not taken over from: it leaves the proposal's list (the
+    apply's audit row shows it), so that a rollback does not start it."""
+    proposal.replaces.remove(*proposal.replaces.filter(status=Deployment.Status.STOPPED))
     for replaced in (
         Deployment.objects.select_for_update()
         .filter(pk__in=proposal.replaces.values("pk"))

@@ -51,7 +51,7 @@ def dry_run(
     """The gates and drawings of `proposal` (unsaved, or an edit of a saved one held in
     memory) with `gpus` as its cards and `replaces` as the deployments it takes over from:
     stored like its cards, they leave their cards through the gates' one reading of what
-    leaves (gate_checks.leaving_ids) and the drawing's."""
+    leaves (Proposal.leaving_ids) and the drawing's."""
     now = now or timezone.now()
     started = time.perf_counter()
     kept_pk, adding = proposal.pk, proposal._state.adding

@@ -147,3 +147,21 @@ def test_the_what_if_drawing_takes_the_replaced_off_their_cards(personas):
     assert after & {f"chat #{replica.pk}" for replica in replicas} == kept
     assert any(name.endswith("(proposed)") for name in after)
     assert Proposal.objects.count() == 0
+
+
+def test_a_console_load_test_leaves_out_the_replicas_the_change_replaces(personas):
+    from console.proposals import loadtest_inputs
+
+    host, gpus, replicas = shared_host()
+    Deployment.objects.filter(host=host).update(endpoint_url="http://127.0.0.1:9/v1")
+    proposal = create_proposal(
+        personas["oncall"], host=host, gpus=gpus[:2], replaces=replicas[:1],
+        expected_request_rate=3.0,
+    )  # fmt: skip
+    plan = loadtest_inputs.plan_for_proposal(
+        proposal, endpoint_url="http://127.0.0.1:9/v1", rates={r.pk: 1.0 for r in replicas}
+    )
+    # The replica on card 1 stays and shares the group's cards; the one on card 0 is stopped
+    # when the change is applied, so the test does not send it traffic.
+    assert [t.deployment_id for t in plan.targets] == [replicas[1].pk, None]
+    assert plan.targets[-1].rate_rps == 3.0

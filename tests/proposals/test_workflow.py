@@ -341,6 +341,55 @@ def test_a_replacement_stops_what_it_replaces_and_a_roll_back_restarts_it(person
     assert proposal.deployment.status == Deployment.Status.STOPPED
 
 
+def _replicas_on(gpu):
+    return [
+        DeploymentFactory(
+            host=gpu.host, gpus=[gpu], isolation_mode=Deployment.Isolation.TIME_SLICING
+        )
+        for _ in range(2)
+    ]
+
+
+def _stopped_elsewhere(deployment, personas) -> None:
+    """Stopped by another change meanwhile: another proposal that removes it."""
+    applied_change(personas, deployment, "remove")
+    deployment.refresh_from_db()
+    assert deployment.status == Deployment.Status.STOPPED
+
+
+def test_a_replaced_deployment_that_stopped_meanwhile_is_not_restarted_by_a_roll_back(personas):
+    gpu = GpuFactory()
+    kept, gone = _replicas_on(gpu)
+    proposal = approved_proposal(
+        personas["oncall"], personas["approver"], host=gpu.host, gpus=[gpu], replaces=[kept, gone]
+    )
+    _stopped_elsewhere(gone, personas)
+    services.do_apply(proposal, acting_user=personas["oncall"])
+    applied = AuditEntry.objects.get(action="proposal.apply", object_id=str(proposal.pk))
+    assert sorted(applied.before["replaces"]) == sorted([kept.pk, gone.pk])
+    assert applied.after["replaces"] == [kept.pk]
+    services.do_roll_back(proposal, acting_user=personas["oncall"], comment="P99 worse")
+    kept.refresh_from_db()
+    gone.refresh_from_db()
+    assert (kept.status, gone.status) == (Deployment.Status.ACTIVE, Deployment.Status.STOPPED)
+
+
+def test_an_edit_after_a_replaced_deployment_stopped_drops_it_and_keeps_the_rest(personas):
+    gpu = GpuFactory()
+    kept, gone = _replicas_on(gpu)
+    proposal = create_proposal(personas["oncall"], host=gpu.host, gpus=[gpu], replaces=[kept, gone])
+    _stopped_elsewhere(gone, personas)
+    edited = services.do_edit_proposal(
+        proposal, acting_user=personas["oncall"], expected_request_rate=7.0
+    )
+    assert list(edited.replaces.all()) == [kept]
+    edit = AuditEntry.objects.get(action="proposal.edit", object_id=str(proposal.pk))
+    assert (sorted(edit.before["replaces"]), edit.after["replaces"]) == (
+        sorted([kept.pk, gone.pk]),
+        [kept.pk],
+    )
+
+
 def test_only_running_deployments_of_the_host_can_be_replaced(personas):
     gpu = GpuFactory()
     elsewhere = DeploymentFactory()
