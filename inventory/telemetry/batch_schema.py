@@ -605,7 +605,8 @@ def _cards(cards: list[dict]) -> None:
                 _not_above(card.get(key), total, key, f"cards[{position}]")
 
 
-_CARD_WITHIN_TOTAL = ("used_bytes_max", "used_bytes_last", "reserved_bytes_max", "free_bytes_max",
+_CARD_WITHIN_TOTAL = ("used_bytes_max", "used_bytes_last", "reserved_bytes_max",
+                      "reserved_bytes_last", "free_bytes_min", "free_bytes_max",
                       "free_bytes_last")  # fmt: skip
 
 

@@ -72,6 +72,10 @@ HOSTILE = [
      "cards[0].used_bytes_max"),
     (set_value("processes.0.used_bytes_max", 2 * 150754820096), "over_total",
      "processes[0].used_bytes_max"),
+    (set_value("cards.0.free_bytes_min", 2 * 150754820096), "over_total",
+     "cards[0].free_bytes_min"),
+    (set_value("cards.0.reserved_bytes_last", 2 * 150754820096), "over_total",
+     "cards[0].reserved_bytes_last"),
     (set_value("interval_end", 4102444800.0), "in_the_future", "interval_end"),  # 2100
     (set_value("interval_start", NOW - 60 * 86400), "too_old", "interval_start"),
     (set_value("cards.0.util_gpu_max", 101), "out_of_range", "cards[0].util_gpu_max"),
