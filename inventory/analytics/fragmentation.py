@@ -15,6 +15,7 @@ half its free bytes). Card totals: amber from 80% of the card used (driver reser
 used), red from 90%.
 """
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -94,7 +95,26 @@ def index_from_columns(
     (inventory.telemetry.process_columns), as ``fragmentation_index`` of
     ``allocator_from_batch`` reads it, without building either object: ingest computes it for
     every row it writes."""
+    if _all_sound(reserved, allocated, inactive_split, largest_free):
+        # Every row has its largest free block (PyTorch's figures): one expression a row.
+        return [
+            0.0 if held == taken else 1 - min(largest, held - taken) / (held - taken)
+            for held, taken, largest in zip(reserved, allocated, largest_free, strict=True)
+        ]
     return list(map(_index_of_figures, reserved, allocated, inactive_split, largest_free))
+
+
+def _all_sound(reserved: list, allocated: list, inactive_split: list, largest_free: list) -> bool:
+    """Whether every row has reserved, allocated and largest free block, none negative nor
+    more allocated than reserved, and no negative inactive split: asked of whole columns."""
+    if not reserved or None in reserved or None in allocated or None in largest_free:
+        return False
+    if min(allocated) < 0 or min(largest_free) < 0:
+        return False
+    if any(map(operator.gt, allocated, reserved)):
+        return False
+    splits = [split for split in inactive_split if split is not None]
+    return not splits or min(splits) >= 0
 
 
 def _index_of_figures(

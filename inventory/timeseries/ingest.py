@@ -1,19 +1,20 @@
 """Write agent batches into PostgreSQL: once each, whatever the broker redelivers.
 
-Batch ids go into IngestedBatch first, in the same transaction as the rows; a batch seen
-before inserts nothing. Many batches (from many hosts) share one transaction, so the fixed
-cost of a write is paid once per group, not per host interval. Rows are COPYed straight into
-the partitioned sample tables (inventory.timeseries.samples); the rollups follow from the
-minutes marked dirty (inventory.timeseries.rollups).
+Batch ids go into IngestedBatch in the same transaction as the rows; a batch seen before
+inserts nothing (its id is looked up first, and a claim lost to another writer meanwhile
+undoes the group, which is written again without it). Many batches (from many hosts) share
+one transaction, so the fixed cost of a write is paid once per group, not per host interval.
+Rows are COPYed straight into the partitioned sample tables (inventory.timeseries.samples);
+the rollups follow from the minutes marked dirty (inventory.timeseries.rollups).
 """
 
 import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import repeat
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -33,6 +34,7 @@ from inventory.models import (
 )
 from inventory.models.fleet import HOST_NAME_PATTERN
 from inventory.telemetry.batch_schema import (
+    CANONICAL_UUID,
     CARD_UUID,
     COLUMNAR_SCHEMA,
     MAX_LIST,
@@ -80,52 +82,184 @@ def ingest_batches(
 ) -> list[IngestResult | BatchRejected]:
     """Write a group of batches in one transaction; one result per payload, in order.
 
-    Each payload is checked whole first (inventory.telemetry.batch_schema); one that can never
-    be written gets its BatchRejected in the results and does not stop the others. `now`
-    places the window of accepted timestamps (tests and history replays).
+    Each payload is checked whole (inventory.telemetry.batch_schema) just before its process
+    rows go into the group's COPY, so PostgreSQL takes in one batch's rows while the next is
+    checked; one that can never be written gets its BatchRejected in the results, writes
+    nothing and does not stop the others. `now` places the window of accepted timestamps
+    (tests and history replays).
 
     Database errors propagate and roll the whole group back: retrying the
     same group later writes each batch exactly once.
     """
-    results: list[IngestResult | BatchRejected | None] = [None] * len(payloads)
     window = acceptance_window(now)
     hosts = _hosts_by_name(payloads)
     cards = _known_cards(payloads)
-    accepted: dict[str, tuple[int, _Accepted]] = {}
-    for position, payload in enumerate(payloads):
+    written_before = _written_before(payloads)
+    _ensure_partitions(payloads, window)
+    while True:
+        group = _Group(payloads, window, hosts, cards, written_before)
         try:
-            columns = check_batch(payload, window)
-            if payload["host"] not in hosts:
+            with transaction.atomic():
+                group.write()
+        except _ClaimedMeanwhile as raced:
+            # Another worker wrote some of these batches since they were looked up (the same
+            # redelivery taken twice): undone, and written again without them.
+            written_before |= raced.batch_ids
+            continue
+        return group.results
+
+
+class _ClaimedMeanwhile(Exception):
+    def __init__(self, batch_ids: set[str]) -> None:
+        super().__init__(f"{len(batch_ids)} batch ids claimed by another writer")
+        self.batch_ids = batch_ids
+
+
+def _batch_key(value) -> str | None:
+    """A batch id as the database spells it back: the check lets any spelling of a UUID in."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    if CANONICAL_UUID.fullmatch(value):
+        return value
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
+
+
+def _written_before(payloads: list[dict]) -> set[str]:
+    """The group's batch ids already written: a redelivery, or an agent's resend."""
+    keys = {_batch_key(p.get("batch_id")) for p in payloads if isinstance(p, dict)} - {None}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT batch_id::text FROM inventory_ingestedbatch WHERE batch_id = ANY(%s::uuid[])",
+            [sorted(keys)],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _ensure_partitions(payloads: list[dict], window: Window) -> None:
+    """The partitions the group's rows can go to, made before its transaction (each in its
+    own, so a failed group cannot undo them): over every interval the check can let in."""
+    times = [
+        value
+        for p in payloads
+        if isinstance(p, dict)
+        for value in (p.get("interval_start"), p.get("interval_end"))
+        if isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and window.oldest <= value <= window.newest
+    ]
+    if times:
+        partitions.ensure_partitions(_ts(min(times)), _ts(max(times)))
+
+
+@dataclass
+class _Group:
+    """One transaction's write of a group of batches."""
+
+    payloads: list[dict]
+    window: Window
+    hosts: dict[str, Host]
+    cards: dict[str, tuple[int, int]]
+    written_before: set[str]
+    results: list[IngestResult | BatchRejected | None] = field(init=False)
+    known: dict[str, tuple[int, int]] = field(init=False)
+
+    def write(self) -> None:
+        self.results = [None] * len(self.payloads)
+        self.known = dict(self.cards)  # with the cards this write creates
+        maps_of = _Maps.load_for(set(self.hosts.values()))
+        checked = self._check_bringing_new_cards(maps_of)
+        tables = _Rows()
+        accepted: dict[str, tuple[int, _Accepted, int]] = {}
+        samples.write_processes(self._process_rows(maps_of, checked, tables, accepted))
+        if not accepted:
+            return
+        batches = [batch for _, batch, _ in accepted.values()]
+        counts = {key: count for key, (_, _, count) in accepted.items()}
+        payloads = [batch.payload for batch in batches]
+        fresh = _claim(payloads, self.hosts, counts)
+        if len(fresh) < len(accepted):
+            raise _ClaimedMeanwhile(set(accepted) - fresh)
+        events, faults = [], []
+        for payload in payloads:
+            host = self.hosts[payload["host"]]
+            events.extend(_events(payload, host, maps_of[host.pk]))
+            faults.extend(_faults(payload, host, maps_of[host.pk]))
+        samples.write(*tables.each_table(), {_ts(p["interval_end"]) for p in payloads})
+        Event.objects.bulk_create(events, ignore_conflicts=True)
+        CollectorFault.objects.bulk_create(faults)
+        _update_statuses(payloads, self.hosts)
+        events_per_batch: dict[str, int] = {}
+        for event in events:
+            key = _batch_key(str(event.batch_id))
+            events_per_batch[key] = events_per_batch.get(key, 0) + 1
+        for key, (position, _, count) in accepted.items():
+            self.results[position] = IngestResult(key, False, count, events_per_batch.get(key, 0))
+
+    def _check(self, payload: dict) -> ProcessColumns | BatchRejected:
+        try:
+            columns = check_batch(payload, self.window)
+            if payload["host"] not in self.hosts:
                 raise BatchRejected(
                     "unknown_host", "unknown_host", "host", host=repr(payload["host"])
                 )
-            _check_cards(payload, hosts[payload["host"]], cards)
+            _check_cards(payload, self.hosts[payload["host"]], self.known)
         except BatchRejected as rejected:
-            results[position] = rejected
-            continue
-        batch_id = str(payload["batch_id"])
-        if batch_id in accepted:  # the same batch twice in one group: a redelivery
-            results[position] = IngestResult(batch_id, duplicate=True)
-            continue
-        # A list sent as null is an empty list from here on; process rows are read whole only
-        # for an event's snapshot.
-        lists = {key: payload.get(key) or [] for key in MAX_LIST}
-        if payload["schema"] == COLUMNAR_SCHEMA:
-            lists["processes"] = rows_of_wire(payload["processes"]) if lists["events"] else []
-        accepted[batch_id] = (
-            position,
-            _Accepted({**payload, **lists}, columns.one_per_process()),
-        )
-    if accepted:
-        starts = [_ts(a.payload["interval_start"]) for _, a in accepted.values()]
-        ends = [_ts(a.payload["interval_end"]) for _, a in accepted.values()]
-        # Partitions are created in their own transactions, so a failed group cannot undo them.
-        partitions.ensure_partitions(min(starts), max(ends))
-        with transaction.atomic():
-            written = _write([batch for _, batch in accepted.values()], hosts)
-        for batch_id, (position, _) in accepted.items():
-            results[position] = written.get(batch_id) or IngestResult(batch_id, duplicate=True)
-    return results
+            return rejected
+        return columns
+
+    def _check_bringing_new_cards(self, maps_of: dict) -> dict[int, ProcessColumns | BatchRejected]:
+        """Batches naming a card the inventory does not hold are checked before the COPY,
+        whose connection cannot look up or create cards meanwhile, and their cards created in
+        turn: a later batch that puts another new card at the index of one just created is
+        refused as a replaced card, as it would be in a group of its own."""
+        checked = {}
+        for position, payload in enumerate(self.payloads):
+            if not _names_a_new_card(payload, self.known):
+                continue
+            outcome = checked[position] = self._check(payload)
+            if not isinstance(outcome, BatchRejected):
+                host = self.hosts[payload["host"]]
+                for gpu in maps_of[host.pk].discover(host, payload):
+                    self.known[gpu.uuid] = (host.pk, gpu.index)
+        return checked
+
+    def _process_rows(self, maps_of, checked, tables: "_Rows", accepted) -> Iterator[tuple]:
+        """Each batch checked, in order, its process rows handed to the COPY and its other
+        rows kept in `tables`."""
+        for position, payload in enumerate(self.payloads):
+            outcome = checked[position] if position in checked else self._check(payload)
+            if isinstance(outcome, BatchRejected):
+                self.results[position] = outcome
+                continue
+            key = _batch_key(payload["batch_id"])
+            # The same batch twice in one group, or written before: a redelivery.
+            if key in accepted or key in self.written_before:
+                self.results[position] = IngestResult(key, duplicate=True)
+                continue
+            # A list sent as null is an empty list from here on; process rows are read whole
+            # only for an event's snapshot.
+            lists = {name: payload.get(name) or [] for name in MAX_LIST}
+            if payload["schema"] == COLUMNAR_SCHEMA:
+                lists["processes"] = rows_of_wire(payload["processes"]) if lists["events"] else []
+            batch = _Accepted({**payload, **lists}, outcome.one_per_process())
+            maps = maps_of[self.hosts[payload["host"]].pk]
+            count, rows = _collect_samples(batch, maps, _ts(payload["interval_end"]), tables)
+            accepted[key] = (position, batch, count)
+            yield from rows
+
+
+def _names_a_new_card(payload, known: dict[str, tuple[int, int]]) -> bool:
+    cards = payload.get("cards") if isinstance(payload, dict) else None
+    return isinstance(cards, list) and any(
+        isinstance(card, dict)
+        and isinstance(card.get("uuid"), str)
+        and card["uuid"]
+        and card["uuid"] not in known
+        for card in cards
+    )
 
 
 @dataclass(frozen=True)
@@ -206,74 +340,24 @@ def _claim(payloads: list[dict], hosts: dict[str, Host], rows: dict[str, int]) -
                 [int(p["seq"]) for p in payloads],
                 [float(p["interval_start"]) for p in payloads],
                 [float(p["interval_end"]) for p in payloads],
-                [rows[str(p["batch_id"])] for p in payloads],
+                [rows[_batch_key(p["batch_id"])] for p in payloads],
             ],
         )
         return {str(row[0]) for row in cursor.fetchall()}
 
 
-def _write(batches: list[_Accepted], hosts: dict[str, Host]) -> dict[str, IngestResult]:
-    """Write the batches not seen before; the rest come back as duplicates (absent here)."""
-    tables = _Rows()
-    counts: dict[str, int] = {}
-    payloads = [batch.payload for batch in batches]
-    maps_of = _Maps.load_for({hosts[p["host"]] for p in payloads})
-    for batch in batches:
-        payload = batch.payload
-        maps = maps_of[hosts[payload["host"]].pk]
-        maps.discover(hosts[payload["host"]], payload)
-        end = _ts(payload["interval_end"])
-        counts[str(payload["batch_id"])] = _collect_samples(batch, maps, end, tables)
-    fresh = _claim(payloads, hosts, counts)
-    if len(fresh) < len(payloads):
-        tables = tables.only(fresh)
-        payloads = [p for p in payloads if str(p["batch_id"]) in fresh]
-    if not payloads:
-        return {}
-    events, faults = [], []
-    for payload in payloads:
-        host = hosts[payload["host"]]
-        events.extend(_events(payload, host, maps_of[host.pk]))
-        faults.extend(_faults(payload, host, maps_of[host.pk]))
-    samples.write(
-        *tables.each_table(),
-        {_ts(p["interval_end"]) for p in payloads},
-    )
-    Event.objects.bulk_create(events, ignore_conflicts=True)
-    CollectorFault.objects.bulk_create(faults)
-    _update_statuses(payloads, hosts)
-    events_per_batch: dict[str, int] = {}
-    for event in events:
-        key = str(event.batch_id)
-        events_per_batch[key] = events_per_batch.get(key, 0) + 1
-    return {
-        batch_id: IngestResult(batch_id, False, counts[batch_id], events_per_batch.get(batch_id, 0))
-        for batch_id in fresh
-    }
-
-
 @dataclass
 class _Rows:
-    """A group's rows by table, batch by batch: (batch id, rows) each. A batch's process rows
-    are a zip over its columns: their tuples are made as the COPY takes them."""
+    """A group's card, engine and MIG device rows, kept while its process rows go into their
+    COPY."""
 
-    cards: list[tuple[uuid.UUID, Iterable[tuple]]] = field(default_factory=list)
-    processes: list[tuple[uuid.UUID, Iterable[tuple]]] = field(default_factory=list)
-    engines: list[tuple[uuid.UUID, Iterable[tuple]]] = field(default_factory=list)
-    migs: list[tuple[uuid.UUID, Iterable[tuple]]] = field(default_factory=list)
+    cards: list[tuple] = field(default_factory=list)
+    engines: list[tuple] = field(default_factory=list)
+    migs: list[tuple] = field(default_factory=list)
 
-    def only(self, batch_ids: set[str]) -> "_Rows":
-        """The rows of these batches."""
-        ids = {uuid.UUID(batch_id) for batch_id in batch_ids}
-        return _Rows(*([(b, rows) for b, rows in table if b in ids] for table in
-                       (self.cards, self.processes, self.engines, self.migs)))  # fmt: skip
-
-    def each_table(self) -> list[Iterable[tuple] | None]:
+    def each_table(self) -> list[list[tuple] | None]:
         """Each table's rows, None for a table without any."""
-        return [
-            chain.from_iterable(rows for _, rows in table) if table else None
-            for table in (self.cards, self.processes, self.engines, self.migs)
-        ]
+        return [rows or None for rows in (self.cards, self.engines, self.migs)]
 
 
 @dataclass
@@ -304,12 +388,16 @@ class _Maps:
             maps[host_id].deployments.add(pk)
         return maps
 
-    def discover(self, host: Host, payload: dict) -> None:
+    def discover(self, host: Host, payload: dict) -> list[Gpu]:
+        """Create the batch's cards the host does not have yet; return them."""
+        created = []
         for card in payload.get("cards", []):
             if card.get("uuid") and card["uuid"] not in self.gpu_by_uuid:
                 gpu = _discover_card(host, card)
                 self.gpu_by_uuid[gpu.uuid] = gpu.pk
                 self.gpu_by_index[gpu.index] = gpu.pk
+                created.append(gpu)
+        return created
 
     def gpu_id(self, row: dict) -> int | None:
         uuid_ = row.get("card_uuid") or row.get("uuid")
@@ -362,7 +450,11 @@ def _discover_card(host: Host, card: dict) -> Gpu:
     return gpu
 
 
-def _collect_samples(batch: _Accepted, maps: "_Maps", end: dt.datetime, tables: "_Rows") -> int:
+def _collect_samples(
+    batch: _Accepted, maps: "_Maps", end: dt.datetime, tables: "_Rows"
+) -> tuple[int, Iterable[tuple]]:
+    """The batch's rows: its card, engine and MIG rows added to `tables`; how many rows in
+    all, and its process rows."""
     payload = batch.payload
     batch_id = uuid.UUID(str(payload["batch_id"]))
     interval_s = max(0.0, payload["interval_end"] - payload["interval_start"])
@@ -433,13 +525,10 @@ def _collect_samples(batch: _Accepted, maps: "_Maps", end: dt.datetime, tables: 
         for row in payload.get("mig_devices", [])
         if row.get("uuid") in maps.mig_by_uuid
     ]
-    for table, rows in ((tables.cards, card_rows), (tables.engines, engine_rows),
-                        (tables.migs, mig_rows)):  # fmt: skip
-        if rows:
-            table.append((batch_id, rows))
-    if process_count:
-        tables.processes.append((batch_id, processes))
-    return len(card_rows) + process_count + len(engine_rows) + len(mig_rows)
+    tables.cards.extend(card_rows)
+    tables.engines.extend(engine_rows)
+    tables.migs.extend(mig_rows)
+    return len(card_rows) + process_count + len(engine_rows) + len(mig_rows), processes
 
 
 def _process_rows(

@@ -7,6 +7,7 @@ broker outage) re-dirties its minutes instead of having to merge into finished r
 """
 
 import datetime as dt
+from collections.abc import Iterable
 
 from django.db import connection
 
@@ -38,33 +39,41 @@ ENGINE_TYPES = ("int8", "timestamptz", "uuid", "float4", "float4", "float4", "fl
                 "float4")  # fmt: skip
 MIG_TYPES = ("int8", "timestamptz", "uuid", "int8", "int8", "int8", "int8")
 
-_TABLES = (
+_OTHER_TABLES = (
     ("inventory_card_sample", CARD_COLUMNS, CARD_TYPES),
-    ("inventory_process_sample", PROCESS_COLUMNS, PROCESS_TYPES),
     ("inventory_engine_sample", ENGINE_COLUMNS, ENGINE_TYPES),
     ("inventory_mig_sample", MIG_COLUMNS, MIG_TYPES),
 )
 
 
-def write(card_rows, process_rows, engine_rows, mig_rows, times: set[dt.datetime]) -> None:
-    """Write one group's rows (an iterable of tuples each, or None where a table has none) and
-    mark their minutes dirty; call inside the group's transaction."""
+def write_processes(rows: Iterable[tuple]) -> None:
+    """COPY process rows as they come: from a generator that checks and builds them batch by
+    batch, PostgreSQL takes in one batch's rows while the next is made. Call inside the
+    group's transaction, before write()."""
+    with connection.cursor() as wrapper:
+        _copy(wrapper.cursor, "inventory_process_sample", PROCESS_COLUMNS, PROCESS_TYPES, rows)
+
+
+def write(card_rows, engine_rows, mig_rows, times: set[dt.datetime]) -> None:
+    """Write one group's other rows (an iterable of tuples each, or None where a table has
+    none) and mark their minutes dirty; call inside the group's transaction."""
     with connection.cursor() as wrapper:
         cursor = wrapper.cursor  # the psycopg cursor, for COPY
         for (table, columns, types), rows in zip(
-            _TABLES, (card_rows, process_rows, engine_rows, mig_rows), strict=True
+            _OTHER_TABLES, (card_rows, engine_rows, mig_rows), strict=True
         ):
-            if rows is None:
-                continue
-            with cursor.copy(
-                f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(types)
-                for row in rows:
-                    copy.write_row(row)
+            if rows is not None:
+                _copy(cursor, table, columns, types, rows)
         cursor.execute(
             "INSERT INTO inventory_rollup_dirty (bucket) "
             "SELECT DISTINCT date_trunc('minute', t, 'UTC') FROM unnest(%s::timestamptz[]) t "
             "ON CONFLICT DO NOTHING",
             [sorted(times)],
         )
+
+
+def _copy(cursor, table: str, columns: tuple, types: tuple, rows: Iterable[tuple]) -> None:
+    with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(types)
+        for row in rows:
+            copy.write_row(row)

@@ -131,6 +131,23 @@ def test_ingest_reads_the_index_of_a_batch_as_the_pages_do(
     assert ingested == (None if index is None else index.value)
 
 
+@given(
+    st.lists(st.tuples(_figure, _figure, _figure, _figure), max_size=6),
+    st.integers(min_value=0, max_value=2**40),
+)
+def test_a_batchs_columns_get_each_rows_index(rows, reserved):
+    # Rows as PyTorch reports them most of the time (every figure there) and odd ones mixed in.
+    rows += [(reserved, reserved // 2, 0, reserved // 4), (reserved, reserved, None, 0)]
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    assert index_from_columns(*columns) == [index_from_columns(*[[v] for v in r])[0] for r in rows]
+    sound = [row for row in rows if index_from_columns(*[[v] for v in row])[0] is not None]
+    sound = [row for row in sound if None not in (row[0], row[1], row[3])]
+    if sound:
+        columns = [list(column) for column in zip(*sound, strict=True)]
+        single = [index_from_columns(*[[v] for v in row])[0] for row in sound]
+        assert index_from_columns(*columns) == single
+
+
 def test_one_spike_in_a_week_is_not_a_sustained_red():
     from inventory.analytics.fragmentation import sustained_fragmentation
 

@@ -406,7 +406,13 @@ def main() -> None:
     measured = wire_batches(fleet, args.intervals, now - 7200)
     host, gpus, deployments = fleet[0]
     as_rows = signing.encode(make_batch(host, gpus, deployments, 1, now, str(uuid.uuid4())))
-    with _time_spent_in(samples, "write") as copy_stage:
+    # One group first, as a worker that has run a while: its first write pays for the
+    # connection's and the server's caches, which the raw COPY below, run later, does not.
+    ingest_path(wire_batches(fleet, max(1, args.group // args.hosts), now - 7500), args.group)
+    with (
+        _time_spent_in(samples, "write_processes") as process_stage,
+        _time_spent_in(samples, "write") as other_stage,
+    ):
         ingest_s = ingest_path(measured, args.group)
     started = time.perf_counter()
     rollups.refresh_all()
@@ -455,7 +461,8 @@ def main() -> None:
     report["speedup_vs_orm"] = orm_s / ingest_s
     report["raw_copy_rows_per_s"] = process_rows / raw_copy_s
     report["writer_fraction_of_raw_copy"] = raw_copy_s / ingest_s
-    report["copy_stage_s"] = copy_stage["seconds"]
+    report["process_copy_s"] = process_stage["seconds"]
+    report["other_copy_s"] = other_stage["seconds"]
     report["decode_only_s"] = decode_s
     report["decode_share_of_writer"] = decode_s / ingest_s
     report["wire_bytes_per_batch"] = sum(len(body) for body, _ in measured) / len(measured)
@@ -478,7 +485,9 @@ def main() -> None:
     print(f"  real path / ORM    {report['speedup_vs_orm']:.1f}x")
     print(f"  raw binary COPY    {report['raw_copy_rows_per_s']:>10,.0f} process rows/s: the "
           f"writer reaches {report['writer_fraction_of_raw_copy']:.0%} of it")  # fmt: skip
-    print(f"  COPY stage of the writer {copy_stage['seconds']:.2f} s of {ingest_s:.2f} s")
+    print(f"  COPY of the process rows, each batch checked as they go "
+          f"{process_stage['seconds']:.2f} s, of the other tables {other_stage['seconds']:.2f} s, "
+          f"of the writer's {ingest_s:.2f} s")  # fmt: skip
     print(f"  typed decoding alone {decode_s:.2f} s: "
           f"{report['decode_share_of_writer']:.0%} of the writer's time")  # fmt: skip
     print(f"  {shards} workers at once (ingest + rollups): real path "

@@ -464,3 +464,59 @@ def test_ingest_answers_any_batch_with_a_result_or_a_reason_never_an_error(path,
     assert isinstance(result, BatchRejected | IngestResult)
     if isinstance(result, IngestResult) and not result.duplicate:
         assert CollectorStatus.objects.filter(host=host).exists()
+
+
+def test_batches_bringing_a_new_card_create_it_once_and_a_rival_at_its_index_is_refused():
+    host = HostFactory()
+    new = Gpu(host=host, index=3, uuid="GPU-11111111-2222-3333-4444-555555555555")
+    rival = Gpu(host=host, index=3, uuid="GPU-99999999-2222-3333-4444-555555555555")
+
+    def bringing(gpu, start):
+        return batch(
+            host,
+            start=start - 10,
+            end=start,
+            cards=[card_row(gpu, used_max=GIB, used_last=GIB, total=140 * GIB)],
+            processes=[process_row(gpu, 7, used_max=GIB, used_last=GIB)],
+        )
+
+    results = ingest_batches([bringing(new, T0), bringing(new, T0 + 10), bringing(rival, T0 + 20)])
+    outcomes = [r.code if isinstance(r, BatchRejected) else r.duplicate for r in results]
+    assert outcomes == [False, False, "card_conflict"]
+    assert results[2].path == "cards[0].uuid"
+    gpu = Gpu.objects.get(host=host)
+    assert gpu.uuid == new.uuid
+    assert AuditEntry.objects.filter(action="gpu.discover").count() == 1
+    assert ProcessSample.objects.filter(gpu=gpu).count() == 2
+
+
+def test_a_batch_id_in_another_spelling_is_the_same_batch(card):
+    payload = batch(card.host, start=T0 - 10, end=T0,
+                    cards=[card_row(card, used_max=GIB, used_last=GIB)])  # fmt: skip
+    shouted = dict(payload, batch_id=payload["batch_id"].upper())
+    first, again = ingest_batches([shouted]), ingest_batches([payload])
+    assert not first[0].duplicate and first[0].batch_id == payload["batch_id"]
+    assert again[0].duplicate
+    assert CardSample.objects.count() == 1
+    assert CollectorStatus.objects.get(host=card.host).batches == 1
+
+
+def test_a_claim_lost_to_another_writer_undoes_the_group_and_writes_the_rest_once(
+    card, monkeypatch
+):
+    from inventory.timeseries import ingest
+
+    def interval(start):
+        return batch(card.host, start=start - 10, end=start,
+                     cards=[card_row(card, used_max=GIB, used_last=GIB)],
+                     processes=[process_row(card, 1, used_max=GIB, used_last=GIB)])  # fmt: skip
+
+    taken, fresh = interval(T0), interval(T0 + 10)
+    ingest_batch(taken)
+    # The other writer commits the first batch after this one looked its id up.
+    monkeypatch.setattr(ingest, "_written_before", lambda payloads: set())
+    results = ingest_batches([taken, fresh])
+    assert [r.duplicate for r in results] == [True, False]
+    assert ProcessSample.objects.count() == CardSample.objects.count() == 2
+    assert IngestedBatch.objects.count() == 2
+    assert CollectorStatus.objects.get(host=card.host).batches == 2
