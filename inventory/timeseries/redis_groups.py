@@ -97,10 +97,10 @@ class GroupTaker:
         """Remove every message acked since the last call from the books, in one pipeline."""
         if not self.acked:
             return
+        # Two variadic commands for the whole group, not two for each message.
         with self.client.pipeline(transaction=False) as pipe:
-            for tag in self.acked:
-                pipe.zrem(self.channel.unacked_index_key, tag)
-                pipe.hdel(self.channel.unacked_key, tag)
+            pipe.zrem(self.channel.unacked_index_key, *self.acked)
+            pipe.hdel(self.channel.unacked_key, *self.acked)
             pipe.execute()
         self.acked.clear()
 
