@@ -115,8 +115,9 @@ class _ClaimedMeanwhile(Exception):
         self.batch_ids = batch_ids
 
 
-def _batch_key(value) -> str | None:
-    """A batch id as the database spells it back: the check lets any spelling of a UUID in."""
+def _uuid_text(value) -> str | None:
+    """A batch or sampler id as the database spells it back (and can read): the check lets in
+    any spelling uuid.UUID reads, "urn:uuid:..." and hyphens anywhere included."""
     if not isinstance(value, str) or len(value) > 64:
         return None
     if CANONICAL_UUID.fullmatch(value):
@@ -129,7 +130,7 @@ def _batch_key(value) -> str | None:
 
 def _written_before(payloads: list[dict]) -> set[str]:
     """The group's batch ids already written: a redelivery, or an agent's resend."""
-    keys = {_batch_key(p.get("batch_id")) for p in payloads if isinstance(p, dict)} - {None}
+    keys = {_uuid_text(p.get("batch_id")) for p in payloads if isinstance(p, dict)} - {None}
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT batch_id::text FROM inventory_ingestedbatch WHERE batch_id = ANY(%s::uuid[])",
@@ -193,7 +194,7 @@ class _Group:
         _update_statuses(payloads, self.hosts)
         events_per_batch: dict[str, int] = {}
         for event in events:
-            key = _batch_key(str(event.batch_id))
+            key = _uuid_text(str(event.batch_id))
             events_per_batch[key] = events_per_batch.get(key, 0) + 1
         for key, (position, _, count) in accepted.items():
             self.results[position] = IngestResult(key, False, count, events_per_batch.get(key, 0))
@@ -220,7 +221,11 @@ class _Group:
             if not _names_a_new_card(payload, self.known):
                 continue
             outcome = checked[position] = self._check(payload)
-            if not isinstance(outcome, BatchRejected):
+            if isinstance(outcome, BatchRejected):
+                continue
+            # A batch written before (a resend) creates nothing: its card may have been
+            # removed from the inventory since, on purpose.
+            if _uuid_text(payload["batch_id"]) not in self.written_before:
                 host = self.hosts[payload["host"]]
                 for gpu in maps_of[host.pk].discover(host, payload):
                     self.known[gpu.uuid] = (host.pk, gpu.index)
@@ -234,7 +239,7 @@ class _Group:
             if isinstance(outcome, BatchRejected):
                 self.results[position] = outcome
                 continue
-            key = _batch_key(payload["batch_id"])
+            key = _uuid_text(payload["batch_id"])
             # The same batch twice in one group, or written before: a redelivery.
             if key in accepted or key in self.written_before:
                 self.results[position] = IngestResult(key, duplicate=True)
@@ -299,7 +304,8 @@ def _check_cards(payload: dict, host: Host, known: dict[str, tuple[int, int]]) -
         if where is None and card.get("uuid"):
             if taken is None:
                 taken = dict(host.gpus.values_list("index", "uuid"))
-            if card["index"] in taken:
+            # Another writer may have created this very card since `known` was read.
+            if card["index"] in taken and taken[card["index"]] != card["uuid"]:
                 raise BatchRejected(
                     "card_conflict", "replaced", f"cards[{position}].uuid",
                     index=card["index"], known=taken[card["index"]], uuid=card["uuid"],
@@ -320,7 +326,9 @@ def _hosts_by_name(payloads: list[dict]) -> dict[str, Host]:
 
 
 def _claim(payloads: list[dict], hosts: dict[str, Host], rows: dict[str, int]) -> set[str]:
-    """Record the batch ids; return those not seen before."""
+    """Record the batch ids; return those not seen before. In the order of their ids, so two
+    writers that hold some of the same batches take their locks in one order."""
+    payloads = sorted(payloads, key=lambda p: _uuid_text(p["batch_id"]))
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -334,13 +342,13 @@ def _claim(payloads: list[dict], hosts: dict[str, Host], rows: dict[str, int]) -
             RETURNING batch_id
             """,
             [
-                [str(p["batch_id"]) for p in payloads],
+                [_uuid_text(p["batch_id"]) for p in payloads],
                 [hosts[p["host"]].pk for p in payloads],
-                [str(p["sampler_id"]) for p in payloads],
+                [_uuid_text(p["sampler_id"]) for p in payloads],
                 [int(p["seq"]) for p in payloads],
                 [float(p["interval_start"]) for p in payloads],
                 [float(p["interval_end"]) for p in payloads],
-                [rows[_batch_key(p["batch_id"])] for p in payloads],
+                [rows[_uuid_text(p["batch_id"])] for p in payloads],
             ],
         )
         return {str(row[0]) for row in cursor.fetchall()}

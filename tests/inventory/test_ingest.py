@@ -520,3 +520,48 @@ def test_a_claim_lost_to_another_writer_undoes_the_group_and_writes_the_rest_onc
     assert ProcessSample.objects.count() == CardSample.objects.count() == 2
     assert IngestedBatch.objects.count() == 2
     assert CollectorStatus.objects.get(host=card.host).batches == 2
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [lambda key: f"urn:uuid:{key}", lambda key: "{" + key.upper() + "}", str.upper],
+)
+def test_a_batch_and_sampler_id_in_any_spelling_the_check_lets_in_are_written(card, spelling):
+    payload = batch(card.host, start=T0 - 10, end=T0,
+                    cards=[card_row(card, used_max=GIB, used_last=GIB)])  # fmt: skip
+    key = payload["batch_id"]
+    payload |= {"batch_id": spelling(key), "sampler_id": spelling(payload["sampler_id"])}
+    (result,) = ingest_batches([payload])
+    assert not result.duplicate and result.batch_id == key
+    assert IngestedBatch.objects.get().batch_id == uuid.UUID(key)
+
+
+def test_a_resent_batch_does_not_bring_back_a_card_removed_since():
+    host = HostFactory()
+    old = Gpu(host=host, index=3, uuid="GPU-11111111-2222-3333-4444-555555555555")
+    new = Gpu(host=host, index=3, uuid="GPU-99999999-2222-3333-4444-555555555555")
+
+    def bringing(gpu, start):
+        return batch(host, start=start - 10, end=start,
+                     cards=[card_row(gpu, used_max=GIB, used_last=GIB)])  # fmt: skip
+
+    first = bringing(old, T0)
+    ingest_batch(first)
+    Gpu.objects.filter(uuid=old.uuid).delete()  # the card was replaced, its record removed
+    resent, replacement = ingest_batches([first, bringing(new, T0 + 10)])
+    assert resent.duplicate and not replacement.duplicate
+    assert list(Gpu.objects.filter(host=host).values_list("uuid", flat=True)) == [new.uuid]
+
+
+def test_a_card_another_writer_created_meanwhile_is_no_conflict(monkeypatch):
+    from inventory.timeseries import ingest
+
+    host = HostFactory()
+    gpu = GpuFactory(host=host, index=2)
+    # The card was created after this writer read the cards it knows.
+    monkeypatch.setattr(ingest, "_known_cards", lambda payloads: {})
+    (result,) = ingest_batches(
+        [batch(host, start=T0 - 10, end=T0, cards=[card_row(gpu, used_max=GIB, used_last=GIB)])]
+    )
+    assert not result.duplicate
+    assert CardSample.objects.get().gpu == gpu
