@@ -136,16 +136,27 @@ def test_ingest_reads_the_index_of_a_batch_as_the_pages_do(
     st.integers(min_value=0, max_value=2**40),
 )
 def test_a_batchs_columns_get_each_rows_index(rows, reserved):
-    # Rows as PyTorch reports them most of the time (every figure there) and odd ones mixed in.
-    rows += [(reserved, reserved // 2, 0, reserved // 4), (reserved, reserved, None, 0)]
-    columns = [list(column) for column in zip(*rows, strict=True)]
-    assert index_from_columns(*columns) == [index_from_columns(*[[v] for v in r])[0] for r in rows]
-    sound = [row for row in rows if index_from_columns(*[[v] for v in row])[0] is not None]
-    sound = [row for row in sound if None not in (row[0], row[1], row[3])]
-    if sound:
-        columns = [list(column) for column in zip(*sound, strict=True)]
-        single = [index_from_columns(*[[v] for v in row])[0] for row in sound]
-        assert index_from_columns(*columns) == single
+    # Rows as PyTorch reports them most of the time (every figure there), one whose largest
+    # block is reported above the pool's free bytes, and odd ones mixed in.
+    rows += [
+        (reserved, reserved // 2, 0, reserved // 4),
+        (reserved, reserved // 2, 0, reserved),
+        (reserved, reserved, None, 0),
+    ]
+    sound = [row for row in rows if _as_the_pages_read(*row) is not None and None not in row]
+    # A batch with an odd row anywhere, and one whose every row has all four figures.
+    for batch in (rows, sound):
+        columns = [list(column) for column in zip(*batch, strict=True)] or [[], [], [], []]
+        assert index_from_columns(*columns) == [_as_the_pages_read(*row) for row in batch]
+
+
+def _as_the_pages_read(reserved, allocated, inactive_split, largest_free):
+    stats = allocator_from_batch({
+        "reserved_bytes": reserved, "allocated_bytes": allocated,
+        "inactive_split_bytes": inactive_split, "largest_free_block_bytes": largest_free,
+    })  # fmt: skip
+    index = fragmentation_index(stats) if stats else None
+    return None if index is None else index.value
 
 
 def test_one_spike_in_a_week_is_not_a_sustained_red():
