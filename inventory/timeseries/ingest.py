@@ -177,10 +177,10 @@ class _Group:
         samples.write_processes(self._process_rows(maps_of, checked, tables, accepted))
         if not accepted:
             return
-        batches = [batch for _, batch, _ in accepted.values()]
-        counts = {key: count for key, (_, _, count) in accepted.items()}
-        payloads = [batch.payload for batch in batches]
-        fresh = _claim(payloads, self.hosts, counts)
+        payloads = [batch.payload for _, batch, _ in accepted.values()]
+        fresh = _claim(
+            payloads, self.hosts, {key: count for key, (_, _, count) in accepted.items()}
+        )
         if len(fresh) < len(accepted):
             raise _ClaimedMeanwhile(set(accepted) - fresh)
         events, faults = [], []
