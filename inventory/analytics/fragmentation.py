@@ -113,8 +113,9 @@ def _all_sound(reserved: list, allocated: list, inactive_split: list, largest_fr
         return False
     if any(map(operator.gt, allocated, reserved)):
         return False
-    splits = [split for split in inactive_split if split is not None]
-    return not splits or min(splits) >= 0
+    if None in inactive_split:  # PyTorch's figures leave it out at times
+        inactive_split = [split for split in inactive_split if split is not None]
+    return not inactive_split or min(inactive_split) >= 0
 
 
 def _index_of_figures(

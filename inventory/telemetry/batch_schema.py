@@ -14,6 +14,7 @@ must have the type and range below or be null where null is allowed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import re
@@ -585,6 +586,12 @@ def _mps_servers(servers: Any) -> None:
 
 
 def _cards(cards: list[dict]) -> None:
+    if not _cards_sound(cards):
+        _card_by_card(cards)
+
+
+def _card_by_card(cards: list[dict]) -> None:
+    """Raise the first card's problem, its path put together only then."""
     seen_index, seen_uuid = set(), set()
     for position, card in enumerate(cards):
         uuid_ = card.get("uuid")
@@ -614,6 +621,23 @@ def _cards(cards: list[dict]) -> None:
 _CARD_WITHIN_TOTAL = ("used_bytes_max", "used_bytes_last", "reserved_bytes_max",
                       "reserved_bytes_last", "free_bytes_min", "free_bytes_max",
                       "free_bytes_last")  # fmt: skip
+_CARD_FIGURES = operator.itemgetter("index", "uuid", "total_bytes", *_CARD_WITHIN_TOTAL)
+
+
+def _cards_sound(cards: list[dict]) -> bool:
+    """Whether _card_by_card finds nothing, asked of the batch's cards at once: every card with
+    every figure, distinct indexes and UUIDs, and no figure above the smallest card's total.
+    Anything else (a figure left out, cards of two sizes) is for the card by card search."""
+    if not cards:
+        return True
+    try:
+        indexes, uuids, totals, *figures = zip(*map(_CARD_FIGURES, cards), strict=True)
+        if not all(map(CARD_UUID.fullmatch, uuids)):
+            return False
+        within = max(map(max, figures)) <= min(totals) * (1 + USED_OVER_TOTAL_TOLERANCE)
+    except (KeyError, TypeError):  # a figure absent, or None
+        return False
+    return within and len(set(indexes)) == len(cards) and len(set(uuids)) == len(cards)
 
 
 def _processes_sound(columns: ProcessColumns, totals: dict) -> bool:
@@ -623,6 +647,13 @@ def _processes_sound(columns: ProcessColumns, totals: dict) -> bool:
         return False
     if len(set(zip(columns.card, columns.pid, columns.kind, strict=True))) < len(columns):
         return False
+    limits = [total for total in map(totals.get, set(columns.card)) if total is not None]
+    if not limits:  # no card with a total: nothing to hold the rows to
+        return True
+    with contextlib.suppress(TypeError):  # a figure left out: row by row, below
+        largest = max(max(columns.used_bytes_max), max(columns.used_bytes_last))
+        if largest <= min(limits) * (1 + USED_OVER_TOTAL_TOLERANCE):
+            return True
     limits = [
         None if total is None else total * (1 + USED_OVER_TOTAL_TOLERANCE)
         for total in map(totals.get, columns.card)

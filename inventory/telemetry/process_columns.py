@@ -61,8 +61,12 @@ class ProcessColumns:
 
         uuids, indexes = column("card_uuid"), column("card_index")
         allocator = columns.get("allocator") or {}
+        if None in uuids or "" in uuids:
+            cards = [uuid_ or index for uuid_, index in zip(uuids, indexes, strict=True)]
+        else:  # every row names its card by UUID, as agents send them
+            cards = uuids
         return cls(
-            [uuid_ or index for uuid_, index in zip(uuids, indexes, strict=True)],
+            cards,
             uuids,
             indexes,
             columns["pid"],
@@ -81,8 +85,12 @@ class ProcessColumns:
         uuids = [row.get("card_uuid") for row in rows]
         indexes = [row.get("card_index") for row in rows]
         allocators = [row.get("allocator") or _NO_ALLOCATOR for row in rows]
+        if None in uuids or "" in uuids:
+            cards = [uuid_ or index for uuid_, index in zip(uuids, indexes, strict=True)]
+        else:  # every row names its card by UUID, as agents send them
+            cards = uuids
         return cls(
-            [uuid_ or index for uuid_, index in zip(uuids, indexes, strict=True)],
+            cards,
             uuids,
             indexes,
             [row.get("pid") for row in rows],

@@ -10,12 +10,15 @@ the rollups follow from the minutes marked dirty (inventory.timeseries.rollups).
 
 import datetime as dt
 import logging
+import operator
 import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import repeat
 
+import orjson
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -133,8 +136,9 @@ def _written_before(payloads: list[dict]) -> set[str]:
     keys = {_uuid_text(p.get("batch_id")) for p in payloads if isinstance(p, dict)} - {None}
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT batch_id::text FROM inventory_ingestedbatch WHERE batch_id = ANY(%s::uuid[])",
-            [sorted(keys)],
+            "SELECT batch_id::text FROM inventory_ingestedbatch "
+            "WHERE batch_id IN (SELECT json_array_elements_text(%s::json)::uuid)",
+            [_json(sorted(keys))],
         )
         return {row[0] for row in cursor.fetchall()}
 
@@ -277,17 +281,28 @@ class _Accepted:
 
 def _known_cards(payloads: list[dict]) -> dict[str, tuple[int, int]]:
     """(host id, index) of every card the group names, by UUID."""
-    uuids = {
+    named = {
         card.get("uuid")
         for payload in payloads
         if isinstance(payload, dict) and isinstance(payload.get("cards"), list)
         for card in payload["cards"]
-        if isinstance(card, dict)
-        and isinstance(card.get("uuid"), str)
-        and CARD_UUID.fullmatch(card["uuid"])
+        if isinstance(card, dict) and isinstance(card.get("uuid"), str)
     }
-    rows = Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "host_id", "index")
-    return {uuid_: (host_id, index) for uuid_, host_id, index in rows}
+    # Each distinct UUID matched once: a group names the same few cards hundreds of times.
+    uuids = [uuid_ for uuid_ in named if CARD_UUID.fullmatch(uuid_)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT uuid, host_id, index FROM {Gpu._meta.db_table} "
+            "WHERE uuid IN (SELECT json_array_elements_text(%s::json))",
+            [_json(uuids)],
+        )
+        return {uuid_: (host_id, index) for uuid_, host_id, index in cursor.fetchall()}
+
+
+def _json(value) -> str:
+    """A statement's list of values as one JSON parameter: psycopg quotes an array's elements
+    one by one, in Python, which for a group's hundreds cost more than the statement."""
+    return orjson.dumps(value).decode()
 
 
 def _check_cards(payload: dict, host: Host, known: dict[str, tuple[int, int]]) -> None:
@@ -315,41 +330,40 @@ def _check_cards(payload: dict, host: Host, known: dict[str, tuple[int, int]]) -
 def _hosts_by_name(payloads: list[dict]) -> dict[str, Host]:
     # Only what could be a host's name is looked up: the check refuses the rest (a NUL byte,
     # a list), which the database could not even compare.
-    names = {
-        p["host"]
-        for p in payloads
-        if isinstance(p, dict)
-        and isinstance(p.get("host"), str)
-        and HOST_NAME_PATTERN.fullmatch(p["host"])
-    }
+    named = {p["host"] for p in payloads if isinstance(p, dict) and isinstance(p.get("host"), str)}
+    names = [name for name in named if HOST_NAME_PATTERN.fullmatch(name)]
     return {host.name: host for host in Host.objects.filter(name__in=names)}
 
 
 def _claim(payloads: list[dict], hosts: dict[str, Host], rows: dict[str, int]) -> set[str]:
     """Record the batch ids; return those not seen before. In the order of their ids, so two
     writers that hold some of the same batches take their locks in one order."""
-    payloads = sorted(payloads, key=lambda p: _uuid_text(p["batch_id"]))
+    claims = sorted(
+        (
+            _uuid_text(p["batch_id"]),
+            hosts[p["host"]].pk,
+            _uuid_text(p["sampler_id"]),
+            int(p["seq"]),
+            float(p["interval_start"]),
+            float(p["interval_end"]),
+            rows[_uuid_text(p["batch_id"])],
+        )
+        for p in payloads
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             """
             INSERT INTO inventory_ingestedbatch
                 (batch_id, host_id, sampler_id, seq, interval_start, interval_end, received_at,
                  rows)
-            SELECT b, h, s, q, to_timestamp(f), to_timestamp(t), now(), n
-            FROM unnest(%s::uuid[], %s::bigint[], %s::uuid[], %s::bigint[], %s::float8[],
-                        %s::float8[], %s::int[]) AS x(b, h, s, q, f, t, n)
+            SELECT (x->>0)::uuid, (x->>1)::bigint, (x->>2)::uuid, (x->>3)::bigint,
+                   to_timestamp((x->>4)::float8), to_timestamp((x->>5)::float8), now(),
+                   (x->>6)::int
+            FROM json_array_elements(%s::json) AS x
             ON CONFLICT (batch_id) DO NOTHING
             RETURNING batch_id
             """,
-            [
-                [_uuid_text(p["batch_id"]) for p in payloads],
-                [hosts[p["host"]].pk for p in payloads],
-                [_uuid_text(p["sampler_id"]) for p in payloads],
-                [int(p["seq"]) for p in payloads],
-                [float(p["interval_start"]) for p in payloads],
-                [float(p["interval_end"]) for p in payloads],
-                [rows[_uuid_text(p["batch_id"])] for p in payloads],
-            ],
+            [_json(claims)],
         )
         return {str(row[0]) for row in cursor.fetchall()}
 
@@ -379,21 +393,30 @@ class _Maps:
 
     @classmethod
     def load_for(cls, hosts: set[Host]) -> dict[int, "_Maps"]:
-        """The maps of every host of a group, in three queries whatever the group's size."""
+        """The maps of every host of a group, in one statement whatever the group's size."""
         maps = {host.pk: cls({}, {}, {}, set()) for host in hosts}
-        for pk, host_id, index, uuid_ in Gpu.objects.filter(host__in=hosts).values_list(
-            "pk", "host_id", "index", "uuid"
-        ):
-            maps[host_id].gpu_by_index[index] = pk
-            maps[host_id].gpu_by_uuid[uuid_] = pk
-        for pk, host_id, uuid_ in (
-            MigSlice.objects.filter(gpu__host__in=hosts)
-            .exclude(uuid="")
-            .values_list("pk", "gpu__host_id", "uuid")
-        ):
-            maps[host_id].mig_by_uuid[uuid_] = pk
-        for pk, host_id in Deployment.objects.filter(host__in=hosts).values_list("pk", "host_id"):
-            maps[host_id].deployments.add(pk)
+        gpu, mig, deployment = (model._meta.db_table for model in (Gpu, MigSlice, Deployment))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                SELECT 'gpu', id, host_id, index, uuid FROM {gpu} WHERE host_id = ANY(%(hosts)s)
+                UNION ALL
+                SELECT 'mig', m.id, g.host_id, NULL, m.uuid FROM {mig} m JOIN {gpu} g
+                    ON g.id = m.gpu_id WHERE g.host_id = ANY(%(hosts)s) AND m.uuid <> ''
+                UNION ALL
+                SELECT 'deployment', id, host_id, NULL, NULL FROM {deployment}
+                    WHERE host_id = ANY(%(hosts)s)
+                """,
+                {"hosts": sorted(maps)},
+            )
+            for kind, pk, host_id, index, uuid_ in cursor.fetchall():
+                if kind == "gpu":
+                    maps[host_id].gpu_by_index[index] = pk
+                    maps[host_id].gpu_by_uuid[uuid_] = pk
+                elif kind == "mig":
+                    maps[host_id].mig_by_uuid[uuid_] = pk
+                else:
+                    maps[host_id].deployments.add(pk)
         return maps
 
     def discover(self, host: Host, payload: dict) -> list[Gpu]:
@@ -417,14 +440,17 @@ class _Maps:
     def deployment_ids(self, raws: list) -> list[int | None]:
         """deployment_id of each, most by one dictionary lookup: ids come as the text of a
         number (what the plan sent), and only an odd one (" 12", "012") needs parsing."""
-        by_text = {str(pk): pk for pk in self.deployments}
-        found = list(map(by_text.get, raws))
+        found = list(map(self.deployment_by_text.get, raws))
         if found.count(None) != raws.count(None):
             found = [
                 pk if pk is not None else self.deployment_id(raw)
                 for pk, raw in zip(found, raws, strict=True)
             ]
         return found
+
+    @cached_property
+    def deployment_by_text(self) -> dict[str, int]:
+        return {str(pk): pk for pk in self.deployments}
 
     def deployment_id(self, raw) -> int | None:
         """The host's deployment a batch names (by its id, as text), or None."""
@@ -458,6 +484,13 @@ def _discover_card(host: Host, card: dict) -> Gpu:
     return gpu
 
 
+# A card row's figures, in CARD_COLUMNS' order (total_bytes to util_memory_max).
+_CARD_FIGURE_KEYS = ("total_bytes", "used_bytes_max", "used_bytes_last", "reserved_bytes_last",
+                     "free_bytes_min", "free_bytes_last", "util_gpu_max", "util_gpu_last",
+                     "util_memory_max")  # fmt: skip
+_CARD_FIGURES = operator.itemgetter(*_CARD_FIGURE_KEYS)
+
+
 def _collect_samples(
     batch: _Accepted, maps: "_Maps", end: dt.datetime, tables: "_Rows"
 ) -> tuple[int, Iterable[tuple]]:
@@ -473,6 +506,10 @@ def _collect_samples(
         gpu_id = by_uuid.get(card.get("uuid")) or maps.gpu_id(card)
         if gpu_id is None:
             continue
+        try:
+            figures = _CARD_FIGURES(card)
+        except KeyError:  # a figure the agent could not read is left out
+            figures = tuple(map(card.get, _CARD_FIGURE_KEYS))
         card_rows.append(
             (
                 gpu_id,
@@ -481,15 +518,7 @@ def _collect_samples(
                 interval_s,
                 card.get("samples") or 0,
                 bool(card.get("lost")),
-                card.get("total_bytes"),
-                card.get("used_bytes_max"),
-                card.get("used_bytes_last"),
-                card.get("reserved_bytes_last"),
-                card.get("free_bytes_min"),
-                card.get("free_bytes_last"),
-                card.get("util_gpu_max"),
-                card.get("util_gpu_last"),
-                card.get("util_memory_max"),
+                *figures,
                 card_frag.get(gpu_id),
             )
         )
@@ -721,56 +750,82 @@ def _faults(payload: dict, host: Host, maps: _Maps) -> list[CollectorFault]:
     ]
 
 
-_STATUS_FIELDS = (
-    "sampler_id",
-    "last_seq",
-    "last_sample_at",
-    "last_batch_at",
-    "batches",
-    "missing_batches",
-    "faults_last_batch",
-    "faults_total",
-    "outbox_depth",
-    "outbox_dropped",
-    "events_dropped",
-)
+# The collector status fields a batch moves, with their SQL types.
+_STATUS_FIELDS = {
+    "sampler_id": "uuid",
+    "last_seq": "bigint",
+    "last_sample_at": "timestamptz",
+    "last_batch_at": "timestamptz",
+    "batches": "bigint",
+    "missing_batches": "bigint",
+    "faults_last_batch": "int",
+    "faults_total": "bigint",
+    "outbox_depth": "int",
+    "outbox_dropped": "bigint",
+    "events_dropped": "bigint",
+}
+
+
+@dataclass
+class _Status:
+    """A host's collector status as a group moves it (the fields of CollectorStatus it
+    writes)."""
+
+    host_id: int
+    sampler_id: uuid.UUID | None
+    last_seq: int
+    last_sample_at: dt.datetime | None
+    last_batch_at: dt.datetime | None
+    batches: int
+    missing_batches: int
+    faults_last_batch: int
+    faults_total: int
+    outbox_depth: int
+    outbox_dropped: int
+    events_dropped: int
 
 
 def _update_statuses(payloads: list[dict], hosts: dict[str, Host]) -> None:
-    """Fold the group's batches into each host's collector status: three statements in all."""
+    """Fold the group's batches into each host's collector status: two statements in all."""
     host_ids = sorted({hosts[p["host"]].pk for p in payloads})
-    CollectorStatus.objects.bulk_create(
-        [CollectorStatus(host_id=pk) for pk in host_ids], ignore_conflicts=True
-    )
-    # Locked in host order, so two workers never wait on each other in a cycle.
-    statuses = {
-        status.host_id: status
-        for status in CollectorStatus.objects.select_for_update()
-        .filter(host_id__in=host_ids)
-        .order_by("host_id")
-    }
+    statuses = _locked_statuses(host_ids)
+    if len(statuses) < len(host_ids):  # a host's first batch
+        CollectorStatus.objects.bulk_create(
+            [CollectorStatus(host_id=pk) for pk in host_ids if pk not in statuses],
+            ignore_conflicts=True,
+        )
+        statuses = _locked_statuses(host_ids)
     now = dt.datetime.now(tz=dt.UTC)
     for payload in sorted(payloads, key=lambda p: (str(p["sampler_id"]), int(p["seq"]))):
         _apply_to_status(statuses[hosts[payload["host"]].pk], payload)
     for status in statuses.values():
         status.last_batch_at = now
-    # One UPDATE from arrays: bulk_update's CASE expressions cost more than the write itself.
+    # One UPDATE from one JSON document: bulk_update's CASE expressions cost more than the
+    # write itself.
     columns = ", ".join(f"{name} = x.{name}" for name in _STATUS_FIELDS)
-    rows = list(statuses.values())
+    types = ", ".join(f"{name} {kind}" for name, kind in _STATUS_FIELDS.items())
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             UPDATE inventory_collectorstatus AS s SET {columns}
-            FROM unnest(%s::bigint[], %s::uuid[], %s::bigint[], %s::timestamptz[],
-                        %s::timestamptz[], %s::bigint[], %s::bigint[], %s::int[], %s::bigint[],
-                        %s::int[], %s::bigint[], %s::bigint[])
-                 AS x(host_id, {", ".join(_STATUS_FIELDS)})
+            FROM json_to_recordset(%s::json) AS x(host_id bigint, {types})
             WHERE s.host_id = x.host_id
             """,
-            [[status.host_id for status in rows]]
-            + [[getattr(status, name) for status in rows] for name in _STATUS_FIELDS],
+            [_json([vars(status) for status in statuses.values()])],
         )
     _update_mps_servers(payloads, hosts)
+
+
+def _locked_statuses(host_ids: list[int]) -> dict[int, _Status]:
+    """The hosts' collector statuses, locked in host order, so that two workers never wait on
+    each other in a cycle."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT host_id, {', '.join(_STATUS_FIELDS)} FROM inventory_collectorstatus "
+            "WHERE host_id = ANY(%s::bigint[]) ORDER BY host_id FOR UPDATE",
+            [host_ids],
+        )
+        return {row[0]: _Status(*row) for row in cursor.fetchall()}
 
 
 def _update_mps_servers(payloads: list[dict], hosts: dict[str, Host]) -> None:
@@ -789,7 +844,7 @@ def _update_mps_servers(payloads: list[dict], hosts: dict[str, Host]) -> None:
         )
 
 
-def _apply_to_status(status: CollectorStatus, payload: dict) -> None:
+def _apply_to_status(status: _Status, payload: dict) -> None:
     sampler_id = uuid.UUID(str(payload["sampler_id"]))
     seq = int(payload["seq"])
     end = _ts(payload["interval_end"])

@@ -1,6 +1,7 @@
 """Ingest throughput: process-sample rows through the real ingest path, against the ORM.
 
-    python tests/bench/bench_ingest.py [--hosts 50] [--intervals 40] [--broker URL]... [--json OUT]
+    python tests/bench/bench_ingest.py [--hosts 50] [--intervals 40] [--rounds 5] [--broker URL]...
+        [--json OUT]
 
 Needs the database of DATABASE_URL migrated (make bench uses a separate bench database).
 
@@ -9,7 +10,10 @@ Needs the database of DATABASE_URL migrated (make bench uses a separate bench da
    (its default): typed decoding with the field checks (msgspec), the checks across fields,
    batch-id claim, binary COPY into the
    partitioned sample tables, events, faults, collector status, dirty-minute marks.
-   Throughput counts only process-sample rows against the whole wall time.
+   Throughput counts only process-sample rows against the whole wall time. The writer and
+   the raw COPY floor (the same rows, already built, COPYed and nothing else) run in
+   alternating rounds (--rounds), and the best round of each counts: on a shared machine
+   one run of either can be a third slower than the next.
 2. The rollup refresh that follows (inventory.timeseries.rollups): the 1-minute and 1-hour
    rollups of every dirty minute recomputed from those rows; and ingest plus refresh together.
 3. Through each --broker (default: CELERY_BROKER_URL, where set; Redis or RabbitMQ), the
@@ -30,6 +34,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -256,6 +261,30 @@ class _UntilWritten(IngestWorker):
             raise RuntimeError("broker path did not finish in 10 minutes")
 
 
+def _writer_and_floor(fleet, args, start: float) -> dict:
+    """One round: the writer on fresh batches, its rollups refreshed, then the raw COPY floor
+    on other fresh batches. Rounds alternate the two, so that a slower spell of a shared
+    machine falls on both; the best round of each is the figure."""
+    wire = wire_batches(fleet, args.intervals, start)
+    with (
+        _time_spent_in(samples, "write_processes") as process_stage,
+        _time_spent_in(samples, "write") as other_stage,
+    ):
+        ingest_s = ingest_path(wire, args.group)
+    started = time.perf_counter()
+    rollups.refresh_all()
+    refresh_s = time.perf_counter() - started
+    raw_copy_s = raw_copy_path(wire_batches(fleet, args.intervals, start + 500), fleet)
+    return {
+        "wire": wire,
+        "ingest_s": ingest_s,
+        "refresh_s": refresh_s,
+        "raw_copy_s": raw_copy_s,
+        "process_copy_s": process_stage["seconds"],
+        "other_copy_s": other_stage["seconds"],
+    }
+
+
 def raw_copy_path(wire: list[tuple[bytes, str]], fleet) -> float:
     """The floor: the same process rows, already built, binary-COPYed into the same table in
     the same groups, and nothing else (no decode, check, signature, claim or status)."""
@@ -390,6 +419,12 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=500)
     parser.add_argument("--workers", type=int, default=2, help="parallel ingest workers")
     parser.add_argument("--broker", action="append", help="repeatable; default CELERY_BROKER_URL")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="writer and raw COPY rounds, alternated; the best of each counts",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -397,27 +432,23 @@ def main() -> None:
     freeze_what_started()  # as the ingest_worker command does
     now = time.time()
     partitions.ensure_partitions(
-        timezone.now() - timezone.timedelta(hours=3), timezone.now() + timezone.timedelta(hours=1)
+        timezone.now() - timezone.timedelta(hours=5), timezone.now() + timezone.timedelta(hours=1)
     )
     batches = args.hosts * args.intervals
     process_rows = batches * CARDS * PROCESSES_PER_CARD
     print(f"{batches} batches from {args.hosts} hosts: {process_rows} process rows, "
           f"{batches * CARDS} card rows")  # fmt: skip
-    measured = wire_batches(fleet, args.intervals, now - 7200)
     host, gpus, deployments = fleet[0]
     as_rows = signing.encode(make_batch(host, gpus, deployments, 1, now, str(uuid.uuid4())))
     # One group first, as a worker that has run a while: its first write pays for the
-    # connection's and the server's caches, which the raw COPY below, run later, does not.
-    ingest_path(wire_batches(fleet, max(1, args.group // args.hosts), now - 7500), args.group)
+    # connection's and the server's caches, which the raw COPY, run later, does not.
+    ingest_path(wire_batches(fleet, max(1, args.group // args.hosts), now - 14_400), args.group)
     rollups.refresh_all()  # its minutes, so that the refresh timed below has only the run's
-    with (
-        _time_spent_in(samples, "write_processes") as process_stage,
-        _time_spent_in(samples, "write") as other_stage,
-    ):
-        ingest_s = ingest_path(measured, args.group)
-    started = time.perf_counter()
-    rollups.refresh_all()
-    refresh_s = time.perf_counter() - started
+    rounds = [_writer_and_floor(fleet, args, now - 14_000 + 1_000 * k) for k in range(args.rounds)]
+    best = min(rounds, key=lambda r: r["ingest_s"])
+    ingest_s, measured = best["ingest_s"], best["wire"]
+    raw_copy_s = min(r["raw_copy_s"] for r in rounds)
+    refresh_s = statistics.median(r["refresh_s"] for r in rounds)
     default_broker = (
         [os.environ["CELERY_BROKER_URL"]] if os.environ.get("CELERY_BROKER_URL") else []
     )
@@ -435,7 +466,6 @@ def main() -> None:
             "parallel_rows_per_s": process_rows / together,
         })  # fmt: skip
     orm_s = orm_path(wire_batches(fleet, args.intervals, now - 3600), fleet)
-    raw_copy_s = raw_copy_path(wire_batches(fleet, args.intervals, now - 3000), fleet)
     decode_s = decode_only(wire_batches(fleet, args.intervals, now - 3000))
     # Several workers at once, one per core, as a deployment runs them: each takes every
     # n-th message, so each group still mixes hosts.
@@ -462,8 +492,14 @@ def main() -> None:
     report["speedup_vs_orm"] = orm_s / ingest_s
     report["raw_copy_rows_per_s"] = process_rows / raw_copy_s
     report["writer_fraction_of_raw_copy"] = raw_copy_s / ingest_s
-    report["process_copy_s"] = process_stage["seconds"]
-    report["other_copy_s"] = other_stage["seconds"]
+    report["rounds"] = args.rounds
+    report["ingest_path_rounds_s"] = [r["ingest_s"] for r in rounds]
+    report["raw_copy_rounds_s"] = [r["raw_copy_s"] for r in rounds]
+    report["writer_fraction_of_raw_copy_median"] = statistics.median(
+        r["raw_copy_s"] for r in rounds
+    ) / statistics.median(r["ingest_s"] for r in rounds)
+    report["process_copy_s"] = best["process_copy_s"]
+    report["other_copy_s"] = best["other_copy_s"]
     report["decode_only_s"] = decode_s
     report["decode_share_of_writer"] = decode_s / ingest_s
     report["wire_bytes_per_batch"] = sum(len(body) for body, _ in measured) / len(measured)
@@ -485,9 +521,13 @@ def main() -> None:
           f"({orm_s:.2f} s)")  # fmt: skip
     print(f"  real path / ORM    {report['speedup_vs_orm']:.1f}x")
     print(f"  raw binary COPY    {report['raw_copy_rows_per_s']:>10,.0f} process rows/s: the "
-          f"writer reaches {report['writer_fraction_of_raw_copy']:.0%} of it")  # fmt: skip
+          f"writer reaches {report['writer_fraction_of_raw_copy']:.0%} of it (best of "
+          f"{args.rounds} rounds each; {report['writer_fraction_of_raw_copy_median']:.0%} "
+          f"of the medians)")  # fmt: skip
+    print(f"  rounds: writer {' '.join(f'{r:.3f}' for r in report['ingest_path_rounds_s'])} s,"
+          f" raw {' '.join(f'{r:.3f}' for r in report['raw_copy_rounds_s'])} s")  # fmt: skip
     print(f"  COPY of the process rows, each batch checked as they go "
-          f"{process_stage['seconds']:.2f} s, of the other tables {other_stage['seconds']:.2f} s, "
+          f"{best['process_copy_s']:.2f} s, of the other tables {best['other_copy_s']:.2f} s, "
           f"of the writer's {ingest_s:.2f} s")  # fmt: skip
     print(f"  typed decoding alone {decode_s:.2f} s: "
           f"{report['decode_share_of_writer']:.0%} of the writer's time")  # fmt: skip

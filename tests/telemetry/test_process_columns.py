@@ -1,11 +1,19 @@
 """A batch's process rows as columns: the checks across rows say what the row by row search
-says, and one row per process is the same rows."""
+says, and one row per process is the same rows; a batch's cards checked at once pass only
+what the card by card search passes."""
 
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from inventory.telemetry.batch_schema import BatchRejected, _processes, _processes_sound
-from inventory.telemetry.process_columns import ProcessColumns
+from inventory.telemetry.batch_schema import (
+    _CARD_WITHIN_TOTAL,
+    BatchRejected,
+    _card_by_card,
+    _cards_sound,
+    _processes,
+    _processes_sound,
+)
+from inventory.telemetry.process_columns import ProcessColumns, columns_of
 from inventory.timeseries.ingest import _one_row_per_process
 
 GIB = 1024**3
@@ -66,3 +74,46 @@ def test_a_row_without_allocator_statistics_has_none_of_its_figures():
     assert columns.allocated_bytes == [None, None, 4]
     assert columns.largest_free_block_bytes == [None, None, None]
     assert columns.card == [0, 0, 0]
+
+
+@given(rows=_rows)
+def test_columns_from_the_wire_name_each_rows_card_as_columns_from_rows_do(rows):
+    assert ProcessColumns.of_wire(columns_of(rows)).card == ProcessColumns.of(rows).card
+
+
+_CARD = {"index": 0, "uuid": UUIDS[0], "total_bytes": 80 * GIB,
+         **dict.fromkeys(_CARD_WITHIN_TOTAL, 10 * GIB)}  # fmt: skip
+# Cards of two sizes, figures left out or None, indexes and UUIDs repeated, figures around
+# the smallest card's total.
+_cards = st.lists(
+    st.fixed_dictionaries(
+        {
+            "index": st.integers(0, 2),
+            "uuid": st.sampled_from([None, "", "GPU-bad", *UUIDS]),
+            "total_bytes": st.none() | st.sampled_from([40 * GIB, 80 * GIB]),
+        },
+        optional={
+            key: st.none() | st.integers(0, 90 * GIB) | st.sampled_from(_EDGES)
+            for key in _CARD_WITHIN_TOTAL
+        },
+    ),
+    max_size=4,
+)
+
+
+@given(cards=_cards)
+@example(cards=[_CARD, {**_CARD, "index": 1, "uuid": UUIDS[1]}])
+@example(  # within the larger card's total, not within its own
+    cards=[_CARD, {**_CARD, "index": 1, "uuid": UUIDS[1], "total_bytes": 40 * GIB,
+                   "used_bytes_last": 60 * GIB}]
+)  # fmt: skip
+def test_cards_checked_at_once_pass_only_what_the_card_by_card_search_passes(cards):
+    if _cards_sound(cards):
+        _card_by_card(cards)  # raises nothing
+
+
+def test_the_cards_of_a_real_host_pass_at_once():
+    # Eight cards of one size, every figure there: the check need not go card by card.
+    assert _cards_sound([{**_CARD, "index": i, "uuid": f"{UUIDS[0][:-1]}{i}"} for i in range(8)])
+    assert not _cards_sound([_CARD, {**_CARD, "index": 1}])  # one UUID twice
+    assert not _cards_sound([{**_CARD, "used_bytes_max": None}])
