@@ -58,6 +58,9 @@ class CollectorStatus(models.Model):
     missing_batches = models.PositiveBigIntegerField(
         default=0, help_text=_("Sequence gaps: batches the agent sent that never arrived.")
     )
+    # Each sampler's range of batches seen and their count (inventory.telemetry.sequences),
+    # from which missing_batches follows.
+    sequences = models.JSONField(default=dict, blank=True)
     faults_last_batch = models.PositiveIntegerField(default=0)
     faults_total = models.PositiveBigIntegerField(default=0)
     outbox_depth = models.PositiveIntegerField(default=0)

@@ -36,6 +36,7 @@ from inventory.models import (
     MigSlice,
 )
 from inventory.models.fleet import HOST_NAME_PATTERN
+from inventory.telemetry import sequences
 from inventory.telemetry.batch_schema import (
     CANONICAL_UUID,
     CARD_UUID,
@@ -758,6 +759,7 @@ _STATUS_FIELDS = {
     "last_batch_at": "timestamptz",
     "batches": "bigint",
     "missing_batches": "bigint",
+    "sequences": "jsonb",
     "faults_last_batch": "int",
     "faults_total": "bigint",
     "outbox_depth": "int",
@@ -778,6 +780,7 @@ class _Status:
     last_batch_at: dt.datetime | None
     batches: int
     missing_batches: int
+    sequences: dict
     faults_last_batch: int
     faults_total: int
     outbox_depth: int
@@ -825,7 +828,10 @@ def _locked_statuses(host_ids: list[int]) -> dict[int, _Status]:
             "WHERE host_id = ANY(%s::bigint[]) ORDER BY host_id FOR UPDATE",
             [host_ids],
         )
-        return {row[0]: _Status(*row) for row in cursor.fetchall()}
+        statuses = {row[0]: _Status(*row) for row in cursor.fetchall()}
+    for status in statuses.values():  # Django reads jsonb as text, for JSONField to decode
+        status.sequences = orjson.loads(status.sequences)
+    return statuses
 
 
 def _update_mps_servers(payloads: list[dict], hosts: dict[str, Host]) -> None:
@@ -849,12 +855,8 @@ def _apply_to_status(status: _Status, payload: dict) -> None:
     seq = int(payload["seq"])
     end = _ts(payload["interval_end"])
     same_sampler = status.sampler_id == sampler_id
-    if same_sampler and seq > status.last_seq + 1:
-        status.missing_batches += seq - status.last_seq - 1
-    elif same_sampler and seq < status.last_seq:
-        # A batch of a gap, late (a redelivery after a killed worker, a backfill): ingest
-        # writes each batch once, so it is one fewer missing.
-        status.missing_batches = max(0, status.missing_batches - 1)
+    sequences.record(status.sequences, str(sampler_id), seq, payload["interval_end"])
+    status.missing_batches = sequences.missing(status.sequences)
     newer = status.last_sample_at is None or end >= status.last_sample_at
     if (not same_sampler and newer) or (same_sampler and seq > status.last_seq):
         # A late batch of an earlier sampler (the agent before its restart) moves nothing.

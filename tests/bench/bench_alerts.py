@@ -136,15 +136,15 @@ def write_telemetry(ids: list[int]) -> None:
     sql("""
         INSERT INTO inventory_collectorstatus (host_id, last_seq, last_sample_at,
             last_batch_at, batches, missing_batches, faults_last_batch, faults_total,
-            outbox_depth, outbox_dropped, events_dropped)
-        SELECT id, 100, now(), now(), 100, 0, 0, 0, 0, 0, 0
+            outbox_depth, outbox_dropped, events_dropped, mps_servers, sequences)
+        SELECT id, 100, now(), now(), 100, 0, 0, 0, 0, 0, 0, '[]', '{}'
         FROM inventory_host WHERE id = ANY(%s)""", [ids])  # fmt: skip
     sql("""
         INSERT INTO inventory_event (host_id, kind, at, detail, snapshot, cause,
-            cause_explanation, batch_id, position)
+            cause_explanation, cause_reason, batch_id, position)
         SELECT (%s::bigint[])[1 + floor(random() * %s)::int],
                (ARRAY['oom', 'xid', 'mps_server_down', 'process_restart'])[1 + n %% 4],
-               now() - random() * interval '10 minutes', '{}', '{}', '', '',
+               now() - random() * interval '10 minutes', '{}', '{}', '', '', '{}',
                gen_random_uuid(), 0
         FROM generate_series(1, %s) n""", [ids, len(ids), max(1, len(ids) // 10)])  # fmt: skip
     with connection.cursor() as cursor:

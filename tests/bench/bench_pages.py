@@ -262,8 +262,8 @@ def write_history(hosts: list[Host], shared: list[Host]) -> dict[str, float]:
             FROM generate_series(1, 3000);
             INSERT INTO inventory_collectorstatus (host_id, last_seq, last_sample_at,
                 last_batch_at, batches, missing_batches, faults_last_batch, faults_total,
-                outbox_depth, outbox_dropped, events_dropped, mps_servers)
-            SELECT id, 100, now(), now(), 100, 0, 0, 0, 0, 0, 0, '[]' FROM inventory_host
+                outbox_depth, outbox_dropped, events_dropped, mps_servers, sequences)
+            SELECT id, 100, now(), now(), 100, 0, 0, 0, 0, 0, 0, '[]', '{}' FROM inventory_host
             WHERE id = ANY(%s)""", [ids, len(ids), ids]),
     ]  # fmt: skip
     for label, statement, params in steps:

@@ -565,3 +565,25 @@ def test_a_card_another_writer_created_meanwhile_is_no_conflict(monkeypatch):
     )
     assert not result.duplicate
     assert CardSample.objects.get().gpu == gpu
+
+
+def test_a_gap_closes_when_its_batch_comes_after_the_agent_restarted(card):
+    # A killed ingest worker's group comes back after the visibility timeout, behind the
+    # batches of the agent's next process.
+    before, after = (f"7d3f2c1e-0000-4000-8000-00000000002{n}" for n in (1, 2))
+    ingest_batch(batch(card.host, start=T0, end=T0 + 10, seq=1, sampler_id=before))
+    ingest_batch(batch(card.host, start=T0 + 20, end=T0 + 30, seq=3, sampler_id=before))
+    ingest_batch(batch(card.host, start=T0 + 30, end=T0 + 40, seq=1, sampler_id=after))
+    assert CollectorStatus.objects.get(host=card.host).missing_batches == 1
+    ingest_batch(batch(card.host, start=T0 + 10, end=T0 + 20, seq=2, sampler_id=before))
+    status = CollectorStatus.objects.get(host=card.host)
+    assert (status.missing_batches, str(status.sampler_id), status.last_seq) == (0, after, 1)
+
+
+def test_a_late_batch_before_a_samplers_first_seen_opens_the_gap_between(card):
+    sampler = "7d3f2c1e-0000-4000-8000-000000000031"
+    for seq in (5, 6, 3):
+        ingest_batch(
+            batch(card.host, start=T0 + seq, end=T0 + seq + 1, seq=seq, sampler_id=sampler)
+        )
+    assert CollectorStatus.objects.get(host=card.host).missing_batches == 1  # seq 4
