@@ -30,7 +30,10 @@ from inventory.telemetry.batch_schema import (
 )
 
 # JSON writes a NUL inside a string only as this escape; the plain path refuses it by name.
+# Most bodies have no backslash at all, which one memchr finds (the escape's own search
+# costs a quarter of the decoding).
 _NUL_ESCAPE = b"\\u0000"
+_BACKSLASH = b"\\"
 
 
 def _value_type(kind: type, low: float, high: float) -> Any:
@@ -126,7 +129,7 @@ _COLUMNAR_MARK = f'"{COLUMNAR_SCHEMA}"'.encode()
 def decode(body: bytes) -> Any:
     """The batch in `body`: a FieldsChecked where the typed decoder took it, else the JSON as
     orjson reads it, for check_batch to check whole; orjson.JSONDecodeError if not JSON."""
-    if _NUL_ESCAPE not in body:
+    if _BACKSLASH not in body or _NUL_ESCAPE not in body:
         # A batch that only mentions the columnar schema fails that decoder, and is checked whole.
         decoder = _COLUMNAR_DECODER if _COLUMNAR_MARK in body else _DECODER
         try:

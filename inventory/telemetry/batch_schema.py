@@ -490,7 +490,7 @@ def _wire_processes(columns: Any, typed: bool) -> ProcessColumns:
                                (allocator or {}, _ALLOCATOR, "processes.allocator")):  # fmt: skip
         for name, kind, low, high, required, field in spec:
             values = within.get(name)
-            if values is None:
+            if values is None or (typed and len(values) == count):
                 continue
             where = f"{path}.{name}"
             if not typed and not isinstance(values, list):
