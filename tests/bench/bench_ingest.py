@@ -10,7 +10,9 @@ Needs the database of DATABASE_URL migrated (make bench uses a separate bench da
    (its default): typed decoding with the field checks (msgspec), the checks across fields,
    batch-id claim, binary COPY into the
    partitioned sample tables, events, faults, collector status, dirty-minute marks.
-   Throughput counts only process-sample rows against the whole wall time. The writer and
+   Throughput counts only process-sample rows against the whole wall time; of it, the time
+   in the writer (inventory.timeseries.ingest.ingest_batches, given the decoded and verified
+   batches) is reported too. The whole path and
    the raw COPY floor (the same rows, already built, COPYed and nothing else) run in
    alternating rounds (--rounds), and the best round of each counts: on a shared machine
    one run of either can be a third slower than the next.
