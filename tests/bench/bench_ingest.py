@@ -8,14 +8,13 @@ Needs the database of DATABASE_URL migrated (make bench uses a separate bench da
 1. Real ingest path: agent batches (8 cards, 4 processes a card, like a full inference host)
    travel as JSON and are handed, as messages, to the ingest worker's flush in groups of 500
    (its default): typed decoding with the field checks (msgspec), the checks across fields,
-   batch-id claim, binary COPY into the
-   partitioned sample tables, events, faults, collector status, dirty-minute marks.
-   Throughput counts only process-sample rows against the whole wall time; of it, the time
-   in the writer (inventory.timeseries.ingest.ingest_batches, given the decoded and verified
-   batches) is reported too. The whole path and
-   the raw COPY floor (the same rows, already built, COPYed and nothing else) run in
-   alternating rounds (--rounds), and the best round of each counts: on a shared machine
-   one run of either can be a third slower than the next.
+   batch-id claim, binary COPY into the partitioned sample tables, events, faults, collector
+   status, dirty-minute marks. Throughput counts only process-sample rows against the whole
+   wall time; of it, the time in the writer (inventory.timeseries.ingest.ingest_batches,
+   given the decoded and verified batches) is reported too. The whole path and the raw COPY
+   floor (the same rows, already built, COPYed and nothing else) run in alternating rounds
+   (--rounds), and the best round of each counts: on a shared machine one run of either can
+   be a third slower than the next.
 2. The rollup refresh that follows (inventory.timeseries.rollups): the 1-minute and 1-hour
    rollups of every dirty minute recomputed from those rows; and ingest plus refresh together.
 3. Through each --broker (default: CELERY_BROKER_URL, where set; Redis or RabbitMQ), the
