@@ -828,7 +828,10 @@ def _locked_statuses(host_ids: list[int]) -> dict[int, _Status]:
             "WHERE host_id = ANY(%s::bigint[]) ORDER BY host_id FOR UPDATE",
             [host_ids],
         )
-        statuses = {row[0]: _Status(*row) for row in cursor.fetchall()}
+        statuses = {
+            row[0]: _Status(host_id=row[0], **dict(zip(_STATUS_FIELDS, row[1:], strict=True)))
+            for row in cursor.fetchall()
+        }
     for status in statuses.values():  # Django reads jsonb as text, for JSONField to decode
         status.sequences = orjson.loads(status.sequences)
     return statuses
