@@ -61,12 +61,8 @@ class ProcessColumns:
 
         uuids, indexes = column("card_uuid"), column("card_index")
         allocator = columns.get("allocator") or {}
-        if None in uuids or "" in uuids:
-            cards = [uuid_ or index for uuid_, index in zip(uuids, indexes, strict=True)]
-        else:  # every row names its card by UUID, as agents send them
-            cards = uuids
         return cls(
-            cards,
+            _cards(uuids, indexes),
             uuids,
             indexes,
             columns["pid"],
@@ -85,12 +81,8 @@ class ProcessColumns:
         uuids = [row.get("card_uuid") for row in rows]
         indexes = [row.get("card_index") for row in rows]
         allocators = [row.get("allocator") or _NO_ALLOCATOR for row in rows]
-        if None in uuids or "" in uuids:
-            cards = [uuid_ or index for uuid_, index in zip(uuids, indexes, strict=True)]
-        else:  # every row names its card by UUID, as agents send them
-            cards = uuids
         return cls(
-            cards,
+            _cards(uuids, indexes),
             uuids,
             indexes,
             [row.get("pid") for row in rows],
@@ -175,3 +167,10 @@ def _whole_columns(columns: dict, count: int) -> dict:
         key: values for key, values in columns.items()
         if key != "allocator" and isinstance(values, list) and len(values) == count
     }  # fmt: skip
+
+
+def _cards(uuids: list, indexes: list) -> list:
+    """How each row names its card, as the checks key it: the UUID, else the index."""
+    if None in uuids or "" in uuids:
+        return [uuid_ or index for uuid_, index in zip(uuids, indexes, strict=True)]
+    return uuids  # every row names its card by UUID, as agents send them

@@ -64,6 +64,12 @@ def _ts(epoch: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
 
 
+def _json(value) -> str:
+    """A statement's list of values as one JSON parameter: psycopg quotes an array's elements
+    one by one, in Python, which for a group's hundreds cost more than the statement."""
+    return orjson.dumps(value).decode()
+
+
 def acceptance_window(now: float | None = None) -> Window:
     """Batches older than the raw samples kept, or from the future, are refused."""
     return Window.around(
@@ -298,12 +304,6 @@ def _known_cards(payloads: list[dict]) -> dict[str, tuple[int, int]]:
             [_json(uuids)],
         )
         return {uuid_: (host_id, index) for uuid_, host_id, index in cursor.fetchall()}
-
-
-def _json(value) -> str:
-    """A statement's list of values as one JSON parameter: psycopg quotes an array's elements
-    one by one, in Python, which for a group's hundreds cost more than the statement."""
-    return orjson.dumps(value).decode()
 
 
 def _check_cards(payload: dict, host: Host, known: dict[str, tuple[int, int]]) -> None:
