@@ -6,8 +6,8 @@ import sys
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     if sys.argv[1:2] == ["runserver"]:
-        from console.env import load_env_file
         from console.secret_key import ensure_local_key
+        from inventory.env import load_env_file
 
         # Sessions signed by the development server must survive its restarts.
         load_env_file()

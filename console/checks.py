@@ -6,7 +6,8 @@ from django.core.checks import Error, register
 
 @register("celery")
 def visibility_timeout_outlasts_tasks(app_configs, **kwargs) -> list[Error]:
-    """Redis hands an unacked message out again after the visibility timeout (console.broker).
+    """Redis hands an unacked message out again after the visibility timeout
+    (inventory.wire.broker).
 
     Tasks are acknowledged when they end (acks_late), so one that runs longer than the timeout
     would be started a second time by another worker while the first still runs.

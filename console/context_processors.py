@@ -1,7 +1,7 @@
 from django.utils.functional import SimpleLazyObject
 from django.utils.translation import gettext_lazy as _
 
-from console.roles import roles_of
+from console.core.roles import roles_of
 
 NAVIGATION = (
     ("fleet", _("Fleet"), "/"),

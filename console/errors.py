@@ -2,7 +2,7 @@ from django.http import JsonResponse
 from django.shortcuts import render
 from django.views.defaults import page_not_found as django_page_not_found
 
-from console.roles import DESCRIPTIONS
+from console.core.roles import DESCRIPTIONS
 
 
 def permission_denied(request, exception=None):

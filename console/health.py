@@ -21,7 +21,9 @@ from kombu import Connection
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
-from console.access import permission_name
+from console.core.access import permission_name
+from inventory.models import DeadLetter, Host
+from inventory.reports.collector import collector_health
 
 # A console that has just started has not had the time to catch up on ingest.
 PROCESS_STARTED = time.monotonic()
@@ -62,7 +64,6 @@ def _check_ingest_lag() -> str | None:
     quiet means ingest is stuck or every agent is gone. A fleet that has never sent a batch
     has nothing to lag behind; a console just started gets the same time to catch up.
     """
-    from inventory.models import Host
 
     limit = settings.READYZ_MAX_INGEST_LAG_S
     if time.monotonic() - PROCESS_STARTED < limit:
@@ -81,7 +82,6 @@ def _check_ingest_lag() -> str | None:
 
 
 def _check_dead_letters() -> str | None:
-    from inventory.models import DeadLetter
 
     window = settings.READYZ_DEAD_LETTER_WINDOW_S
     fresh = DeadLetter.objects.filter(
@@ -98,8 +98,6 @@ def _check_dead_letters() -> str | None:
 
 def _collectors(user) -> dict:
     """Each collected host's collector health: detail for operators, not a readiness gate."""
-    from inventory.models import Host
-    from inventory.reports.collector import collector_health
 
     now = timezone.now()
     hosts = (
@@ -133,7 +131,6 @@ def _may_see_details(request, database_up: bool) -> bool:
     # Who asks is known from the database: with it down, everyone gets the short answer.
     if not database_up:
         return False
-    from inventory.models import Host
 
     user = request.user  # session or API token; a wrong token answers 401 here
     return user.is_authenticated and user.has_perm(permission_name(Host, "view"))

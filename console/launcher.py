@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from console.catalogue import compile_catalogues
-from console.env import load_env_file
 from console.supervisor import Supervisor
+from inventory.env import load_env_file
 from inventory.telemetry.simulator import operations_scenario
 
 BASE_DIR = Path(__file__).resolve().parent.parent

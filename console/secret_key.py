@@ -8,15 +8,13 @@ finds no key at all (a plain import, pytest, `manage.py place`) signs with a ran
 own: nothing it signs can be forged or outlive it.
 """
 
-import contextlib
-import os
 import secrets
-import tempfile
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console.env import env_str
+from console.core.private_files import write_private_file
+from inventory.env import env_str
 
 LOCAL_KEY_FILE = Path(__file__).resolve().parent.parent / "var" / "secret_key"
 
@@ -40,27 +38,6 @@ def ensure_local_key(local_key_file: Path = LOCAL_KEY_FILE) -> None:
     if env_str("SECRET_KEY") or env_str("SECRET_KEY_FILE") or local_key_file.exists():
         return
     write_private_file(local_key_file, secrets.token_urlsafe(50))
-
-
-def write_private_file(path: Path, text: str, *, replace: bool = False) -> None:
-    """Write a file only its owner may read, appearing whole (never half written).
-
-    Without `replace`, a file already there stays: of two processes racing, both keep the
-    first one's text.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w") as file:  # mkstemp creates it 0600
-            file.write(text)
-        if replace:
-            os.replace(temporary, path)
-            return
-        with contextlib.suppress(FileExistsError):
-            os.link(temporary, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
 
 
 def _read_key(path: Path) -> str:

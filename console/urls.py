@@ -4,12 +4,12 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import include, path
 from django.views.i18n import JavaScriptCatalog, set_language
 
-from alerts import urls as alert_urls
 from console import health
+from console.alerts import urls as alert_urls
 from console.audit import api as audit_api
 from console.audit import views as audit
+from console.core.preferences import views as preferences
 from console.operations import urls as operation_urls
-from console.preferences import views as preferences
 from console.proposals import api as proposal_api
 from console.proposals import urls as proposal_urls
 from inventory.api import metrics
@@ -52,7 +52,7 @@ urlpatterns = [
     path("api/proposals/", include(proposal_urls.api_urlpatterns)),
     path("api/audit/", audit_api.AuditList.as_view(), name="api-audit"),
     path("api/runbooks/", include(runbook_urls.api_urlpatterns)),
-    path("alerts/", include("alerts.urls")),
+    path("alerts/", include("console.alerts.urls")),
     path("api/alerts/", include(alert_urls.api_urlpatterns)),
     path("api/placement/", proposal_api.Placement.as_view(), name="api-placement"),
     path("api/", include("inventory.api.urls")),

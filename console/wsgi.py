@@ -2,9 +2,9 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-from console.env import load_env_file
 from console.heap import settle
 from console.secret_key import ensure_local_key
+from inventory.env import load_env_file
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 # Every web worker must sign sessions with the same key, and one that outlives it.

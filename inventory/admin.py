@@ -2,8 +2,8 @@ from django import forms
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
-from console.admin import AuditedModelAdmin
-from console.audit import Action
+from console.core.admin import AuditedModelAdmin
+from console.core.auditing import Action
 from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel
 
 

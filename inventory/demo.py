@@ -11,10 +11,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.dispatch import Signal
 
-from console.audit import Action, snapshot
-from console.audit.changes import open_change, record
+from console.core.auditing import Action, snapshot
+from console.core.auditing.changes import open_change, record
+from console.core.roles import APPROVER, MANAGER, ONCALL
 from console.placement.mig_profiles import CATALOGUE as MIG_CATALOGUE
-from console.roles import APPROVER, MANAGER, ONCALL
 from inventory.analytics.kv import POLICY_BUFFER_MAX, POLICY_BUFFER_MIN
 from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel
 from inventory.services import do_set_model_priority

@@ -20,17 +20,17 @@ import datetime as dt
 import logging
 from dataclasses import replace
 
-from django.core.cache import cache
 from django.dispatch import Signal
 
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.sources import FleetSimulator
 from inventory.collection import collection_plan
 from inventory.demo import SWITCHED_HOST
+from inventory.ingest.writer import BatchRejected, ingest_batches
 from inventory.models import Deployment, Host, IngestedBatch
+from inventory.reports.backfill import BackfillProgress
 from inventory.telemetry.simulator.scenarios import before_host, demo_fleet_specs
 from inventory.timeseries import rollups
-from inventory.timeseries.ingest import BatchRejected, ingest_batches
 
 log = logging.getLogger(__name__)
 
@@ -108,39 +108,6 @@ def _switched_history(host, after, start, now, seed, days, report) -> int:
     if not answers:
         raise RuntimeError("nothing switches the demo's 8-card host (console.proposals.demo)")
     return written + _simulate(host, after, switch, now, seed, progress=report)
-
-
-class BackfillProgress:
-    """How far the backfill is, per host, in the shared cache: the fleet board shows it."""
-
-    CACHE_KEY = "demo-history-progress"
-    KEPT_S = 24 * 3600
-
-    def __init__(self, days: float, hosts: list[str]):
-        self.state = {"days": days, "hosts": dict.fromkeys(hosts, 0.0), "finished": not hosts}
-        self._save()
-
-    def of(self, host: str, start: float, end: float):
-        def report(now: float) -> None:
-            self.state["hosts"][host] = round(min(1.0, (now - start) / (end - start)), 3)
-            self._save()
-
-        return report
-
-    def done(self, host: str) -> None:
-        self.state["hosts"][host] = 1.0
-        self._save()
-
-    def finish(self) -> None:
-        self.state["finished"] = True
-        self._save()
-
-    def _save(self) -> None:
-        cache.set(self.CACHE_KEY, self.state, self.KEPT_S)
-
-    @classmethod
-    def current(cls) -> dict | None:
-        return cache.get(cls.CACHE_KEY)
 
 
 def _at(epoch: float) -> dt.datetime:

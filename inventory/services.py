@@ -4,12 +4,12 @@ from contextlib import contextmanager
 
 from django.utils import timezone
 
-from console.audit import Action, snapshot
-from console.audit.changes import atomic_change, open_change, record
+from console.core.auditing import Action, snapshot
+from console.core.auditing.changes import atomic_change, open_change, record
+from inventory.ingest import dead_letters
 from inventory.models import DeadLetter, Deployment, Event, Host, ServedModel
 from inventory.models.fleet import new_agent_secret
-from inventory.telemetry.batch_schema import BatchRejected
-from inventory.timeseries import dead_letters
+from inventory.wire.schema import BatchRejected
 
 
 class AlreadyAcknowledged(Exception):

@@ -7,13 +7,14 @@ They take primary keys or self-contained payloads, are idempotent, and are safe 
 
 import logging
 
-from celery import shared_task
+from celery import current_app, shared_task
 from django.db import DatabaseError
 from django.utils import timezone
 
 from inventory.collection import agent_queue, collection_plan
+from inventory.demo_history import backfill
 from inventory.models import Host
-from inventory.timeseries import partitions
+from inventory.timeseries import partitions, rollups
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +29,9 @@ def send_collection_plan(host_id: int) -> None:
         return
     if host.collector == Host.Collector.NONE or host.status == Host.Status.RETIRED:
         return
-    from console.celery import app
-
     plan = collection_plan(host)
     # A plan older than two periods is stale: drop it rather than apply it late.
-    app.send_task(
+    current_app.send_task(
         "agent.apply_plan",
         args=[plan],
         queue=agent_queue(host),
@@ -43,7 +42,6 @@ def send_collection_plan(host_id: int) -> None:
 @shared_task(name="inventory.refresh_rollups", time_limit=240, soft_time_limit=230)
 def refresh_rollups() -> int:
     """Fold the minutes ingest marked dirty into the rollups (idempotent; safe in parallel)."""
-    from inventory.timeseries import rollups
 
     return rollups.refresh()
 
@@ -56,7 +54,6 @@ def refresh_rollups() -> int:
     max_retries=3,
 )
 def maintain_partitions() -> list[str]:
-    from inventory.timeseries import rollups
 
     now = timezone.now()
     partitions.ensure_partitions(now, now + timezone.timedelta(days=2))
@@ -70,6 +67,5 @@ def maintain_partitions() -> list[str]:
 @shared_task(name="inventory.backfill_demo_history", time_limit=1800, soft_time_limit=1790)
 def backfill_demo_history(days: float) -> dict:
     """Simulated history for the demo fleet's hosts that have none (idempotent)."""
-    from inventory.demo_history import backfill
 
     return backfill(days=days, now=timezone.now().timestamp())

@@ -3,7 +3,7 @@
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 
-from console.api_access import VisibleList
+from console.core.api_access import VisibleList
 from runbooks.filters import NoteFilter
 from runbooks.models import RunbookNote
 

@@ -1,7 +1,6 @@
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import Host, ServedModel
 from runbooks.models import RunbookNote
 
 
@@ -51,8 +50,8 @@ class NoteForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["host"].queryset = Host.objects.order_by("name")
-        self.fields["served_model"].queryset = ServedModel.objects.order_by("name")
+        self.fields["host"].queryset = self.fields["host"].queryset.order_by("name")
+        self.fields["served_model"].queryset = self.fields["served_model"].queryset.order_by("name")
         self.fields["served_model"].label = _("Model")
         if self.instance.pk:
             self.fields["version"].initial = self.instance.version

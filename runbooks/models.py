@@ -6,7 +6,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from console.access import VisibleQuerySet
+from console.core.access import VisibleQuerySet
 
 # Isolation modes as deployments name them, and the tag a global note carries for each.
 ISOLATION_TAGS = {

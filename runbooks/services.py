@@ -7,8 +7,8 @@ import dataclasses
 
 from django.utils.text import slugify
 
-from console.audit import Action, changed_fields, snapshot
-from console.audit.changes import atomic_change, record
+from console.core.auditing import Action, changed_fields, snapshot
+from console.core.auditing.changes import atomic_change, record
 from runbooks.library import LibraryNote, load_library
 from runbooks.models import RunbookNote, RunbookRevision
 

@@ -3,8 +3,8 @@ from django.contrib.auth.decorators import permission_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 
-from console.access import get_changeable_or_403, get_visible_or_404, require_permission
-from console.pagination import page_of
+from console.core.access import get_changeable_or_403, get_visible_or_404, require_permission
+from console.core.pagination import page_of
 from runbooks.diff import diff_lines
 from runbooks.filters import NoteFilter
 from runbooks.forms import NoteForm

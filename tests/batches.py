@@ -105,8 +105,8 @@ def write_history(host, tenants, *, start, minutes, demand, running=None, p99=No
     requests at p99(minute, tenant_index) seconds. NVML sees each process `context` bytes
     beyond its allocator pool (CUDA context, libraries); `pool` adds the engine's KV pool
     fields (kv_pool_tokens, kv_pool_bytes, memory_fraction) to its rows."""
+    from inventory.ingest.writer import ingest_batches
     from inventory.timeseries import rollups
-    from inventory.timeseries.ingest import ingest_batches
 
     sampler = str(uuid.uuid4())
     batches = []

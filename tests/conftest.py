@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from console.roles import APPROVER, MANAGER, ONCALL
+from console.core.roles import APPROVER, MANAGER, ONCALL
 from tests.factories import UserFactory
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

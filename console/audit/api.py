@@ -3,9 +3,9 @@
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 
-from console.api_access import VisibleList
 from console.audit.filters import AuditFilter
-from console.audit.models import AuditEntry
+from console.core.api_access import VisibleList
+from console.core.auditing.models import AuditEntry
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):

@@ -3,7 +3,7 @@
 import django_filters
 from django.utils.translation import gettext_lazy as _
 
-from console.audit.models import AuditEntry
+from console.core.auditing.models import AuditEntry
 from inventory.models import Host
 
 

@@ -2,9 +2,9 @@ from django.contrib.auth.decorators import permission_required
 from django.shortcuts import render
 
 from console.audit.filters import AuditFilter
-from console.audit.models import AuditEntry
-from console.csv_export import csv_response
-from console.pagination import page_of
+from console.core.auditing.models import AuditEntry
+from console.core.csv_export import csv_response
+from console.core.pagination import page_of
 
 
 @permission_required("console.view_auditentry", raise_exception=True)

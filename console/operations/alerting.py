@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from django.dispatch import receiver
 
-from alerts.models import AlertRule
-from alerts.signals import alert_fired
+from console.alerts.models import AlertRule
+from console.alerts.signals import alert_fired
+from console.operations.tasks import on_card_over_limit
 from console.operations.watch import EVENT_HORIZON
 from inventory.models import Event
 
@@ -41,7 +42,6 @@ def degrade_on_alert(sender, alert, **kwargs) -> None:
     trigger = degradation_trigger(alert)
     if trigger is None:
         return
-    from console.operations.tasks import on_card_over_limit
 
     card_pk, event_pk = trigger
     on_card_over_limit.delay(card_pk, event_pk)

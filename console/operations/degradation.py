@@ -16,11 +16,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from console.audit import Action, snapshot
-from console.audit.changes import open_change, record
+from console.core.auditing import Action, snapshot
+from console.core.auditing.changes import open_change, record
 from console.operations import services
 from console.operations.decisions import degradation as decisions
 from console.operations.models import DegradationRun, HostAction, StandingPolicy
+from console.proposals.models import Proposal
+from console.proposals.services import ProposalError, do_create_proposal
 from inventory.models import CardRefusal, Deployment, Event, Gpu
 from inventory.timeseries import queries
 
@@ -163,8 +165,6 @@ def _start(gpu, event, plan: decisions.Plan, standing) -> DegradationRun:
 
 def _proposal_for(gpu: Gpu, plan: decisions.Plan):
     """The first inventory change of the plan as a draft proposal, for on-call to submit."""
-    from console.proposals.models import Proposal
-    from console.proposals.services import ProposalError, do_create_proposal
 
     step = next((s for s in plan.steps if s.kind != decisions.REFUSE), None)
     if step is None:

@@ -9,8 +9,8 @@ import datetime as dt
 
 from django.contrib.auth import get_user_model
 
-from console.audit import Action, snapshot
-from console.audit.changes import open_change, record
+from console.core.auditing import Action, snapshot
+from console.core.auditing.changes import open_change, record
 from console.operations import off_peak, services
 from console.operations.models import DefragPlan, DefragReload, StandingPolicy
 from inventory.demo import ensure_operations_host

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import logging
 
+from celery import current_app
 from django.conf import settings
 
 from inventory.collection import agent_queue
 from inventory.models import Host
 from inventory.telemetry import host_actions as ha
-from inventory.telemetry import signing
+from inventory.wire import signing
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +34,8 @@ def request_body(action) -> str:
 
 def publish(action) -> None:
     """Send the request to the host's agent (after the commit that decided it)."""
-    from console.celery import app
-
     body = request_body(action)
-    app.send_task(
+    current_app.send_task(
         "agent.run_action",
         args=[body, signing.sign(action.host.agent_secret, body.encode())],
         queue=agent_queue(action.host),

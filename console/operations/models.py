@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from console.access import VisibleQuerySet
+from console.core.access import VisibleQuerySet
 from inventory.telemetry import host_actions as ha
 
 

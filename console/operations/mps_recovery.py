@@ -7,8 +7,8 @@ import datetime as dt
 
 from django.conf import settings
 
-from console.audit import Action, snapshot
-from console.audit.changes import open_change, record
+from console.core.auditing import Action, snapshot
+from console.core.auditing.changes import open_change, record
 from console.operations import services
 from console.operations.decisions import mps as decisions
 from console.operations.models import HostAction, MpsRecovery, StandingPolicy

@@ -8,9 +8,9 @@ import datetime as dt
 from django.conf import settings
 from django.db.models import Q
 
-from console.access import require_permission
-from console.audit import Action, snapshot
-from console.audit.changes import atomic_change, open_change, record
+from console.core.access import require_permission
+from console.core.auditing import Action, snapshot
+from console.core.auditing.changes import atomic_change, open_change, record
 from console.operations import services
 from console.operations.decisions import defrag as decisions
 from console.operations.models import DefragPlan, DefragReload, HostAction, HostHistorySummary

@@ -10,9 +10,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from console.access import require_permission
-from console.audit import Action, snapshot
-from console.audit.changes import atomic_change, record
+from console.core.access import require_permission
+from console.core.auditing import Action, snapshot
+from console.core.auditing.changes import atomic_change, record
 from console.operations import messages
 from console.operations.models import HostAction, StandingPolicy
 from inventory.models import CardRefusal, Deployment, Gpu, Host

@@ -15,8 +15,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
-from console.access import get_changeable_or_403, get_visible_or_404, require_permission
-from console.chart_tables import chart_table
+from console.core.access import get_changeable_or_403, get_visible_or_404, require_permission
+from console.core.chart_tables import chart_table
 from console.operations import off_peak, services
 from console.operations.models import (
     DefragPlan,

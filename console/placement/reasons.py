@@ -1,7 +1,7 @@
 """Why a model was left out, in numbers, read off the final state of the cards.
 
-The reason is a code with its figures (console.reasons), so the API's English sentence and
-a page in Chinese say the same thing; the messages of every code are below.
+The reason is a code with its figures (inventory.analytics.reasons), so the API's English
+sentence and a page in Chinese say the same thing; the messages of every code are below.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from console.placement.mig import free_slots, smallest_fitting_profile
 from console.placement.plan import Plan
 from console.placement.problem import Card, ModelRequest
-from console.reasons import Reason, gettext_noop, ngettext_lazy, register
+from inventory.analytics.reasons import Reason, gettext_noop, ngettext_lazy, register
 
 # Reasons name a few cards, not the whole fleet.
 _CARDS_NAMED = 4

@@ -11,7 +11,7 @@ from console.placement.plan import Plan
 from console.placement.problem import Card
 from console.placement.reasons import unplaced_reason
 from console.placement.stranded import stranded_mib
-from console.reasons import render
+from inventory.analytics.reasons import render
 
 
 def build_report(outcome: Outcome, solve_ms: int) -> dict[str, Any]:

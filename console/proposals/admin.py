@@ -1,7 +1,7 @@
 from django.contrib import admin
 
-from console.admin import AuditedModelAdmin
-from console.audit import Action
+from console.core.admin import AuditedModelAdmin
+from console.core.auditing import Action
 from console.proposals.models import Decision, GateResult, LoadTest, Notification, Proposal
 
 

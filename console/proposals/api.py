@@ -17,14 +17,14 @@ from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.access import get_visible_or_404, permission_name
-from console.api_access import CanView
-from console.parsers import MAX_JSON_NUMBER, BoundedJSONParser
+from console.core.access import get_visible_or_404, permission_name
+from console.core.api_access import CanView
+from console.core.parsers import MAX_JSON_NUMBER, BoundedJSONParser
+from console.core.reason_text import render_here
 from console.placement import PlacementInputError, solve
 from console.proposals import services
 from console.proposals.filters import ProposalFilter
 from console.proposals.models import Proposal
-from console.reason_text import render_here
 from inventory.models import Deployment, Host, MigSlice, ServedModel
 
 

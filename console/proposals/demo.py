@@ -22,10 +22,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from console.audit.changes import open_change
+from console.core.auditing.changes import open_change
 from console.proposals import services
+from console.proposals.gates.loadtest_report import combine
 from console.proposals.guided import kv_recommendation
-from console.proposals.loadtests import combine
 from console.proposals.models import Decision, GateResult, LoadTest, Notification, Proposal
 from console.proposals.tasks import run_gates
 from console.proposals.transitions import State

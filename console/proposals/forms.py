@@ -6,8 +6,8 @@ from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from console.proposals.gates.loadtest_report import LoadTestFormatError, combine
 from console.proposals.guided import kv_recommendation
-from console.proposals.loadtests import LoadTestFormatError, combine
 from console.proposals.models import Decision, Proposal
 from console.proposals.services import EDITABLE
 from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel

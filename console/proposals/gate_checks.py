@@ -10,14 +10,13 @@ import datetime as dt
 import logging
 import math
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 
 from django.conf import settings
 from django.utils import timezone
 
 from console.placement import PlacementInputError, solve
-from console.proposals import loadtest_inputs
-from console.proposals.gates import Gate, GateOutcome, GateStatus
+from console.proposals.budgets import card_budgets, tenants_by_card
+from console.proposals.gates import Checked, Gate, GateOutcome, GateStatus
 from console.proposals.gates.engine_settings import (
     CardEngines,
     EngineSettingsRequest,
@@ -36,6 +35,7 @@ from console.proposals.gates.loadtest import (
     Telemetry,
     evaluate_load_test,
 )
+from console.proposals.gates.loadtest_report import LoadTestRun
 from console.proposals.gates.memory import (
     CardBudget,
     MemoryRequest,
@@ -44,20 +44,18 @@ from console.proposals.gates.memory import (
     evaluate_memory,
 )
 from console.proposals.gates.memory import refused as refused_outcome
-from console.proposals.loadtest_plan import LoadTestPlan
-from console.proposals.loadtest_results import card_peaks
-from console.proposals.loadtests import LoadTestRun
+from console.proposals.loadtest import inputs as loadtest_inputs
+from console.proposals.loadtest.plan import LoadTestPlan
+from console.proposals.loadtest.results import card_peaks
 from console.proposals.models import LoadTest, Proposal
-from console.reasons import Reason
 from inventory.analytics.context import cuda_context_estimate
 from inventory.analytics.kv import kv_reservation_per_card
+from inventory.analytics.reasons import Reason
 from inventory.analytics.stats import percentile
 from inventory.models import Deployment, Gpu, MigSlice
 from inventory.models.refusal import refused_gpu_ids
 from inventory.placement_state import WORKSPACE_ALLOWANCE, estimated_bytes_per_card
 from inventory.reports import analysis
-from inventory.reports.capacity import WINDOW as CAPACITY_WINDOW
-from inventory.reports.capacity import card_capacity
 from inventory.reports.oom import oom_counts
 from inventory.timeseries import queries
 
@@ -71,12 +69,6 @@ _SOLVER_ISOLATION = {
     Deployment.Isolation.MPS: "mps",
     Deployment.Isolation.TIME_SLICING: "any",
 }
-
-
-@dataclass(frozen=True)
-class Checked:
-    outcomes: list[GateOutcome]
-    solver_gpus: list[Gpu]  # the cards the solver chose; empty when it did not choose
 
 
 def _card_type(proposal: Proposal) -> str:
@@ -98,79 +90,6 @@ def share_of(proposal: Proposal, cards: int) -> Share:
         cards,
         cuda_context_estimate(_card_type(proposal)),
     )
-
-
-def _tenants_by_card(host, leaving: Collection[int]) -> dict[int, list[Deployment]]:
-    on_card: dict[int, list[Deployment]] = {}
-    active = (
-        host.deployments.exclude(status=Deployment.Status.STOPPED)
-        .exclude(pk__in=leaving)
-        .filter(mig_slice__isnull=True)
-        .select_related("served_model")
-        .prefetch_related("gpus")
-    )
-    for deployment in active:
-        for gpu in deployment.gpus.all():
-            on_card.setdefault(gpu.pk, []).append(deployment)
-    return on_card
-
-
-def card_budgets(
-    host, leaving: Collection[int], now: dt.datetime | None = None
-) -> dict[Gpu, CardBudget]:
-    """Every card of the host that takes non-MIG work, with what is on it after the change
-    (its telemetry as of `now`)."""
-    on_card = _tenants_by_card(host, leaving)
-    budgets = {}
-    for gpu in host.gpus.exclude(mig_mode=Gpu.MigMode.ENABLED).order_by("index"):
-        capacity = card_capacity(gpu, now=now)
-        # A card no tenant stays on starts clean: the allocators whose fragmentation was
-        # measured there have stopped, or stop with the change.
-        cleared = not on_card.get(gpu.pk)
-        tenants = []
-        context = cuda_context_estimate(gpu.product_name)
-        for deployment in on_card.get(gpu.pk, []):
-            measured = capacity.demand_p95.get(deployment.pk)
-            tenants.append(
-                Tenant(
-                    deployment.served_model.name,
-                    measured,
-                    Reason("gate.memory.basis.measured", {"count": CAPACITY_WINDOW.days}),
-                    capacity.context_p95.get(deployment.pk, 0),
-                    context.source
-                    if deployment.pk in capacity.context_estimated
-                    else "nvml_used_minus_allocator",
-                    measured=True,
-                )
-                if measured is not None
-                else Tenant(
-                    deployment.served_model.name,
-                    estimated_bytes_per_card(
-                        deployment, len(deployment.gpus.all()), gpu.product_name
-                    ),
-                    Reason("gate.memory.basis.estimate"),
-                    context.bytes,
-                    context.source,
-                )
-            )
-        budgets[gpu] = CardBudget(
-            card=str(gpu),
-            total_bytes=gpu.memory_total_bytes,
-            driver_reserved_bytes=capacity.driver_reserved_bytes,
-            tenants=tuple(tenants),
-            fragmentation_peak_bytes=0 if cleared else capacity.allocator_held_peak_bytes,
-            fragmentation_index_peak=None if cleared else capacity.fragmentation_index_peak,
-            fragmentation_status="green" if cleared else capacity.fragmentation_status,
-            measured=capacity.samples > 0,
-            measured_joint_peak_bytes=capacity.joint_peak_of(
-                {d.pk for d in on_card.get(gpu.pk, []) if d.pk in capacity.demand_p95}
-            ),
-            fragmentation_index_sustained=(
-                None if cleared else capacity.fragmentation_index_sustained
-            ),
-            fragmentation_scale=capacity.fragmentation_scale,
-        )
-    return budgets
 
 
 def _gpu_instance_tenants(mig_slice: MigSlice, leaving: Collection[int]):
@@ -382,7 +301,7 @@ def _target_tenants(proposal: Proposal, targets: list[Gpu]) -> list[Deployment]:
             .select_related("served_model")
             .prefetch_related("gpus")
         )
-    on_card = _tenants_by_card(proposal.host, leaving)
+    on_card = tenants_by_card(proposal.host, leaving)
     seen: dict[int, Deployment] = {}
     for gpu in targets:
         for deployment in on_card.get(gpu.pk, []):
@@ -606,7 +525,7 @@ def check_engine_settings(proposal: Proposal, targets: list[Gpu], now: dt.dateti
                    list(_gpu_instance_tenants(piece, leaving)))]  # fmt: skip
         cards = 1
     else:
-        on_card = _tenants_by_card(proposal.host, leaving)
+        on_card = tenants_by_card(proposal.host, leaving)
         places = [
             (str(gpu), gpu.memory_total_bytes, gpu.product_name, on_card.get(gpu.pk, []))
             for gpu in targets

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
-from console.access import VisibleQuerySet
+from console.core.access import VisibleQuerySet
 from console.proposals.gates import Gate, GateStatus
 from console.proposals.transitions import State
 from inventory.models import Deployment, Gpu
@@ -307,8 +307,9 @@ class GateResult(models.Model):
     gate = models.CharField(max_length=16, choices=[(g.value, g.title) for g in Gate])
     status = models.CharField(max_length=8, choices=[(s.value, s.value) for s in GateStatus])
     # The summary in English, for the audit trail and approvals' evidence; summary_reason holds
-    # it as a code and figures (console.reasons) when the gate gives one, and reasons holds
-    # each failed check as such a code or, from a gate not yet moved onto codes, as text.
+    # it as a code and figures (inventory.analytics.reasons) when the gate gives one, and
+    # reasons holds each failed check as such a code or, from a gate not yet moved onto codes,
+    # as text.
     summary = models.TextField()
     summary_reason = models.JSONField(default=dict, blank=True)
     reasons = models.JSONField(default=list)

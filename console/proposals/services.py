@@ -10,15 +10,14 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from console.audit import Action, changed_fields, snapshot
-from console.audit.changes import atomic_change, current_change, record
+from console.core.auditing import Action, changed_fields, snapshot
+from console.core.auditing.changes import atomic_change, current_change, record
 from console.proposals import notifications, queue
-from console.proposals.gate_checks import Checked
-from console.proposals.gates import Gate
-from console.proposals.loadtests import LoadTestRun
+from console.proposals.gates import Checked, Gate
+from console.proposals.gates.loadtest_report import LoadTestRun
 from console.proposals.models import Decision, GateResult, LoadTest, Proposal
 from console.proposals.transitions import Event, State, next_state
-from console.reasons import as_stored, render
+from inventory.analytics.reasons import as_stored, render
 from inventory.models import Deployment, Host
 from inventory.placement_state import current_placement
 
@@ -153,7 +152,7 @@ def _void_approvals(proposal: Proposal, reason: str) -> int:
     ).update(voided_at=timezone.now(), voided_reason=reason[:200])
 
 
-def _revise(proposal: Proposal, *, acting_user, action: Action, before, comment: str = "") -> None:
+def revise(proposal: Proposal, *, acting_user, action: Action, before, comment: str = "") -> None:
     """A new revision: earlier checks and approvals stop counting; checks run again."""
     proposal.state = next_state(proposal.state, Event.EDIT)
     proposal.revision += 1
@@ -201,7 +200,7 @@ def do_edit_proposal(
     current.replaces.set(replaced)
     if not changed_fields(before, snapshot(current)):
         return current
-    _revise(current, acting_user=acting_user, action=Action.PROPOSAL_EDIT, before=before)
+    revise(current, acting_user=acting_user, action=Action.PROPOSAL_EDIT, before=before)
     return current
 
 
@@ -234,7 +233,7 @@ def do_attach_load_test(
         files=files,
         run=run.to_json(),
     )
-    _revise(
+    revise(
         current,
         acting_user=acting_user,
         action=Action.PROPOSAL_LOAD_TEST,

@@ -12,8 +12,10 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from console.audit.changes import open_change
-from console.proposals import loadtest_services, notifications, progress, queue
+from console.core.auditing.changes import open_change
+from console.proposals import notifications, progress, queue
+from console.proposals.gate_checks import check
+from console.proposals.loadtest import services as loadtest_services
 from console.proposals.models import LoadTest, Notification, Proposal
 from console.proposals.services import do_record_gate_results, do_start_checks
 from console.proposals.transitions import State
@@ -28,7 +30,6 @@ RETRY_MAX_S = 1800
 @shared_task(name=queue.RUN_GATES, time_limit=120, soft_time_limit=110, ignore_result=True)
 def run_gates(proposal_id: int, revision: int, at: str | None = None) -> str:
     """`at` (ISO 8601): the demo's history replays a submission then; checked as of then."""
-    from console.proposals.gate_checks import check
 
     moment = dt.datetime.fromisoformat(at) if at else None
     with open_change(at=moment):
@@ -116,4 +117,4 @@ def resume_stalled() -> dict:
     }
 
 
-from console.proposals import loadtest_tasks  # noqa: E402, F401  (registers its task)
+from console.proposals.loadtest import tasks as loadtest_tasks  # noqa: E402, F401  (registers its task)

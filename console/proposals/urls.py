@@ -1,6 +1,7 @@
 from django.urls import path
 
-from console.proposals import api, loadtest_views, views
+from console.proposals import api, views
+from console.proposals.loadtest import views as loadtest_views
 
 urlpatterns = [
     path("", views.proposal_list, name="proposal-list"),

@@ -10,10 +10,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from console.access import get_changeable_or_403, get_visible_or_404, require_permission
-from console.csv_export import csv_response
-from console.models import AuditEntry
-from console.pagination import page_of
+from console.core.access import get_changeable_or_403, get_visible_or_404, require_permission
+from console.core.csv_export import csv_response
+from console.core.models import AuditEntry
+from console.core.pagination import page_of
 from console.proposals import guided, placement, progress, services, whatif
 from console.proposals.filters import ProposalFilter
 from console.proposals.forms import CommentForm, DecisionForm, LoadTestForm, ProposalForm

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from inventory.telemetry import host_actions as ha
-from inventory.telemetry import signing
+from inventory.wire import signing
 
 log = logging.getLogger(__name__)
 

@@ -16,18 +16,18 @@ from pathlib import Path
 from celery import Celery
 from celery.signals import worker_init, worker_shutdown
 
-from console.broker import broker_transport_options, broker_url
-from console.env import env_bool, env_float, env_int, env_str
 from inventory.agent.actions import ActionRunner, DoneRequests, read_actions
 from inventory.agent.runtime import Agent, wall_clock
 from inventory.agent.secrets import read_secrets
 from inventory.agent.transport import batch_publisher, outcome_reporter
+from inventory.env import env_bool, env_float, env_int, env_str
+from inventory.wire.broker import broker_transport_options, broker_url
 
 log = logging.getLogger(__name__)
 
 app = Celery("agent")
 # The broker's transport options (Redis visibility timeout, RabbitMQ publisher confirms, which
-# also cover the batches this agent publishes) come from console.broker, as for the console.
+# also cover the batches this agent publishes) come from inventory.wire.broker, as for the console.
 # Plans are acknowledged on receipt, not late: one lost with a killed agent is replaced by the
 # next within a plan interval, and a redelivered one would have expired (inventory.tasks).
 app.conf.update(

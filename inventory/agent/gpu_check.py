@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from inventory.telemetry import signing
+from inventory.wire import signing
 
 MIB = 1024 * 1024
 PEAK_WINDOW_S = (1.0, 3.0)  # seconds into the agent run; the first flush comes after it

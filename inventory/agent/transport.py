@@ -2,20 +2,19 @@
 
 Not Celery tasks: the ingest workers take them off the queue in groups and write each group in
 one transaction, which one-task-per-message cannot do. Each body is the batch's JSON, its
-process rows as columns (inventory.telemetry.process_columns), signed with its host's secret
-in a header (inventory.telemetry.signing), and travels zlib-compressed
-(inventory.telemetry.compression): the signature covers the JSON, not the compressed bytes.
+process rows as columns (inventory.wire.columns), signed with its host's secret
+in a header (inventory.wire.signing), and travels zlib-compressed
+(inventory.wire.compression): the signature covers the JSON, not the compressed bytes.
 """
 
 from collections.abc import Callable
 
-from kombu import Connection, Exchange, Queue
+from kombu import Connection
 
-from inventory.telemetry import signing
-from inventory.telemetry.batch_schema import on_the_wire
-from inventory.telemetry.compression import BATCH_COMPRESSION
-
-INGEST_QUEUE = Queue("ingest", Exchange("ingest", type="direct"), routing_key="ingest")
+from inventory.wire import signing
+from inventory.wire.compression import BATCH_COMPRESSION
+from inventory.wire.queue import INGEST_QUEUE
+from inventory.wire.schema import on_the_wire
 
 
 def batch_publisher(connect: Callable[[], Connection], secret_for: Callable[[str], str | None]):
@@ -24,9 +23,9 @@ def batch_publisher(connect: Callable[[], Connection], secret_for: Callable[[str
     `secret_for(host)` is the host's secret, or None where the agent has none (the batch then
     goes unsigned, and ingest keeps it as a dead letter that says so). It returns only once
     the broker has the batch, so the outbox may drop it: on RabbitMQ the connection confirms
-    each publish (`confirm_publish`, console.broker) and raises on a nack; on Redis the push is
-    itself answered. A connection per flush (every few seconds) costs little and never leaves
-    a dead one behind after an outage.
+    each publish (`confirm_publish`, inventory.wire.broker) and raises on a nack; on Redis the
+    push is itself answered. A connection per flush (every few seconds) costs little and never
+    leaves a dead one behind after an outage.
     """
 
     def publish(batch: dict) -> None:

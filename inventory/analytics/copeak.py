@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console.reasons import Reason, gettext_noop, register
+from inventory.analytics.reasons import Reason, gettext_noop, register
 from inventory.analytics.series import Sample, align_on_common_timestamps
 from inventory.analytics.stats import sorted_array_percentile
 
@@ -62,7 +62,7 @@ class CoPeakReport:
     joint_peak_bytes: float
     copeak_fraction: float
     oom_risk_fraction: float
-    explanation: Reason  # read with console.reasons.render
+    explanation: Reason  # read with inventory.analytics.reasons.render
 
     @property
     def usable_bytes(self) -> int:

@@ -92,7 +92,7 @@ def index_from_columns(
     reserved: list, allocated: list, inactive_split: list, largest_free: list
 ) -> list[float | None]:
     """The index of each process row of a batch, from its allocator figures as columns
-    (inventory.telemetry.process_columns), as ``fragmentation_index`` of
+    (inventory.wire.columns), as ``fragmentation_index`` of
     ``allocator_from_batch`` reads it, without building either object: ingest computes it for
     every row it writes."""
     if _all_sound(reserved, allocated, inactive_split, largest_free):

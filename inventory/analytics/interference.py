@@ -29,7 +29,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from console.reasons import Reason, gettext_noop, register
+from inventory.analytics.reasons import Reason, gettext_noop, register
 from inventory.analytics.series import Sample, as_of
 from inventory.analytics.stats import sorted_array_percentile
 
@@ -70,7 +70,7 @@ class InterferenceReport:
     idle_tail_s: float | None
     ratio: float | None
     verdict: InterferenceVerdict
-    explanation: Reason  # read with console.reasons.render
+    explanation: Reason  # read with inventory.analytics.reasons.render
 
     @property
     def flagged(self) -> bool:

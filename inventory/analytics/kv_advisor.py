@@ -29,7 +29,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from console.reasons import Reason, gettext_noop, register
 from inventory.analytics.kv import (
     DEFAULT_BUFFER,
     MEAN_TOLERANCE,
@@ -42,6 +41,7 @@ from inventory.analytics.kv import (
     recommended_kv_reservation_bytes,
     whole_requests,
 )
+from inventory.analytics.reasons import Reason, gettext_noop, register
 from inventory.analytics.stats import (
     count_array_excursions,
     count_excursions,
@@ -133,7 +133,7 @@ class KvAdvice:
     window_peak_demand_bytes: float
     excursions_in_window: int
     flags: frozenset[KvFlag]
-    explanations: tuple[Reason, ...]  # read with console.reasons.render
+    explanations: tuple[Reason, ...]  # read with inventory.analytics.reasons.render
     # The same reservations as each card of the deployment holds them (kv_reservation_per_card).
     current_per_card_bytes: int = 0
     recommended_per_card_bytes: int = 0

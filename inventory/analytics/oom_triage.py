@@ -29,7 +29,7 @@ releasable), ``low`` when the failing process's own largest free block would hav
 from dataclasses import dataclass
 from enum import StrEnum
 
-from console.reasons import Reason, gettext_noop, register, render
+from inventory.analytics.reasons import Reason, gettext_noop, register, render
 from inventory.analytics.snapshot import (
     AllocatorStats,
     CardSnapshot,
@@ -38,7 +38,7 @@ from inventory.analytics.snapshot import (
 )
 
 # What a triage says, by code: the explanation and caveats are stored as these codes with
-# their figures (console.reasons), and read in the reader's language.
+# their figures (inventory.analytics.reasons), and read in the reader's language.
 MESSAGES = register(
     {
         "oom.explanation": gettext_noop("needed {request:gib}; card free {free:gib}; {detail}"),

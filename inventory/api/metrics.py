@@ -7,7 +7,7 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api_access import CanView
+from console.core.api_access import CanView
 from inventory.models import Host
 from inventory.reports.metrics import ConsoleCollector
 

@@ -10,8 +10,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.access import get_visible_or_404
-from console.api_access import CanView, VisibleList
+from console.core.access import get_visible_or_404
+from console.core.api_access import CanView, VisibleList
 from inventory.api.serializers import (
     CardLedgerSerializer,
     HostSummarySerializer,

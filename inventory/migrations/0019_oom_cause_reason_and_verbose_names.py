@@ -69,7 +69,7 @@ class Migration(migrations.Migration):
             field=models.JSONField(
                 blank=True,
                 default=dict,
-                help_text="The triage's explanation as a code and figures (console.reasons), read in the reader's language.",
+                help_text="The triage's explanation as a code and figures (inventory.analytics.reasons), read in the reader's language.",
             ),
         ),
         migrations.AlterField(

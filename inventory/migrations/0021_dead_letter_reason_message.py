@@ -11,7 +11,7 @@ import string
 
 from django.db import migrations, models
 
-from inventory.telemetry.batch_schema import MESSAGES, REASON_PREFIX, BatchRejected
+from inventory.wire.schema import MESSAGES, REASON_PREFIX, BatchRejected
 
 _KINDS = {text: key for key, text in MESSAGES.items() if key.startswith("kind.")}
 _INTEGER = re.compile(r"-?\d+")
@@ -85,7 +85,7 @@ class Migration(migrations.Migration):
             field=models.JSONField(
                 blank=True,
                 default=dict,
-                help_text="The reason as a message code and figures (console.reasons), read in "
+                help_text="The reason as a message code and figures (inventory.analytics.reasons), read in "
                 "the reader's language.",
             ),
         ),

@@ -13,7 +13,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from console.access import VisibleQuerySet
+from console.core.access import VisibleQuerySet
 from inventory.analytics.kv import CardKv, KvShape, kv_bytes_per_token, kv_reservation_per_card
 from inventory.telemetry.pod_attribution import selector_problem
 

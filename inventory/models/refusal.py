@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from console.access import VisibleQuerySet
+from console.core.access import VisibleQuerySet
 
 
 class CardRefusal(models.Model):

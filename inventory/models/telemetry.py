@@ -9,7 +9,7 @@ from django.db import models
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
-from console.access import VisibleQuerySet
+from console.core.access import VisibleQuerySet
 
 
 class IngestedBatch(models.Model):
@@ -58,7 +58,7 @@ class CollectorStatus(models.Model):
     missing_batches = models.PositiveBigIntegerField(
         default=0, help_text=_("Sequence gaps: batches the agent sent that never arrived.")
     )
-    # Each sampler's range of batches seen and their count (inventory.telemetry.sequences),
+    # Each sampler's range of batches seen and their count (inventory.wire.sequences),
     # from which missing_batches follows.
     sequences = models.JSONField(default=dict, blank=True)
     faults_last_batch = models.PositiveIntegerField(default=0)
@@ -163,7 +163,7 @@ class Event(models.Model):
         default=dict,
         blank=True,
         help_text=_(
-            "The triage's explanation as a code and figures (console.reasons), "
+            "The triage's explanation as a code and figures (inventory.analytics.reasons), "
             "read in the reader's language."
         ),
     )
@@ -342,8 +342,8 @@ class DeadLetter(models.Model):
         default=dict,
         blank=True,
         help_text=_(
-            "The reason as a message code and figures (console.reasons), read in the reader's "
-            "language."
+            "The reason as a message code and figures (inventory.analytics.reasons), read in the "
+            "reader's language."
         ),
     )
     replays = models.PositiveIntegerField(default=0)

@@ -13,7 +13,7 @@ import statistics
 from django.db.models import Q
 from django.utils import timezone
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from inventory.models import Deployment, Host, ServedModel
 from inventory.reports.oom_history import CHANGE_ACTION_PREFIXES, group_changes
 from inventory.timeseries import queries

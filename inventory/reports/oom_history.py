@@ -16,7 +16,7 @@ from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import TruncWeek
 from django.utils.translation import gettext_lazy as _
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from inventory.analytics.oom_triage import OomCause
 from inventory.models import Event, Host, IngestedBatch, ServedModel
 

@@ -3,7 +3,7 @@
 Shared by the console (which builds requests) and the agent (which checks them against its
 actions file): a request names an action, the deployment it is for (its runtime name on the
 host) or a card, and typed parameters; never a command line. Requests and outcomes travel as
-JSON bodies signed with the host's secret (inventory.telemetry.signing), like batches.
+JSON bodies signed with the host's secret (inventory.wire.signing), like batches.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ A value that was never read in the interval is null.
 On the wire the agent publishes the same batch as "gpu-telemetry-batch/2"
 (batch_schema.on_the_wire): "processes" is an object of columns, one list a field with a value
 a row, {"pid": [...], "card_index": [...], ..., "allocator": {"reserved_bytes": [...], ...}}
-(inventory.telemetry.process_columns). Ingest takes both.
+(inventory.wire.columns). Ingest takes both.
 """
 
 from __future__ import annotations
@@ -82,13 +82,13 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from inventory.telemetry.batch_schema import SCHEMA
 from inventory.telemetry.engines import (
     EngineReading,
     histogram_delta,
     latency_quantile,
 )
 from inventory.telemetry.readings import CollectorFault, PollResult, TelemetryEvent
+from inventory.wire.schema import SCHEMA
 
 # An engine unscraped for this long (down, or out of the plan) starts again from a baseline:
 # its next scrape's histogram is not put into one interval.

@@ -8,12 +8,12 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from console.access import get_changeable_or_403, get_visible_or_404
-from console.pagination import page_of
-from console.reason_text import render_here
+from console.core.access import get_changeable_or_403, get_visible_or_404
+from console.core.pagination import page_of
+from console.core.reason_text import render_here
+from inventory.ingest.dead_letters import decoded
 from inventory.models import DeadLetter
 from inventory.services import AlreadyResolved, do_discard_dead_letter, do_replay_dead_letter
-from inventory.timeseries.dead_letters import decoded
 
 # A page shows this much of a stored message; the rest is in the download.
 SHOWN_CHARACTERS = 64 * 1024

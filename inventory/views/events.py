@@ -4,8 +4,8 @@ from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from console.access import get_changeable_or_403
-from console.csv_export import csv_response
+from console.core.access import get_changeable_or_403
+from console.core.csv_export import csv_response
 from inventory.models import Event
 from inventory.services import AlreadyAcknowledged, do_acknowledge_event
 

@@ -4,11 +4,11 @@ from django.contrib.auth.decorators import permission_required
 from django.http import JsonResponse
 from django.shortcuts import render
 
-from console.csv_export import csv_response
-from console.pagination import page_of
-from inventory.demo_history import BackfillProgress
+from console.core.csv_export import csv_response
+from console.core.pagination import page_of
 from inventory.filters import FleetBoardFilter
 from inventory.models import Host
+from inventory.reports.backfill import BackfillProgress
 from inventory.reports.fleet import fleet_rows, sorted_rows
 
 # What a row shows of its host and collector: a thousand hosts' other columns (labels, the

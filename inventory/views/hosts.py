@@ -3,10 +3,10 @@ from django.http import JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from console.access import get_visible_or_404
-from console.models import AuditEntry
+from console.core.access import get_visible_or_404
+from console.core.models import AuditEntry
+from console.core.reason_text import render_here
 from console.placement import diagram
-from console.reason_text import render_here
 from inventory.models import (
     CollectorFault,
     CollectorStatus,

@@ -5,7 +5,7 @@ from django.db.models import Count, Q
 from django.shortcuts import render
 from django.utils import timezone
 
-from console.access import get_visible_or_404
+from console.core.access import get_visible_or_404
 from inventory.models import Deployment, Host, ServedModel
 from inventory.reports.latency import model_latency_lines
 

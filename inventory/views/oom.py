@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from inventory.filters import OomEventFilter
 from inventory.models import Event
 from inventory.reports import oom_history

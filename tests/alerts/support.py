@@ -2,7 +2,7 @@
 
 import time
 
-from inventory.timeseries.ingest import ingest_batch
+from inventory.ingest.writer import ingest_batch
 from tests.batches import GIB, batch, card_row
 
 
@@ -25,7 +25,7 @@ def matrix_objects(host) -> dict:
 
     from django.utils import timezone
 
-    from alerts.models import Alert, AlertRule, Silence
+    from console.alerts.models import Alert, AlertRule, Silence
 
     now = timezone.now()
     rule = AlertRule.objects.get(slug="card-memory-95")

@@ -5,9 +5,9 @@ import time
 import pytest
 from django.utils import timezone
 
-from alerts.delivery import deliver
-from alerts.evaluator import run_cycle
-from alerts.models import AlertRule, Notification
+from console.alerts.delivery import deliver
+from console.alerts.evaluator import run_cycle
+from console.alerts.models import AlertRule, Notification
 from tests.alerts.receivers import alertmanager, firing_and_resolved, receiver  # noqa: F401
 from tests.alerts.support import report_cards
 from tests.factories import GpuFactory, HostFactory

@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from alerts.models import Alert, AlertRule
-from alerts.services import do_acknowledge_alert, do_silence
+from console.alerts.models import Alert, AlertRule
+from console.alerts.services import do_acknowledge_alert, do_silence
 from console.celery import app
 from tests.alerts.receivers import Receiver, alertmanager, firing_and_resolved, receiver  # noqa: F401
 from tests.alerts.support import Feeder

@@ -7,15 +7,15 @@ import time
 
 import pytest
 
-from alerts.evaluator import run_cycle
-from alerts.models import Alert
+from console.alerts.evaluator import run_cycle
+from console.alerts.models import Alert
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.sources import FleetSimulator
 from inventory.collection import collection_plan
 from inventory.demo import _create_host
+from inventory.ingest.writer import ingest_batch
 from inventory.telemetry.simulator.incidents import DEMO_INCIDENTS
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
-from inventory.timeseries.ingest import ingest_batch
 
 pytestmark = pytest.mark.django_db
 

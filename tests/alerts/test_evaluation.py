@@ -2,7 +2,7 @@
 
 import datetime as dt
 
-from alerts.conditions import (
+from console.alerts.conditions import (
     CardFact,
     EventFact,
     FleetFact,
@@ -16,7 +16,7 @@ from alerts.conditions import (
     silenced_by,
     xid_class,
 )
-from alerts.evaluation import Crossing, OpenAlert, State, Timing, repeat_due, step
+from console.alerts.evaluation import Crossing, OpenAlert, State, Timing, repeat_due, step
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 GIB = 1024**3

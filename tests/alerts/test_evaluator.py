@@ -9,9 +9,9 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from alerts.evaluator import LOCK_NAME, evaluate, run_cycle
-from alerts.models import Alert, AlertRule, Notification
-from alerts.services import do_acknowledge_alert, do_silence, do_unsilence
+from console.alerts.evaluator import LOCK_NAME, evaluate, run_cycle
+from console.alerts.models import Alert, AlertRule, Notification
+from console.alerts.services import do_acknowledge_alert, do_silence, do_unsilence
 from inventory.models import CollectorStatus
 from inventory.timeseries.locks import ProcessLock
 from tests.alerts.support import oom_event, report_cards
@@ -199,7 +199,7 @@ def test_the_query_count_of_a_cycle_does_not_grow_with_the_fleet():
 def test_a_notification_lost_on_its_way_is_sent_again_by_a_later_evaluation(memory_rule):
     from unittest import mock
 
-    from alerts import tasks
+    from console.alerts import tasks
 
     memory_rule.for_s = 0
     memory_rule.save()
@@ -216,7 +216,7 @@ def test_a_notification_lost_on_its_way_is_sent_again_by_a_later_evaluation(memo
 
 
 def test_a_delivery_that_fails_is_retried_and_one_that_succeeded_is_not_sent_again(memory_rule):
-    from alerts import tasks
+    from console.alerts import tasks
     from tests.alerts.receivers import Receiver
 
     memory_rule.for_s = 0

@@ -6,8 +6,8 @@ import pytest
 import yaml
 from django.core.management import call_command
 
-from alerts.models import Alert, AlertRule, Silence
-from console.audit.models import AuditEntry
+from console.alerts.models import Alert, AlertRule, Silence
+from console.core.auditing.models import AuditEntry
 from tests.alerts.support import matrix_objects
 from tests.factories import GpuFactory
 

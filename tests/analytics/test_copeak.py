@@ -5,12 +5,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from console.reasons import render
 from inventory.analytics.copeak import (
     analyse_aligned_copeak,
     analyse_copeak,
     longest_shared_tenancy,
 )
+from inventory.analytics.reasons import render
 from inventory.analytics.units import GiB
 from tests.analytics import copeak_reference as reference
 

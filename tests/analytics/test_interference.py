@@ -3,13 +3,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from console.reasons import render
 from inventory.analytics.interference import (
     InterferenceVerdict,
     cotenants_by_deployment,
     interference_by_deployment,
     tail_vs_cotenant_load,
 )
+from inventory.analytics.reasons import render
 from tests.analytics import interference_reference as reference
 
 MINUTE = 60.0

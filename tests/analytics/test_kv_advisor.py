@@ -1,6 +1,5 @@
 import pytest
 
-from console.reasons import render
 from inventory.analytics.kv import KvShape
 from inventory.analytics.kv_advisor import (
     AdmissionPolicy,
@@ -10,6 +9,7 @@ from inventory.analytics.kv_advisor import (
     advise_kv_reservation,
     advise_kv_reservation_from_peaks,
 )
+from inventory.analytics.reasons import render
 from inventory.analytics.units import GiB
 
 HOUR = 3600.0

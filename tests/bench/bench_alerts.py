@@ -35,14 +35,14 @@ import django
 
 django.setup()
 
-from django.db import connection  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
-from django.utils import timezone  # noqa: E402
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from alerts.evaluator import run_cycle  # noqa: E402
-from alerts.models import Alert, AlertRule  # noqa: E402
-from inventory.models import Deployment, Gpu, Host, ServedModel  # noqa: E402
-from inventory.timeseries import partitions  # noqa: E402
+from console.alerts.evaluator import run_cycle
+from console.alerts.models import Alert, AlertRule
+from inventory.models import Deployment, Gpu, Host, ServedModel
+from inventory.timeseries import partitions
 
 GIB = 1024**3
 CARDS = 8

@@ -25,10 +25,10 @@ import django
 
 django.setup()
 
-from django.db import connection  # noqa: E402
+from django.db import connection
 
-from inventory.timeseries import partitions, rollups  # noqa: E402
-from tests.bench.bench_ingest import build_fleet, ingest_path, wire_batches  # noqa: E402
+from inventory.timeseries import partitions, rollups
+from tests.bench.bench_ingest import build_fleet, ingest_path, wire_batches
 
 FLUSH_S = 10
 

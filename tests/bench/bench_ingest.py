@@ -10,7 +10,7 @@ Needs the database of DATABASE_URL migrated (make bench uses a separate bench da
    (its default): typed decoding with the field checks (msgspec), the checks across fields,
    batch-id claim, binary COPY into the partitioned sample tables, events, faults, collector
    status, dirty-minute marks. Throughput counts only process-sample rows against the whole
-   wall time; of it, the time in the writer (inventory.timeseries.ingest.ingest_batches,
+   wall time; of it, the time in the writer (inventory.ingest.writer.ingest_batches,
    given the decoded and verified batches) is reported too. The whole path and the raw COPY
    floor (the same rows, already built, COPYed and nothing else) run in alternating rounds
    (--rounds), and the best round of each counts: on a shared machine one run of either can
@@ -49,10 +49,13 @@ import django
 
 django.setup()
 
-from django.db import connection, transaction  # noqa: E402
-from django.utils import timezone  # noqa: E402
+from django.db import connection, transaction
+from django.utils import timezone
 
-from inventory.models import (  # noqa: E402
+from inventory.ingest import samples
+from inventory.ingest import worker as ingest_worker
+from inventory.ingest.worker import GROUP_WAIT_S, IngestWorker, freeze_what_started
+from inventory.models import (
     CardSample,
     Deployment,
     Gpu,
@@ -60,16 +63,12 @@ from inventory.models import (  # noqa: E402
     ProcessSample,
     ServedModel,
 )
-from inventory.telemetry import batch_decoding, signing  # noqa: E402
-from inventory.telemetry.batch_schema import on_the_wire  # noqa: E402
-from inventory.telemetry.compression import BATCH_COMPRESSION  # noqa: E402
-from inventory.telemetry.process_columns import rows_of_wire  # noqa: E402
-from inventory.timeseries import ingest_worker, partitions, rollups, samples  # noqa: E402
-from inventory.timeseries.ingest_worker import (  # noqa: E402
-    GROUP_WAIT_S,
-    IngestWorker,
-    freeze_what_started,
-)
+from inventory.timeseries import partitions, rollups
+from inventory.wire import decoding as batch_decoding
+from inventory.wire import signing
+from inventory.wire.columns import rows_of_wire
+from inventory.wire.compression import BATCH_COMPRESSION
+from inventory.wire.schema import on_the_wire
 
 GIB = 1024**3
 CARDS, PROCESSES_PER_CARD = 8, 4

@@ -26,17 +26,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from console.proposals.loadtest_plan import (  # noqa: E402
-    Api,
-    LoadTestPlan,
-    Phases,
-    RequestMix,
-    Target,
-)
-from console.proposals.loadtest_results import model_summaries  # noqa: E402
-from console.proposals.loadtest_runner import run_plan  # noqa: E402
-from inventory.analytics.stats import percentile  # noqa: E402
-from inventory.telemetry.simulator.endpoints import (  # noqa: E402
+from console.proposals.loadtest.plan import Api, LoadTestPlan, Phases, RequestMix, Target
+from console.proposals.loadtest.results import model_summaries
+from console.proposals.loadtest.runner import run_plan
+from inventory.analytics.stats import percentile
+from inventory.telemetry.simulator.endpoints import (
     Answer,
     FixedBehaviour,
     serve_forever,

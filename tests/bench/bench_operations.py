@@ -32,14 +32,14 @@ import django
 
 django.setup()
 
-from django.utils import timezone  # noqa: E402
+from django.utils import timezone
 
-from console.operations import degradation, off_peak  # noqa: E402
-from console.operations.decisions import defrag  # noqa: E402
-from console.operations.decisions import degradation as decisions  # noqa: E402
-from inventory.models import Deployment, Gpu, Host  # noqa: E402
-from inventory.timeseries import partitions  # noqa: E402
-from tests.bench.bench_pages import build_fleet, sql  # noqa: E402
+from console.operations import degradation, off_peak
+from console.operations.decisions import defrag
+from console.operations.decisions import degradation as decisions
+from inventory.models import Deployment, Gpu, Host
+from inventory.timeseries import partitions
+from tests.bench.bench_pages import build_fleet, sql
 
 PLANNER_TARGET_S = 5.0
 DECISION_TARGET_MS = 50.0

@@ -33,16 +33,16 @@ import django
 
 django.setup()
 
-from django.conf import settings  # noqa: E402
-from django.contrib.auth import get_user_model  # noqa: E402
-from django.contrib.auth.models import Group  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import Client  # noqa: E402
-from django.utils import timezone  # noqa: E402
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
 
-from console.heap import settle  # noqa: E402
-from inventory.models import Deployment, Gpu, Host, ServedModel  # noqa: E402
-from inventory.timeseries import partitions, rollups  # noqa: E402
+from console.heap import settle
+from inventory.models import Deployment, Gpu, Host, ServedModel
+from inventory.timeseries import partitions, rollups
 
 GIB = 1024**3
 CARDS = 8

@@ -25,11 +25,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from console.placement import solve  # noqa: E402
-from console.placement.bounds import volume_bound  # noqa: E402
-from console.placement.greedy import greedy_plan  # noqa: E402
-from console.placement.schema import validate_problem  # noqa: E402
-from tests.placement.orlib import BinPackingInstance, read_orlib  # noqa: E402
+from console.placement import solve
+from console.placement.bounds import volume_bound
+from console.placement.greedy import greedy_plan
+from console.placement.schema import validate_problem
+from tests.placement.orlib import BinPackingInstance, read_orlib
 
 SET_FILES = {"u120": "binpack1.txt", "u250": "binpack2.txt", "u500": "binpack3.txt"}
 SET_FILES["u1000"] = "binpack4.txt"

@@ -61,9 +61,9 @@ from kombu import Connection
 BASE_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(BASE_DIR))
 
-from inventory.agent.transport import INGEST_QUEUE  # noqa: E402
-from inventory.telemetry.batch_schema import on_the_wire  # noqa: E402
-from tests.processes import free_port, start_logged, wait_for_port  # noqa: E402
+from inventory.agent.transport import INGEST_QUEUE
+from inventory.wire.schema import on_the_wire
+from tests.processes import free_port, start_logged, wait_for_port
 
 SAMPLE_S = 0.5
 FLUSH_S = 5.0

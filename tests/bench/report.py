@@ -124,7 +124,7 @@ def ingest_section(figures: dict) -> str:
         lines.append(
             "- Batches travel zlib-compressed (about a tenth of their JSON), so the broker "
             "copies a tenth of the bytes; over Redis the ingest worker takes and acks a whole "
-            "group per round trip (inventory/timeseries/redis_groups.py), over RabbitMQ it acks "
+            "group per round trip (inventory/ingest/redis_groups.py), over RabbitMQ it acks "
             "a group in one frame."
         )
     return "\n".join(lines)

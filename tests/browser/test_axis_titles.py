@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from console.models import Preference
+from console.core.models import Preference
 from inventory.demo import ensure_demo_fleet
 from inventory.demo_history import SWITCHED_HOST, backfill
 from inventory.models import ServedModel

@@ -12,12 +12,12 @@ import re
 import pytest
 from django.utils import timezone
 
-from alerts.models import AlertRule
+from console.alerts.models import AlertRule
 from console.proposals.models import LoadTest
 from inventory.analytics.oom_triage import triage_snapshot
+from inventory.ingest.dead_letters import storable
 from inventory.models import DeadLetter, Deployment, Event
-from inventory.telemetry.batch_schema import BatchRejected
-from inventory.timeseries.dead_letters import storable
+from inventory.wire.schema import BatchRejected
 from runbooks.models import MPS_NOTE_SLUG, RunbookNote
 from tests.alerts.support import matrix_objects as alert_objects
 from tests.batches import GIB, write_history

@@ -5,8 +5,8 @@ import uuid
 import pytest
 from django.contrib.contenttypes.models import ContentType
 
-from console.models import AuditEntry
-from console.pagination import PAGE_SIZE
+from console.core.models import AuditEntry
+from console.core.pagination import PAGE_SIZE
 from runbooks.models import RunbookNote
 from tests.factories import UserFactory
 

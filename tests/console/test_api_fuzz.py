@@ -26,9 +26,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from inventory.ingest.writer import ingest_batch
 from inventory.models import Event
 from inventory.timeseries import rollups
-from inventory.timeseries.ingest import ingest_batch
 from tests.batches import GIB, batch, card_row, process_row
 from tests.factories import DeploymentFactory, GpuFactory, RunbookNoteFactory
 from tests.proposals.support import create_proposal

@@ -12,10 +12,10 @@ from django.db import transaction
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from rest_framework.authtoken.models import Token
 
-from console.audit import Action
-from console.audit.changes import open_change, record
-from console.models import AuditEntry
-from console.roles import APPROVER, ONCALL
+from console.core.auditing import Action
+from console.core.auditing.changes import open_change, record
+from console.core.models import AuditEntry
+from console.core.roles import APPROVER, ONCALL
 from inventory.models import Deployment, Event, Gpu, Host
 from inventory.services import do_acknowledge_event
 from tests.factories import (

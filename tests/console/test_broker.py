@@ -16,13 +16,13 @@ import pytest
 from amqp.exceptions import NotFound
 from kombu import Connection
 
-from console.broker import (
+from console.checks import visibility_timeout_outlasts_tasks
+from inventory.wire.broker import (
     FOLDER_POLL_S,
     FolderTransport,
     broker_transport_options,
     broker_url,
 )
-from console.checks import visibility_timeout_outlasts_tasks
 from tests.inventory.test_outages import REDIS, PrivateRedis
 
 RABBITMQ = ("127.0.0.1", 5672)
@@ -60,7 +60,7 @@ def test_the_folder_broker_never_hands_out_a_message_still_being_written(monkeyp
         seen_while_writing.append((sorted(p.name for p in folder.glob("*.msg")), written))
         os.rename(source, target)
 
-    monkeypatch.setattr("console.broker.os.replace", rename_into_place)
+    monkeypatch.setattr("inventory.wire.broker.os.replace", rename_into_place)
     with Connection("filesystem://", transport_options=broker_transport_options()) as conn:
         queue = conn.SimpleQueue("half-written")
         queue.put({"whole": True})
@@ -143,7 +143,7 @@ def test_on_redis_a_killed_consumers_message_comes_back_after_the_visibility_tim
 HOLD_ONE_MESSAGE = """
 import time
 from kombu import Connection
-from console.broker import broker_transport_options, broker_url
+from inventory.wire.broker import broker_transport_options, broker_url
 with Connection(broker_url(), transport_options=broker_transport_options()) as connection:
     connection.SimpleQueue("probe").get(timeout=10)
     print("holding", flush=True)

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from console.audit import Action
-from console.audit.changes import record
-from console.models import AuditEntry
-from console.preferences.models import Preference
+from console.core.auditing import Action
+from console.core.auditing.changes import record
+from console.core.models import AuditEntry
+from console.core.preferences.models import Preference
 from inventory.models import Event
 from tests.factories import GpuFactory, HostFactory
 from tests.proposals.support import create_proposal

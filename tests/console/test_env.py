@@ -1,6 +1,6 @@
 import pytest
 
-from console.env import EnvError, env_bool, env_float, env_int, env_list
+from inventory.env import EnvError, env_bool, env_float, env_int, env_list
 
 
 def test_typed_helpers_read_and_default(monkeypatch):

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from console.pagination import PAGE_SIZE
+from console.core.pagination import PAGE_SIZE
 from inventory.models import CollectorStatus, Event
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory

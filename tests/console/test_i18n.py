@@ -10,12 +10,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from console import catalogue
+from console.core.preferences.models import Preference
+from console.core.preferences.services import do_set_time_zone
+from console.core.reason_text import render_in
 from console.placement.solver import solve
-from console.preferences.models import Preference
-from console.preferences.services import do_set_time_zone
-from console.reason_text import render_in
-from console.reasons import Reason, register, render
 from inventory.analytics.oom_triage import triage_snapshot
+from inventory.analytics.reasons import Reason, register, render
 from inventory.models import Event
 from tests.batches import GIB
 from tests.factories import GpuFactory

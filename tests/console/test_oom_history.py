@@ -8,7 +8,7 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from console.audit.changes import open_change, record
+from console.core.auditing.changes import open_change, record
 from inventory.models import Event, IngestedBatch
 from inventory.reports import oom_history
 from inventory.reports.oom_history import BeforeAfter, Selection, comparison_span

@@ -3,7 +3,7 @@
 import pytest
 from django.contrib.auth.models import Group
 
-from console.roles import roles_of
+from console.core.roles import roles_of
 
 pytestmark = pytest.mark.django_db
 

@@ -11,10 +11,10 @@ import time
 import pytest
 from kombu import Connection
 
-from console.broker import broker_transport_options
 from console.supervisor import RestartPolicy, Supervisor
 from inventory.agent.transport import batch_publisher
 from inventory.models import CardSample
+from inventory.wire.broker import broker_transport_options
 from tests.batches import GIB, batch, card_row
 from tests.factories import GpuFactory
 from tests.processes import BASE_DIR, database_url_for_processes, wait_for

@@ -9,9 +9,9 @@ import pytest
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from alerts.models import Alert, Silence
-from console.audit import Action
-from console.models import AuditEntry, Preference
+from console.alerts.models import Alert, Silence
+from console.core.auditing import Action
+from console.core.models import AuditEntry, Preference
 from console.operations.models import (
     DefragPlan,
     DefragReload,
@@ -214,8 +214,8 @@ def test_an_mps_acknowledgement_on_the_isolation_gate_is_named_in_the_readers_zo
 
 
 def test_a_moment_inside_a_gate_reason_is_shown_in_the_readers_zone_and_named():
-    from console.reason_text import render_here
-    from console.reasons import Reason
+    from console.core.reason_text import render_here
+    from inventory.analytics.reasons import Reason
 
     detail = Reason("gate.load_test.memory_over", {"peak": 80 * 2**30, "bound": 79 * 2**30})
     first = Reason(
@@ -237,7 +237,7 @@ def test_a_moment_inside_a_gate_reason_is_shown_in_the_readers_zone_and_named():
 
 
 def test_a_stored_time_that_is_no_iso_moment_shows_as_stored_not_as_a_server_error():
-    from console.templatetags.console_format import iso_datetime
+    from console.core.templatetags.console_format import iso_datetime
 
     assert iso_datetime("18:49:09") is None and iso_datetime(None) is None
     result = {

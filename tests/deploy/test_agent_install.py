@@ -10,8 +10,8 @@ import time
 import pytest
 from kombu import Connection
 
-from inventory.agent.transport import INGEST_QUEUE
-from inventory.telemetry.batch_schema import Window, check_batch
+from inventory.wire.queue import INGEST_QUEUE
+from inventory.wire.schema import Window, check_batch
 from tests.deploy.conftest import PIP, clean_env
 
 ABSENT = ("django", "psycopg", "ortools", "rest_framework", "console.settings", "inventory.models")

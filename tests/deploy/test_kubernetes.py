@@ -100,7 +100,7 @@ def _deployment_form(deployment, **fields) -> dict:
 def test_the_admin_sets_a_pod_selector_refuses_a_bad_one_and_clears_it(client):
     from django.contrib.auth import get_user_model
 
-    from console.models import AuditEntry
+    from console.core.models import AuditEntry
 
     client.force_login(get_user_model().objects.create_superuser("root", "r@example.org", "x"))
     gpu = GpuFactory()

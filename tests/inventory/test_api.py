@@ -7,8 +7,8 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from inventory.ingest.writer import ingest_batch
 from inventory.timeseries import rollups
-from inventory.timeseries.ingest import ingest_batch
 from tests.batches import GIB, batch, card_row, process_row
 from tests.factories import DeploymentFactory, GpuFactory
 

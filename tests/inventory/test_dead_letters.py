@@ -8,12 +8,12 @@ import pytest
 from django.apps import apps
 from django.core.management import CommandError, call_command
 
-from console.models import AuditEntry
-from console.reason_text import render_in
+from console.core.models import AuditEntry
+from console.core.reason_text import render_in
+from inventory.ingest.worker import IngestWorker
 from inventory.models import CardSample, DeadLetter, Host, IngestedBatch
 from inventory.services import AlreadyResolved, do_discard_dead_letter, do_replay_dead_letter
-from inventory.telemetry.batch_schema import BatchRejected, Window, check_batch
-from inventory.timeseries.ingest_worker import IngestWorker
+from inventory.wire.schema import BatchRejected, Window, check_batch
 from tests.batches import GIB, batch, card_row
 from tests.factories import GpuFactory
 

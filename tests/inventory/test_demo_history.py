@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from inventory.demo import ensure_demo_fleet
 from inventory.demo_history import backfill
 from inventory.models import Deployment, Event, Host, IngestedBatch, ProcessSample

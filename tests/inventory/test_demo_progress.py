@@ -5,7 +5,8 @@ import time
 import pytest
 
 from inventory.demo import ensure_demo_fleet
-from inventory.demo_history import BackfillProgress, backfill
+from inventory.demo_history import backfill
+from inventory.reports.backfill import BackfillProgress
 
 pytestmark = pytest.mark.django_db
 

@@ -15,10 +15,10 @@ from django.db import connection
 from kombu import Connection
 
 from console.celery import app
-from inventory.agent.transport import INGEST_QUEUE
 from inventory.models import CardSample, CollectorStatus, DeadLetter, Host
 from inventory.services import AlreadyResolved, do_replay_dead_letter
-from inventory.telemetry import signing
+from inventory.wire import signing
+from inventory.wire.queue import INGEST_QUEUE
 from tests.batches import GIB, batch, card_row, process_row
 from tests.factories import GpuFactory, HostFactory
 from tests.processes import Processes, database_url_for_processes, wait_for

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
+from inventory.ingest.writer import BatchRejected, IngestResult, ingest_batch, ingest_batches
 from inventory.models import (
     CardSample,
     CollectorFault,
@@ -24,12 +25,6 @@ from inventory.models import (
     ProcessSample,
 )
 from inventory.timeseries import partitions, rollups
-from inventory.timeseries.ingest import (
-    BatchRejected,
-    IngestResult,
-    ingest_batch,
-    ingest_batches,
-)
 from tests.batches import GIB, batch, card_row, process_row
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 
@@ -504,7 +499,7 @@ def test_a_batch_id_in_another_spelling_is_the_same_batch(card):
 def test_a_claim_lost_to_another_writer_undoes_the_group_and_writes_the_rest_once(
     card, monkeypatch
 ):
-    from inventory.timeseries import ingest
+    from inventory.ingest import writer as ingest
 
     def interval(start):
         return batch(card.host, start=start - 10, end=start,
@@ -554,7 +549,7 @@ def test_a_resent_batch_does_not_bring_back_a_card_removed_since():
 
 
 def test_a_card_another_writer_created_meanwhile_is_no_conflict(monkeypatch):
-    from inventory.timeseries import ingest
+    from inventory.ingest import writer as ingest
 
     host = HostFactory()
     gpu = GpuFactory(host=host, index=2)

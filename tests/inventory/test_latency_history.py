@@ -8,9 +8,9 @@ import zoneinfo
 import pytest
 from django.db import connection
 
-from console.audit import Action, snapshot
-from console.audit.changes import open_change, record
-from console.models import Preference
+from console.core.auditing import Action, snapshot
+from console.core.auditing.changes import open_change, record
+from console.core.models import Preference
 from inventory.timeseries import partitions
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
 

@@ -6,7 +6,7 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from console.pagination import PAGE_SIZE
+from console.core.pagination import PAGE_SIZE
 from inventory.models import Event, Host
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 from tests.lists import api_page, token_client

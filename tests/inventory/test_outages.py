@@ -16,11 +16,12 @@ from kombu import Connection
 
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.sources import FleetSimulator
-from inventory.agent.transport import INGEST_QUEUE, batch_publisher
+from inventory.agent.transport import batch_publisher
+from inventory.ingest import worker as ingest_worker
+from inventory.ingest.redis_groups import GroupTaker
+from inventory.ingest.worker import IngestWorker
 from inventory.models import CardSample, DeadLetter
-from inventory.timeseries import ingest_worker
-from inventory.timeseries.ingest_worker import IngestWorker
-from inventory.timeseries.redis_groups import GroupTaker
+from inventory.wire.queue import INGEST_QUEUE
 from tests.batches import GIB, batch, card_row
 from tests.factories import GpuFactory
 from tests.inventory.test_agent import MIDNIGHT, Clock, _plan, _run

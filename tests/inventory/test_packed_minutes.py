@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from inventory.ingest.writer import ingest_batch
 from inventory.timeseries import partitions, queries, rollups
-from inventory.timeseries.ingest import ingest_batch
 from tests.batches import GIB, batch, card_row, engine_row, process_row
 from tests.factories import DeploymentFactory, GpuFactory
 

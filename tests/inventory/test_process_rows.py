@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from inventory.analytics.fragmentation import fragmentation_index
 from inventory.analytics.snapshot import allocator_from_batch
+from inventory.ingest.writer import IngestResult, ingest_batches
 from inventory.models import Event, ProcessSample
-from inventory.telemetry.batch_schema import on_the_wire
-from inventory.timeseries.ingest import IngestResult, ingest_batches
+from inventory.wire.schema import on_the_wire
 from tests.batches import GIB, batch, process_row
 from tests.factories import DeploymentFactory, GpuFactory, MigSliceFactory
 

@@ -12,10 +12,10 @@ from inventory.agent.mps import MpsControl, MpsMonitor
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.signals import SignalOptions
 from inventory.agent.sources import NvmlSource
+from inventory.ingest.writer import ingest_batch
 from inventory.models import CollectorStatus, Event, Host
 from inventory.telemetry.fake_nvml import FakeProcess
 from inventory.telemetry.process_events import LifecycleSettings
-from inventory.timeseries.ingest import ingest_batch
 from tests.agent.test_signals import FAKE_MPS_CONTROL
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 from tests.telemetry.conftest import h100_card, nvml_for
@@ -128,7 +128,7 @@ def test_the_plan_carries_a_deployments_log_path_and_allocator_url_only_when_set
 
 
 def test_an_admin_may_set_a_deployments_log_path_and_it_is_audited(admin_client):
-    from console.models import AuditEntry
+    from console.core.models import AuditEntry
 
     gpu = GpuFactory(index=0)
     deployment = DeploymentFactory(host=gpu.host, gpus=[gpu])

@@ -266,8 +266,8 @@ def test_a_mig_gpu_instance_has_one_ledger_for_its_compute_instances(client_as):
     # (71,424 MiB). NVML reports the instance's memory on both devices; it is counted once.
     import time
 
+    from inventory.ingest.writer import ingest_batches
     from inventory.models import Gpu
-    from inventory.timeseries.ingest import ingest_batches
     from tests.batches import batch, card_row, process_row
     from tests.factories import MigSliceFactory
 

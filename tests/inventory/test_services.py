@@ -4,8 +4,8 @@ import datetime as dt
 
 import pytest
 
-from console.audit.changes import open_change
-from console.models import AuditEntry
+from console.core.auditing.changes import open_change
+from console.core.models import AuditEntry
 from inventory.services import do_register_runtime, do_set_model_priority
 from tests.factories import DeploymentFactory, ServedModelFactory
 

@@ -8,13 +8,13 @@ import pytest
 from django.core.management import call_command
 from kombu import Connection
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from inventory.agent.secrets import read_secrets
 from inventory.agent.transport import INGEST_QUEUE, batch_publisher
+from inventory.ingest.worker import IngestWorker
 from inventory.models import CardSample, DeadLetter, Host
 from inventory.services import do_replay_dead_letter, do_rotate_agent_secret
-from inventory.telemetry import signing
-from inventory.timeseries.ingest_worker import IngestWorker
+from inventory.wire import signing
 from tests.batches import GIB, batch, card_row
 from tests.factories import GpuFactory, HostFactory
 

@@ -5,9 +5,9 @@ import time
 import pytest
 
 from inventory.demo import _create_host
+from inventory.ingest.writer import ingest_batch
 from inventory.models import ServedModel
 from inventory.telemetry.simulator.operations_scenario import operations_host
-from inventory.timeseries.ingest import ingest_batch
 from tests.batches import batch, card_row, process_row
 from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory
 

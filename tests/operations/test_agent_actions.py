@@ -13,7 +13,7 @@ from inventory.agent.actions import (
     DoneRequests,
     parse_actions,
 )
-from inventory.telemetry import signing
+from inventory.wire import signing
 
 SECRET = "s3cret"
 COUNTER_SCRIPT = "import sys; print(sys.argv[2], file=open(sys.argv[1], 'a'))"

@@ -4,9 +4,9 @@ through the queued task, without waiting for the watch's poll."""
 import pytest
 from django.utils import timezone
 
-from alerts.evaluator import run_cycle
-from alerts.models import Alert, AlertRule
-from alerts.signals import alert_fired
+from console.alerts.evaluator import run_cycle
+from console.alerts.models import Alert, AlertRule
+from console.alerts.signals import alert_fired
 from console.operations import services
 from console.operations.models import DegradationRun, StandingPolicy
 from inventory.models import Event

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from console import launcher
-from console.audit import Action
-from console.audit.models import AuditEntry
+from console.core.auditing import Action
+from console.core.auditing.models import AuditEntry
 from console.operations import services
 from console.operations.demo import ensure_operations_demo
 from console.operations.models import DegradationRun, StandingPolicy

@@ -9,10 +9,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from console.core.preferences.models import Preference
 from console.operations import off_peak, services
 from console.operations.models import DefragPlan, DefragReload, HostAction
 from console.operations.tasks import plan_off_peak
-from console.preferences.models import Preference
 from inventory.timeseries import partitions
 from tests.factories import GIB, DeploymentFactory, GpuFactory
 

@@ -9,8 +9,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from console import launcher
-from console.audit import Action
-from console.audit.models import AuditEntry
+from console.core.auditing import Action
+from console.core.auditing.models import AuditEntry
 from console.operations.models import DefragPlan, StandingPolicy
 from inventory import collection
 from inventory.agent.actions import read_actions

@@ -13,9 +13,9 @@ import time
 import pytest
 from django.utils import timezone
 
-from console.audit import Action
-from console.audit.models import AuditEntry
 from console.celery import app
+from console.core.auditing import Action
+from console.core.auditing.models import AuditEntry
 from console.operations import messages, off_peak, services
 from console.operations.models import (
     DefragPlan,

@@ -7,14 +7,14 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from console.audit import Action
-from console.audit.models import AuditEntry
+from console.core.auditing import Action
+from console.core.auditing.models import AuditEntry
 from console.operations import degradation, messages, services, watch
 from console.operations.models import DegradationRun, HostAction, StandingPolicy
 from console.operations.tasks import record_action_outcome
 from console.proposals.models import Proposal
 from inventory.models import CardRefusal, Event
-from inventory.telemetry import signing
+from inventory.wire import signing
 from tests.factories import GIB
 
 pytestmark = pytest.mark.django_db

@@ -10,10 +10,9 @@ from celery import current_app
 from console.celery import app
 from console.placement import solve
 from console.proposals import services
-from console.proposals.gate_checks import Checked
-from console.proposals.gates import Gate, GateOutcome, GateStatus
+from console.proposals.gates import Checked, Gate, GateOutcome, GateStatus
 from console.proposals.transitions import State
-from console.reasons import render
+from inventory.analytics.reasons import render
 from inventory.models import Deployment, Gpu, Host, ServedModel
 from inventory.placement_state import WORKSPACE_ALLOWANCE
 from tests.factories import GIB, MIB, DeploymentFactory, GpuFactory, HostFactory, ServedModelFactory
@@ -278,9 +277,9 @@ def recent_combined_import(card, peak_gib: float = 74.5, *, bodies: bool = False
     back by name, or with `bodies` as (name, content) to upload them."""
     import datetime as dt
 
-    from console.proposals.loadtests import combine
+    from console.proposals.gates.loadtest_report import combine
+    from inventory.ingest.writer import ingest_batches
     from inventory.timeseries import rollups
-    from inventory.timeseries.ingest import ingest_batches
     from tests.batches import batch, card_row, engine_row
 
     end = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(seconds=30)

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from console.proposals.models import Decision, Proposal
 from console.proposals.transitions import State
 from inventory.demo_history import backfill, host_history_written

@@ -7,7 +7,7 @@ the host's deployments and audit trail change.
 import pytest
 
 from console.celery import app
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from console.proposals import services
 from console.proposals.gates import Gate
 from console.proposals.models import Proposal

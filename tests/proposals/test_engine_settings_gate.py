@@ -11,7 +11,7 @@ from console.proposals.gates.engine_settings import (
     engine_claim,
     evaluate_engine_settings,
 )
-from console.reasons import Reason
+from inventory.analytics.reasons import Reason
 from inventory.models import Deployment
 from tests.factories import GIB, ServedModelFactory
 from tests.proposals.support import codes_of, create_proposal, english, seed_host

@@ -5,8 +5,7 @@ from django.conf import settings
 from django.utils import translation
 
 from console.proposals import services
-from console.proposals.gate_checks import Checked
-from console.proposals.gates import Gate, GateOutcome, GateStatus
+from console.proposals.gates import Checked, Gate, GateOutcome, GateStatus
 from console.proposals.gates.engine_settings import (
     CardEngines,
     EngineSettingsRequest,
@@ -18,7 +17,7 @@ from console.proposals.gates.kv import KvRequest, evaluate_kv
 from console.proposals.gates.loadtest import Colocated, LoadTestRequest, evaluate_load_test
 from console.proposals.gates.memory import CardBudget, MemoryRequest, Share, evaluate_memory
 from console.proposals.models import GateResult
-from console.reasons import Reason
+from inventory.analytics.reasons import Reason
 from tests.factories import GIB
 from tests.proposals.support import create_proposal
 

@@ -5,8 +5,8 @@ import importlib
 import pytest
 from django.apps import apps
 
+from console.core.reason_text import render_in
 from console.proposals.models import GateResult
-from console.reason_text import render_in
 from tests.proposals.support import create_proposal
 
 pytestmark = pytest.mark.django_db

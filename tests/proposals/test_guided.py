@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from console.proposals import progress, services
 from console.proposals.gates import Gate, GateOutcome, GateStatus
 from console.proposals.models import GateResult, Proposal

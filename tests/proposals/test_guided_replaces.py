@@ -6,7 +6,7 @@ import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from console.proposals import services, whatif
 from console.proposals.gates import Gate
 from console.proposals.models import Proposal
@@ -150,7 +150,7 @@ def test_the_what_if_drawing_takes_the_replaced_off_their_cards(personas):
 
 
 def test_a_console_load_test_leaves_out_the_replicas_the_change_replaces(personas):
-    from console.proposals import loadtest_inputs
+    from console.proposals.loadtest import inputs as loadtest_inputs
 
     host, gpus, replicas = shared_host()
     Deployment.objects.filter(host=host).update(endpoint_url="http://127.0.0.1:9/v1")

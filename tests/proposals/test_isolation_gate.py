@@ -11,8 +11,8 @@ from console.proposals.gates.isolation import (
     IsolationRequest,
     evaluate_isolation,
 )
-from console.reasons import Reason
 from inventory.analytics.interference import InterferenceReport, InterferenceVerdict
+from inventory.analytics.reasons import Reason
 from inventory.models import Deployment
 from tests.factories import DeploymentFactory, GpuFactory
 from tests.proposals.support import create_proposal, english

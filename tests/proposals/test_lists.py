@@ -2,7 +2,7 @@
 
 import pytest
 
-from console import pagination
+from console.core import pagination
 from tests.lists import api_page, next_link, token_client
 from tests.proposals.support import create_proposal, ready_proposal
 

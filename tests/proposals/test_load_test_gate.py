@@ -6,6 +6,7 @@ import json
 import pytest
 from django.utils import timezone
 
+from console.core.reason_text import render_in
 from console.proposals import services
 from console.proposals.gate_checks import check_load_test
 from console.proposals.gates import GateStatus
@@ -15,7 +16,7 @@ from console.proposals.gates.loadtest import (
     Telemetry,
     evaluate_load_test,
 )
-from console.proposals.loadtests import (
+from console.proposals.gates.loadtest_report import (
     LoadTestFormatError,
     LoadTestRun,
     combine,
@@ -23,8 +24,7 @@ from console.proposals.loadtests import (
     parse_csv,
     parse_vllm_result,
 )
-from console.reason_text import render_in
-from console.reasons import Reason
+from inventory.analytics.reasons import Reason
 from inventory.models import Deployment
 from tests.factories import GIB, ServedModelFactory
 from tests.proposals.support import (
@@ -395,8 +395,8 @@ def _engine_history(card, rates: dict[str, float], start, minutes: int) -> None:
     """`minutes` of engine minutes of the card's tenants from `start`, at `rates` (per s)."""
     import datetime as dt
 
+    from inventory.ingest.writer import ingest_batches
     from inventory.timeseries import rollups
-    from inventory.timeseries.ingest import ingest_batches
     from tests.batches import batch, engine_row
 
     batches = []
@@ -448,7 +448,7 @@ def test_a_console_run_is_held_to_the_traffic_it_was_built_from_not_its_own(pers
 def test_a_console_run_is_held_to_the_real_traffic_its_plan_was_made_from(personas):
     import datetime as dt
 
-    from console.proposals.loadtest_plan import Api, LoadTestPlan, Phases, RequestMix, Target
+    from console.proposals.loadtest.plan import Api, LoadTestPlan, Phases, RequestMix, Target
     from console.proposals.models import LoadTest
 
     host = seed_host()

@@ -11,8 +11,10 @@ import pytest
 from django.utils import timezone
 
 from console.celery import app
-from console.proposals import loadtest_inputs, loadtest_services, services
-from console.proposals.loadtest_plan import Phases, RequestMix
+from console.proposals import services
+from console.proposals.loadtest import inputs as loadtest_inputs
+from console.proposals.loadtest import services as loadtest_services
+from console.proposals.loadtest.plan import Phases, RequestMix
 from console.proposals.models import LoadTest, Proposal
 from console.proposals.transitions import State
 from inventory.demo import _create_host

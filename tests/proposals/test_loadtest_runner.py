@@ -6,8 +6,8 @@ inference server of the demo (same paths, same streaming shapes, same error answ
 
 import pytest
 
-from console.proposals.loadtest_execution import endpoint_failures, run_to_end
-from console.proposals.loadtest_plan import (
+from console.proposals.loadtest.execution import endpoint_failures, run_to_end
+from console.proposals.loadtest.plan import (
     Api,
     LoadTestPlan,
     Phase,
@@ -17,7 +17,7 @@ from console.proposals.loadtest_plan import (
     Target,
     busy_hour_rates,
 )
-from console.proposals.loadtest_results import (
+from console.proposals.loadtest.results import (
     CardSample,
     as_run,
     card_peaks,
@@ -25,7 +25,7 @@ from console.proposals.loadtest_results import (
     latency_series,
     model_summaries,
 )
-from console.proposals.loadtest_runner import RequestRecord, RunOutcome, run_plan
+from console.proposals.loadtest.runner import RequestRecord, RunOutcome, run_plan
 from inventory.telemetry.simulator.endpoints import Answer, EndpointServer, FixedBehaviour
 from tests.processes import free_port
 

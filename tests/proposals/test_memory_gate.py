@@ -3,6 +3,7 @@
 import pytest
 from django.utils import timezone
 
+from console.core.reason_text import render_in
 from console.proposals.gate_checks import check, check_memory
 from console.proposals.gates import GateStatus
 from console.proposals.gates.memory import (
@@ -13,7 +14,6 @@ from console.proposals.gates.memory import (
     evaluate_memory,
 )
 from console.proposals.services import do_record_gate_results, do_start_checks, do_submit
-from console.reason_text import render_in
 from inventory.analytics.context import cuda_context_estimate
 from inventory.analytics.kv import KvShape, kv_reservation_per_card
 from inventory.analytics.units import format_gib

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from console.audit.models import AuditEntry
+from console.core.auditing.models import AuditEntry
 from console.proposals import queue, tasks
 from console.proposals.models import LoadTest, Notification, Proposal
 from console.proposals.transitions import State

@@ -5,9 +5,9 @@ import datetime as dt
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from console.audit import Action
-from console.audit.changes import record
-from console.models import AuditEntry
+from console.core.auditing import Action
+from console.core.auditing.changes import record
+from console.core.models import AuditEntry
 from console.proposals import services
 from console.proposals.gates import Gate
 from console.proposals.models import LoadTest, Proposal

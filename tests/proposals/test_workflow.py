@@ -3,7 +3,7 @@
 import pytest
 from django.core.exceptions import ValidationError
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from console.proposals import services
 from console.proposals.gates import Gate
 from console.proposals.models import Decision, GateResult, Proposal

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from django.core.management import call_command
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from runbooks.library import load_library
 from runbooks.models import RunbookNote
 from runbooks.services import do_sync_library, do_update_note

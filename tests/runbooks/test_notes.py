@@ -2,7 +2,7 @@
 
 import pytest
 
-from console.models import AuditEntry
+from console.core.models import AuditEntry
 from inventory.models import Deployment
 from runbooks.models import MPS_NOTE_SLUG, RunbookNote
 from runbooks.services import StaleNoteError, do_create_note, do_update_note

@@ -13,14 +13,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from inventory.telemetry import batch_decoding
-from inventory.telemetry.batch_schema import (
-    FIELDS,
-    MAX_STRING,
-    BatchRejected,
-    FieldsChecked,
-    check_batch,
-)
+from inventory.wire import decoding as batch_decoding
+from inventory.wire.schema import FIELDS, MAX_STRING, BatchRejected, FieldsChecked, check_batch
 from tests.telemetry.test_batch_schema import (
     HOSTILE,
     JSON_VALUES,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inventory.telemetry.batch_schema import BatchRejected, Window, check_batch
+from inventory.wire.schema import BatchRejected, Window, check_batch
 from tests.conftest import FIXTURES
 
 # Three batches the host agent published on a real H200 (docs/gpu-check.md).

@@ -10,16 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kombu import Connection
 
-from inventory.agent.transport import INGEST_QUEUE, batch_publisher
-from inventory.telemetry import batch_decoding, signing
-from inventory.telemetry.batch_schema import (
-    COLUMNAR_SCHEMA,
-    FIELDS,
-    FieldsChecked,
-    check_batch,
-    on_the_wire,
-)
-from inventory.telemetry.process_columns import columns_of, rows_of_wire
+from inventory.agent.transport import batch_publisher
+from inventory.wire import decoding as batch_decoding
+from inventory.wire import signing
+from inventory.wire.columns import columns_of, rows_of_wire
+from inventory.wire.queue import INGEST_QUEUE
+from inventory.wire.schema import COLUMNAR_SCHEMA, FIELDS, FieldsChecked, check_batch, on_the_wire
 from tests.telemetry.test_batch_decoding import _edges, _plain, _typed
 from tests.telemetry.test_batch_schema import (
     HOSTILE,

@@ -5,7 +5,9 @@ what the card by card search passes."""
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from inventory.telemetry.batch_schema import (
+from inventory.ingest.writer import _one_row_per_process
+from inventory.wire.columns import ProcessColumns, columns_of
+from inventory.wire.schema import (
     _CARD_WITHIN_TOTAL,
     BatchRejected,
     _card_by_card,
@@ -13,8 +15,6 @@ from inventory.telemetry.batch_schema import (
     _processes,
     _processes_sound,
 )
-from inventory.telemetry.process_columns import ProcessColumns, columns_of
-from inventory.timeseries.ingest import _one_row_per_process
 
 GIB = 1024**3
 # Each total, and just within and just past the tolerance above it.

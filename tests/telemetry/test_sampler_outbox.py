@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from inventory.telemetry.batch_schema import SCHEMA
 from inventory.telemetry.collector import NvmlCollector
 from inventory.telemetry.engines import EngineReading, LatencySummary
 from inventory.telemetry.fake_nvml import FakeHostState, FakeNvml, FakeProcess
@@ -21,6 +20,7 @@ from inventory.telemetry.process_mapping import map_processes
 from inventory.telemetry.readings import CollectorFault, TelemetryEvent
 from inventory.telemetry.sampler import BASELINE_FORGOTTEN_AFTER_S, IntervalSampler
 from inventory.telemetry.simulator.catalogue import MIB
+from inventory.wire.schema import SCHEMA
 
 from .conftest import h100_card, h200_mig_card
 

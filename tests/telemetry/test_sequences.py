@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inventory.telemetry import sequences
+from inventory.wire import sequences
 
 
 @given(

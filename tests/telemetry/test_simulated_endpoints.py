@@ -3,7 +3,7 @@
 import asyncio
 import json
 
-from console.proposals.loadtest_execution import run_to_end
+from console.proposals.loadtest.execution import run_to_end
 from inventory.analytics.stats import percentile
 from inventory.telemetry.simulator.endpoints import EndpointServer, SimulatedBehaviour
 from inventory.telemetry.simulator.host import SimulatedHost

@@ -6,7 +6,7 @@ import importlib
 
 from django.db import migrations
 
-roles = importlib.import_module("console.migrations.0002_roles")
+roles = importlib.import_module("console.core.migrations.0002_roles")
 
 VIEW = [
     "operations.view_hostaction",

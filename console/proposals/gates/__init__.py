@@ -2,15 +2,16 @@
 
 Each gate module is pure (plain numbers and dataclasses in, a :class:`GateOutcome` out);
 :mod:`console.proposals.gate_checks` reads the database and runs them. A gate says what it
-found as reasons (console.reasons): a code and its figures, from the module's own catalogue
-(``MESSAGES``, registered at import), so a result stored once reads in every language.
+found as reasons (inventory.analytics.reasons): a code and its figures, from the module's own
+catalogue (``MESSAGES``, registered at import), so a result stored once reads in every
+language.
 """
 
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from console.reasons import Reason, gettext_noop, register
+from inventory.analytics.reasons import Reason, gettext_noop, register
 
 MESSAGES = register(
     {
@@ -89,3 +90,12 @@ class GateOutcome:
     def __post_init__(self) -> None:
         if not self.runbook_slug:
             object.__setattr__(self, "runbook_slug", self.gate.runbook_slug)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One run of every gate: the outcomes, and the cards the solver chose (inventory's Gpu
+    rows; empty when it did not choose)."""
+
+    outcomes: list[GateOutcome]
+    solver_gpus: list[Any]

@@ -22,14 +22,14 @@ the same time). Unless all but one of the card's engines start only after the ot
 the runbook. No version is known to handle it today; a pool set in bytes (vLLM
 ``--kv-cache-memory-bytes``) does not depend on the free memory seen, so it does not count.
 
-Reasons are codes with parameters (``MESSAGES``, console.reasons), read in the reader's
+Reasons are codes with parameters (``MESSAGES``, inventory.analytics.reasons), read in the reader's
 language.
 """
 
 from dataclasses import dataclass
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus
-from console.reasons import Reason, gettext_noop, register
+from inventory.analytics.reasons import Reason, gettext_noop, register
 
 RUNBOOK = "engine-memory-settings"
 

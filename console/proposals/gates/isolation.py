@@ -14,7 +14,7 @@
 from dataclasses import dataclass
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus, then
-from console.reasons import Reason, as_stored, gettext_noop, register
+from inventory.analytics.reasons import Reason, as_stored, gettext_noop, register
 
 MPS_NOTE = "mps-not-hard-isolation"
 

@@ -14,7 +14,6 @@ model, or refuse).
 from dataclasses import dataclass
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus
-from console.reasons import Reason, as_stored, gettext_noop, register
 from inventory.analytics.kv import (
     MEAN_TOLERANCE,
     kv_reservation_bytes,
@@ -22,6 +21,7 @@ from inventory.analytics.kv import (
     recommended_kv_reservation_bytes,
     whole_requests,
 )
+from inventory.analytics.reasons import Reason, as_stored, gettext_noop, register
 
 MESSAGES = register(
     {

@@ -7,7 +7,8 @@ memory minus headroom). The card peaks always come from the console's own teleme
 test's window, never from whoever uploaded the result: a result whose window has no telemetry
 fails, and figures typed in beside an import that disagree with the measured ones fail too.
 
-Checks, each failed one a reason code with its parameters (``MESSAGES``, console.reasons):
+Checks, each failed one a reason code with its parameters (``MESSAGES``,
+inventory.analytics.reasons):
 
 - coverage: every co-located model is in the result (names match exactly, or by the part
   after the last "/", ignoring case); a single-model result counts for nothing;
@@ -29,8 +30,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus, then
-from console.proposals.loadtests import LoadTestRun, ModelRun
-from console.reasons import Reason, as_stored, gettext_noop, register, render
+from console.proposals.gates.loadtest_report import LoadTestRun, ModelRun
+from inventory.analytics.reasons import Reason, as_stored, gettext_noop, register, render
 
 RATIO_TOLERANCE = 0.25
 MAX_FAILED_SHARE = 0.01

@@ -29,9 +29,9 @@ totals say: "nvidia-smi total green, framework fragmentation red" means do not a
 from dataclasses import dataclass, field
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus, then
-from console.reasons import Reason, as_stored, gettext_noop, ngettext_lazy, register
 from inventory.analytics.context import ContextOverhead
 from inventory.analytics.kv import CardKv
+from inventory.analytics.reasons import Reason, as_stored, gettext_noop, ngettext_lazy, register
 
 DEFRAGMENT_NOTE = "defragment-off-peak-reload"
 OOM_NOTE = "oom-triage"

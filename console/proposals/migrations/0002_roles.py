@@ -5,7 +5,7 @@ import importlib
 
 from django.db import migrations
 
-roles = importlib.import_module("console.migrations.0002_roles")
+roles = importlib.import_module("console.core.migrations.0002_roles")
 
 PROPOSE = ["proposals.view_proposal", "proposals.add_proposal", "proposals.change_proposal"]
 

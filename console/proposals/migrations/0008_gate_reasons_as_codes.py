@@ -26,8 +26,8 @@ def _sentence(text, fixed):
 
 def _fixed_sentences():
     """English sentence -> code, of the gates' messages that carry no figures."""
-    from console import reason_text  # imports, and so registers, every catalogue
-    from console.reasons import known_codes
+    from console.core import reason_text  # imports, and so registers, every catalogue
+    from inventory.analytics.reasons import known_codes
 
     fixed = {}
     for code in known_codes():
@@ -84,7 +84,7 @@ def codes_for_stored_sentences(apps, schema_editor):
 
 
 def _english_of(reason):
-    from console.reason_text import render_in  # imports, and so registers, every catalogue
+    from console.core.reason_text import render_in  # imports, and so registers, every catalogue
 
     return render_in(reason, "en")
 

@@ -2,7 +2,7 @@
 
 from django import template
 
-from console.proposals.loadtest_views import StartLoadTestForm, status_of
+from console.proposals.loadtest.views import StartLoadTestForm, status_of
 from console.proposals.models import LoadTest
 from console.proposals.transitions import Event, allowed
 

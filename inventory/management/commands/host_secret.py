@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from console.secret_key import write_private_file
+from console.core.private_files import write_private_file
 from inventory.models import Host
 from inventory.services import do_rotate_agent_secret
 

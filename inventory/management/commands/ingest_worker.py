@@ -1,15 +1,10 @@
 import logging
 
+from celery import current_app as app
 from django.core.management.base import BaseCommand
 from kombu import Connection
 
-from console.celery import app
-from inventory.timeseries.ingest_worker import (
-    GROUP,
-    GROUP_WAIT_S,
-    IngestWorker,
-    freeze_what_started,
-)
+from inventory.ingest.worker import GROUP, GROUP_WAIT_S, IngestWorker, freeze_what_started
 
 
 class Command(BaseCommand):

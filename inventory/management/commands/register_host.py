@@ -3,9 +3,9 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from console.audit import Action, snapshot
-from console.audit.changes import open_change, record
-from console.secret_key import write_private_file
+from console.core.auditing import Action, snapshot
+from console.core.auditing.changes import open_change, record
+from console.core.private_files import write_private_file
 from inventory.models import Host
 
 

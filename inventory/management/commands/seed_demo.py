@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from console.audit.changes import open_change
+from console.core.auditing.changes import open_change
 from inventory.demo import ensure_demo_fleet, ensure_demo_users, fleet_seeded
 from inventory.tasks import backfill_demo_history
 

@@ -5,12 +5,12 @@ import json
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from console.proposals import loadtest_inputs
 from console.proposals.gate_checks import card_budgets
-from console.proposals.loadtest_execution import execute
-from console.proposals.loadtest_plan import Phases, PlanError
-from console.proposals.loadtest_tasks import bounds_for
-from console.proposals.loadtest_views import plan_error_text
+from console.proposals.loadtest import inputs as loadtest_inputs
+from console.proposals.loadtest.execution import execute
+from console.proposals.loadtest.plan import Phases, PlanError
+from console.proposals.loadtest.tasks import bounds_for
+from console.proposals.loadtest.views import plan_error_text
 from console.proposals.models import Proposal
 from inventory.analytics.units import format_gib
 from inventory.models import Gpu, Host

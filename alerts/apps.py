@@ -1,6 +1,0 @@
-from django.apps import AppConfig
-
-
-class AlertsConfig(AppConfig):
-    name = "alerts"
-    verbose_name = "Alerts"

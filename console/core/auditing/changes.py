@@ -1,0 +1,96 @@
+"""One change per user action: one durable transaction, one change id on all its audit rows.
+
+The `do_*` function a view or task calls opens the change; a `do_*` it calls in turn, or an
+admin inline saved with its parent, joins the change already open instead of opening one of
+its own, so everything one action writes commits together and shares the id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.contenttypes.models import ContentType
+from django.db import models, transaction
+from django.utils import timezone
+
+from console.core.auditing.actions import Action
+from console.core.auditing.models import AuditEntry
+
+
+@dataclass(frozen=True)
+class Change:
+    id: uuid.UUID
+    actor: Any  # the user acting, or None for the system
+    # Set only when the demo replays history: the moment its rows say they happened.
+    at: dt.datetime | None = None
+
+
+_open: ContextVar[Change | None] = ContextVar("audit_change", default=None)
+
+
+def current_change() -> Change | None:
+    return _open.get()
+
+
+@contextmanager
+def open_change(actor=None, *, at: dt.datetime | None = None) -> Iterator[Change]:
+    """Open a change, or join the one already open (its transaction, id and actor)."""
+    joined = _open.get()
+    if joined is not None:
+        yield joined
+        return
+    change = Change(id=uuid.uuid4(), actor=actor, at=at)
+    # durable: a top-level action must commit on its own, never inside a caller's transaction.
+    with transaction.atomic(durable=True):
+        token = _open.set(change)
+        try:
+            yield change
+        finally:
+            # Closed before the commit, so on-commit work (gate checks) opens changes of its own.
+            _open.reset(token)
+
+
+def atomic_change(func):
+    """Run a `do_*` function as one change, acted by its `acting_user` keyword."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with open_change(kwargs.get("acting_user")):
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def record(
+    *,
+    actor,
+    action: Action | str,
+    obj: models.Model,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    host=None,
+    comment: str = "",
+) -> AuditEntry:
+    """One audit row in the open change; outside any, a change of its own."""
+    change = _open.get()
+    return AuditEntry.objects.create(
+        change_id=change.id if change else uuid.uuid4(),
+        at=change.at if change and change.at else timezone.now(),
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor_name=actor.get_username() if actor is not None else "system",
+        action=Action(action),  # an action the enum does not list raises ValueError
+        content_type=ContentType.objects.get_for_model(type(obj)),
+        object_id=str(obj.pk),
+        object_repr=str(obj)[:200],
+        host=host,
+        before=before,
+        after=after,
+        comment=comment,
+    )
