@@ -265,9 +265,11 @@ def test(pytest_args: list[str]) -> int:
             )
         say("compiling the translations")
         compile_catalogues()
-        say("pytest")
+        workers = env.get("TEST_WORKERS") or str(os.cpu_count() or 1)
+        say(f"pytest on {workers} workers")
+        parallel = ["-n", workers, "--dist", "loadgroup"] if workers != "1" else []
         return subprocess.run(
-            [PYTHON, "-m", "pytest", *pytest_args], cwd=BASE_DIR, env=env
+            [PYTHON, "-m", "pytest", *parallel, *pytest_args], cwd=BASE_DIR, env=env
         ).returncode
 
 

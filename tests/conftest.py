@@ -19,8 +19,21 @@ PERSONAS = {
 }
 
 
+def pytest_collection_modifyitems(config, items):
+    # Under xdist (--dist loadgroup) the tests that start real worker processes run one after
+    # the other on one worker, and the browser tests share one chromium on another.
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+        elif item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group("browser"))
+
+
 def pytest_sessionstart(session):
     # The .mo files are built, not committed: a plain `pytest` reads the current .po files too.
+    # Under xdist the controller builds them; workers would race writing the same files.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     from console.catalogue import compile_catalogues
 
     compile_catalogues()

@@ -7,12 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+from django.test import TestCase, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from inventory.models import DeadLetter, Event, Host
+from runbooks.services import do_create_note
 from tests.alerts import support as alert_support
-from tests.factories import DeploymentFactory, GpuFactory
+from tests.conftest import PERSONAS as PERSONA_ROLES
+from tests.factories import DeploymentFactory, GpuFactory, UserFactory
 from tests.operations import support as operations_support
 from tests.proposals import support as proposal_support
 
@@ -398,10 +401,44 @@ MATRIX = [
 ]
 
 
-@pytest.fixture
-def objects(personas):
-    from runbooks.services import do_create_note
+@pytest.fixture(scope="module")
+def matrix(django_db_setup, django_db_blocker):
+    """The personas and the objects every row reads, built once for the module inside a
+    transaction rolled back after its last test; each test runs in a savepoint of its own,
+    so what a row's request changes is gone before the next."""
+    fast = override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"])
+    with django_db_blocker.unblock(), fast:
+        # setUpTestData's own transaction: do_* actions open durable blocks inside it.
+        atomics = TestCase._enter_atomics()
+        try:
+            personas = {
+                name: UserFactory(username=name, roles=roles)
+                for name, roles in PERSONA_ROLES.items()
+            }
+            yield personas, _build_objects(personas)
+        finally:
+            TestCase._rollback_atomics(atomics)
 
+
+@pytest.fixture
+def objects(matrix, db):
+    return matrix[1]
+
+
+@pytest.fixture
+def client_as(client, matrix, db):
+    """client_as("manager"): the test client logged in as that persona ("anonymous": nobody)."""
+
+    def login(persona: str):
+        client.logout()
+        if persona != "anonymous":
+            client.force_login(matrix[0][persona])
+        return client
+
+    return login
+
+
+def _build_objects(personas):
     gpu = GpuFactory()
     deployment = DeploymentFactory(host=gpu.host, gpus=[gpu])
     note = do_create_note(

@@ -73,5 +73,7 @@ def agent_venv(tmp_path_factory) -> Path:
 
 def clean_env(**extra: str) -> dict[str, str]:
     """No path back into the checkout, no setting of the test run."""
-    keep = {"PATH", "HOME", "LANG", "TMPDIR"}
+    # The ingest queue is the run's own under xdist (tests/xdist_worker.py): an agent and the
+    # ingest worker of one test must agree on it.
+    keep = {"PATH", "HOME", "LANG", "TMPDIR", "INGEST_QUEUE_NAME"}
     return {**{k: v for k, v in os.environ.items() if k in keep}, **extra}

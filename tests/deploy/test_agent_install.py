@@ -68,7 +68,11 @@ def test_the_installed_agent_samples_the_fake_nvml_and_publishes_a_valid_batch(
         [agent_venv / "bin" / "python", "-m", "inventory.agent", "--config", config, "--once",
          "--once-flush-s", "1", "--state-dir", tmp_path / "state"],
         cwd=tmp_path,
-        env=clean_env(AGENT_SOURCE="simulator"),
+        env=clean_env(
+            AGENT_SOURCE="simulator",
+            SIMULATOR_ENDPOINTS_PORT="0",
+            INGEST_QUEUE_NAME=INGEST_QUEUE.name,
+        ),
         capture_output=True,
         text=True,
         timeout=60,
