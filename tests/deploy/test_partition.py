@@ -26,6 +26,7 @@ from inventory.collection import collection_plan
 from inventory.demo import _create_host
 from inventory.models import CardSample, CollectorStatus, IngestedBatch
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
+from inventory.wire.queue import INGEST_QUEUE
 from tests.deploy.netns import REDIS, SimulatedMachine, namespaces_missing, start_redis
 from tests.processes import BASE_DIR, Processes, database_url_for_processes, wait_for
 
@@ -175,7 +176,9 @@ def test_a_host_cut_off_backfills_in_order_and_the_others_never_notice(
         agent.wait(30)
     with Connection(local_url) as conn:
         client = conn.default_channel.client
-        wait_for(lambda: client.llen("ingest") == 0, timeout=30, what="the ingest queue drained")
+        wait_for(
+            lambda: client.llen(INGEST_QUEUE.name) == 0, timeout=30, what="the ingest queue drained"
+        )
     time.sleep(1.0)  # the worker's last group commits
 
     figures = {}

@@ -265,7 +265,7 @@ def test_over_redis_a_group_is_taken_in_one_call_and_a_killed_workers_group_come
             stopper.start()
             worker.run(safety_interval=0.05)
             assert conn.default_channel.client.hlen("unacked") == 0
-            assert conn.default_channel.client.llen("ingest") == 0
+            assert conn.default_channel.client.llen(INGEST_QUEUE.name) == 0
         assert worker.written == 5, "the three restored and the two never taken, once each"
         assert CardSample.objects.count() == 5
     finally:
@@ -315,5 +315,5 @@ def test_over_rabbitmq_a_group_is_acked_in_one_frame_and_nothing_stays_unacked(m
     assert [multiple for _, multiple in acks] == [True, True, True]
     assert [tag for tag, _ in acks] == sorted(tag for tag, _ in acks)
     with Connection(url) as conn:  # the worker's connection is closed: unacked would be back
-        _, ready, _ = conn.default_channel.queue_declare("ingest", passive=True)
+        _, ready, _ = conn.default_channel.queue_declare(INGEST_QUEUE.name, passive=True)
     assert ready == 0

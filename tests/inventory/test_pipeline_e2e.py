@@ -14,6 +14,7 @@ from console.celery import app
 from inventory.demo import _create_host
 from inventory.models import CardSample, CollectorStatus, Host, ProcessSample
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
+from inventory.wire.queue import INGEST_QUEUE
 from tests.processes import Processes, database_url_for_processes, wait_for
 
 REAL_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "nvml-h200"
@@ -36,7 +37,7 @@ def pipeline(settings, tmp_path):
     else:
         # Leftovers of an earlier run on a shared broker must not feed this one.
         with app.connection_for_write() as conn:
-            for queue in ("ingest", "host.simulator", "celery"):
+            for queue in (INGEST_QUEUE.name, "host.simulator", "celery"):
                 channel = conn.channel()
                 try:
                     channel.queue_purge(queue)
@@ -113,6 +114,8 @@ def test_what_a_host_agent_published_on_an_h200_is_written_by_the_ingest_worker(
             # batches older than raw retention, and unsigned ones.
             "TELEMETRY_RAW_RETENTION_DAYS": "36500",
             "INGEST_REQUIRE_SIGNATURE": "false",
+            # The queue that run published to, whatever this test run's own is.
+            "INGEST_QUEUE_NAME": "ingest",
         },
         tmp_path,
     )

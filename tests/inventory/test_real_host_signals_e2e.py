@@ -15,6 +15,7 @@ from console.celery import app
 from inventory.models import CollectorStatus, Deployment, Event, Host
 from inventory.reports.analysis import mps_groups
 from inventory.telemetry.simulator.catalogue import device_uuid
+from inventory.wire.queue import INGEST_QUEUE
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 from tests.processes import Processes, database_url_for_processes, wait_for
 
@@ -62,7 +63,7 @@ def real_host(settings, tmp_path):
         (tmp_path / "broker" / "control").mkdir()
     else:
         with app.connection_for_write() as conn:
-            for queue in ("ingest", f"host.{HOST}", "celery"):
+            for queue in (INGEST_QUEUE.name, f"host.{HOST}", "celery"):
                 channel = conn.channel()
                 try:
                     channel.queue_purge(queue)

@@ -26,6 +26,7 @@ from console.operations.models import (
     StandingPolicy,
 )
 from inventory.models import CardSample, Deployment, Event
+from inventory.wire.queue import INGEST_QUEUE
 from tests.operations.support import publishing_to
 from tests.processes import Processes, database_url_for_processes, wait_for
 
@@ -59,7 +60,7 @@ def _purge_shared_broker():
     if "data_folder_in" in options:
         return
     with app.connection_for_write() as conn:
-        for queue in ("ingest", "host.simulator", "host.simulator.operations", "celery"):
+        for queue in (INGEST_QUEUE.name, "host.simulator", "host.simulator.operations", "celery"):
             channel = conn.channel()
             try:
                 channel.queue_purge(queue)

@@ -236,7 +236,7 @@ def test_measured_p95_and_red_fragmentation_come_from_card_capacity(personas, mo
             fragmentation_status="red" if measured else "green",
         )
 
-    monkeypatch.setattr("console.proposals.gate_checks.card_capacity", capacity)
+    monkeypatch.setattr("console.proposals.budgets.card_capacity", capacity)
     proposal = create_proposal(
         personas["oncall"],
         host=host,
