@@ -35,7 +35,7 @@ from kombu.utils.json import dumps
 
 from inventory.env import env_float, env_str
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]  # the checkout
 
 
 def broker_url() -> str:
