@@ -15,30 +15,25 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from itertools import repeat
 
-import orjson
 from django.conf import settings
 from django.db import connection, transaction
 
-from console.core.auditing import Action, snapshot
-from console.core.auditing.changes import record as audit_record
 from inventory.analytics.fragmentation import index_from_columns
-from inventory.analytics.oom_triage import triage_snapshot
 from inventory.ingest import samples
+from inventory.ingest.events import events_of, faults_of
+from inventory.ingest.maps import HostMaps
+from inventory.ingest.statuses import update_statuses
+from inventory.ingest.values import json_parameter, timestamp
 from inventory.models import (
     CollectorFault,
-    CollectorStatus,
-    Deployment,
     Event,
     Gpu,
     Host,
-    MigSlice,
 )
 from inventory.models.fleet import HOST_NAME_PATTERN
 from inventory.timeseries import partitions
-from inventory.wire import sequences
 from inventory.wire.columns import ProcessColumns, rows_of_wire
 from inventory.wire.schema import (
     CANONICAL_UUID,
@@ -59,16 +54,6 @@ class IngestResult:
     duplicate: bool
     rows: int = 0
     events: int = 0
-
-
-def _ts(epoch: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
-
-
-def _json(value) -> str:
-    """A statement's list of values as one JSON parameter: psycopg quotes an array's elements
-    one by one, in Python, which for a group's hundreds cost more than the statement."""
-    return orjson.dumps(value).decode()
 
 
 def acceptance_window(now: float | None = None) -> Window:
@@ -146,7 +131,7 @@ def _written_before(payloads: list[dict]) -> set[str]:
         cursor.execute(
             "SELECT batch_id::text FROM inventory_ingestedbatch "
             "WHERE batch_id IN (SELECT json_array_elements_text(%s::json)::uuid)",
-            [_json(sorted(keys))],
+            [json_parameter(sorted(keys))],
         )
         return {row[0] for row in cursor.fetchall()}
 
@@ -164,7 +149,7 @@ def _ensure_partitions(payloads: list[dict], window: Window) -> None:
         and window.oldest <= value <= window.newest
     ]
     if times:
-        partitions.ensure_partitions(_ts(min(times)), _ts(max(times)))
+        partitions.ensure_partitions(timestamp(min(times)), timestamp(max(times)))
 
 
 @dataclass
@@ -182,7 +167,7 @@ class _Group:
     def write(self) -> None:
         self.results = [None] * len(self.payloads)
         self.known = dict(self.cards)  # with the cards this write creates
-        maps_of = _Maps.load_for(set(self.hosts.values()))
+        maps_of = HostMaps.load_for(set(self.hosts.values()))
         checked = self._check_bringing_new_cards(maps_of)
         tables = _Rows()
         accepted: dict[str, tuple[int, _Accepted, int]] = {}
@@ -198,12 +183,12 @@ class _Group:
         events, faults = [], []
         for payload in payloads:
             host = self.hosts[payload["host"]]
-            events.extend(_events(payload, host, maps_of[host.pk]))
-            faults.extend(_faults(payload, host, maps_of[host.pk]))
-        samples.write(*tables.each_table(), {_ts(p["interval_end"]) for p in payloads})
+            events.extend(events_of(payload, host, maps_of[host.pk]))
+            faults.extend(faults_of(payload, host, maps_of[host.pk]))
+        samples.write(*tables.each_table(), {timestamp(p["interval_end"]) for p in payloads})
         Event.objects.bulk_create(events, ignore_conflicts=True)
         CollectorFault.objects.bulk_create(faults)
-        _update_statuses(payloads, self.hosts)
+        update_statuses(payloads, self.hosts)
         events_per_batch: dict[str, int] = {}
         for event in events:
             key = _uuid_text(str(event.batch_id))
@@ -263,7 +248,7 @@ class _Group:
                 lists["processes"] = rows_of_wire(payload["processes"]) if lists["events"] else []
             batch = _Accepted({**payload, **lists}, outcome.one_per_process())
             maps = maps_of[self.hosts[payload["host"]].pk]
-            count, rows = _collect_samples(batch, maps, _ts(payload["interval_end"]), tables)
+            count, rows = _collect_samples(batch, maps, timestamp(payload["interval_end"]), tables)
             accepted[key] = (position, batch, count)
             yield from rows
 
@@ -302,7 +287,7 @@ def _known_cards(payloads: list[dict]) -> dict[str, tuple[int, int]]:
         cursor.execute(
             f"SELECT uuid, host_id, index FROM {Gpu._meta.db_table} "
             "WHERE uuid IN (SELECT json_array_elements_text(%s::json))",
-            [_json(uuids)],
+            [json_parameter(uuids)],
         )
         return {uuid_: (host_id, index) for uuid_, host_id, index in cursor.fetchall()}
 
@@ -365,7 +350,7 @@ def _claim(payloads: list[dict], hosts: dict[str, Host], rows: dict[str, int]) -
             ON CONFLICT (batch_id) DO NOTHING
             RETURNING batch_id
             """,
-            [_json(claims)],
+            [json_parameter(claims)],
         )
         return {str(row[0]) for row in cursor.fetchall()}
 
@@ -384,108 +369,6 @@ class _Rows:
         return [rows or None for rows in (self.cards, self.engines, self.migs)]
 
 
-@dataclass
-class _Maps:
-    """Card, MIG device and deployment ids of one host, by the keys a batch carries."""
-
-    gpu_by_index: dict[int, int]
-    gpu_by_uuid: dict[str, int]
-    mig_by_uuid: dict[str, int]
-    deployments: set[int]
-
-    @classmethod
-    def load_for(cls, hosts: set[Host]) -> dict[int, "_Maps"]:
-        """The maps of every host of a group, in one statement whatever the group's size."""
-        maps = {host.pk: cls({}, {}, {}, set()) for host in hosts}
-        gpu, mig, deployment = (model._meta.db_table for model in (Gpu, MigSlice, Deployment))
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""
-                SELECT 'gpu', id, host_id, index, uuid FROM {gpu} WHERE host_id = ANY(%(hosts)s)
-                UNION ALL
-                SELECT 'mig', m.id, g.host_id, NULL, m.uuid FROM {mig} m JOIN {gpu} g
-                    ON g.id = m.gpu_id WHERE g.host_id = ANY(%(hosts)s) AND m.uuid <> ''
-                UNION ALL
-                SELECT 'deployment', id, host_id, NULL, NULL FROM {deployment}
-                    WHERE host_id = ANY(%(hosts)s)
-                """,
-                {"hosts": sorted(maps)},
-            )
-            for kind, pk, host_id, index, uuid_ in cursor.fetchall():
-                if kind == "gpu":
-                    maps[host_id].gpu_by_index[index] = pk
-                    maps[host_id].gpu_by_uuid[uuid_] = pk
-                elif kind == "mig":
-                    maps[host_id].mig_by_uuid[uuid_] = pk
-                else:
-                    maps[host_id].deployments.add(pk)
-        return maps
-
-    def discover(self, host: Host, payload: dict) -> list[Gpu]:
-        """Create the batch's cards the host does not have yet; return them."""
-        created = []
-        for card in payload.get("cards", []):
-            if card.get("uuid") and card["uuid"] not in self.gpu_by_uuid:
-                gpu = _discover_card(host, card)
-                self.gpu_by_uuid[gpu.uuid] = gpu.pk
-                self.gpu_by_index[gpu.index] = gpu.pk
-                created.append(gpu)
-        return created
-
-    def gpu_id(self, row: dict) -> int | None:
-        uuid_ = row.get("card_uuid") or row.get("uuid")
-        if uuid_ and uuid_ in self.gpu_by_uuid:
-            return self.gpu_by_uuid[uuid_]
-        index = row.get("card_index", row.get("index"))
-        return self.gpu_by_index.get(index)
-
-    def deployment_ids(self, raws: list) -> list[int | None]:
-        """deployment_id of each, most by one dictionary lookup: ids come as the text of a
-        number (what the plan sent), and only an odd one (" 12", "012") needs parsing."""
-        found = list(map(self.deployment_by_text.get, raws))
-        if found.count(None) != raws.count(None):
-            found = [
-                pk if pk is not None else self.deployment_id(raw)
-                for pk, raw in zip(found, raws, strict=True)
-            ]
-        return found
-
-    @cached_property
-    def deployment_by_text(self) -> dict[str, int]:
-        return {str(pk): pk for pk in self.deployments}
-
-    def deployment_id(self, raw) -> int | None:
-        """The host's deployment a batch names (by its id, as text), or None."""
-        if raw is None:
-            return None
-        try:
-            value = int(raw)
-        except (TypeError, ValueError):
-            return None
-        return value if value in self.deployments else None
-
-
-def _discover_card(host: Host, card: dict) -> Gpu:
-    """A card the inventory did not know: record it, as the system, in the audit trail."""
-    gpu = Gpu.objects.create(
-        host=host,
-        index=card["index"],
-        uuid=card["uuid"],
-        product_name=card.get("name") or "unknown",
-        memory_total_bytes=card.get("total_bytes") or 0,
-    )
-    audit_record(
-        actor=None,
-        action=Action.GPU_DISCOVER,
-        obj=gpu,
-        before=None,
-        after=snapshot(gpu),
-        host=host,
-        comment="first seen in telemetry",
-    )
-    return gpu
-
-
 # A card row's figures, in CARD_COLUMNS' order (total_bytes to util_memory_max).
 _CARD_FIGURE_KEYS = ("total_bytes", "used_bytes_max", "used_bytes_last", "reserved_bytes_last",
                      "free_bytes_min", "free_bytes_last", "util_gpu_max", "util_gpu_last",
@@ -494,7 +377,7 @@ _CARD_FIGURES = operator.itemgetter(*_CARD_FIGURE_KEYS)
 
 
 def _collect_samples(
-    batch: _Accepted, maps: "_Maps", end: dt.datetime, tables: "_Rows"
+    batch: _Accepted, maps: HostMaps, end: dt.datetime, tables: "_Rows"
 ) -> tuple[int, Iterable[tuple]]:
     """The batch's rows: its card, engine and MIG rows added to `tables`; how many rows in
     all, and its process rows."""
@@ -571,7 +454,7 @@ def _collect_samples(
 
 
 def _process_rows(
-    columns: ProcessColumns, maps: "_Maps", end: dt.datetime, batch_id: uuid.UUID
+    columns: ProcessColumns, maps: HostMaps, end: dt.datetime, batch_id: uuid.UUID
 ) -> tuple[Iterable[tuple], int, dict[int, float]]:
     """The batch's process sample rows, in PROCESS_COLUMNS' order, how many, and each card's
     highest fragmentation index. A row whose card the host does not have is left out."""
@@ -623,255 +506,3 @@ def _process_rows(
         strict=True,
     )
     return rows, count, card_frag
-
-
-def _one_row_per_process(processes: list[dict]) -> list[dict]:
-    """The batch's process rows, one per card and PID, the MPS row kept where there are two
-    (as ProcessColumns.one_per_process, for the rows an event's snapshot shows)."""
-    rows: dict[tuple, dict] = {}
-    for row in processes:
-        key = (row.get("card_uuid") or row.get("card_index"), row["pid"])
-        if key not in rows or row.get("kind") == "mps":
-            rows[key] = row
-    return list(rows.values())
-
-
-def _process_snapshot(payload: dict, card_index, card_uuid) -> list[dict]:
-    return [
-        {
-            "pid": row["pid"],
-            "name": row.get("name"),
-            "deployment_id": row.get("deployment_id"),
-            "used_bytes": row.get("used_bytes_max"),
-            "allocator": row.get("allocator"),
-        }
-        for row in _one_row_per_process(payload.get("processes", []))
-        if row.get("card_uuid") == card_uuid or row.get("card_index") == card_index
-    ]
-
-
-_SNAPSHOT_FIGURES = ("requested_bytes", "free_bytes", "capacity_bytes", "mig_device_uuid")
-
-
-def _event_snapshot(payload: dict, row: dict, detail: dict) -> dict:
-    """The card's memory at the event: from the agent when it took one, else from the batch."""
-    processes = detail.pop("processes", None)
-    if processes is None:
-        processes = _process_snapshot(payload, row.get("card_index"), row.get("card_uuid"))
-    snapshot_ = {key: detail[key] for key in _SNAPSHOT_FIGURES if key in detail}
-    card = next(
-        (
-            c
-            for c in payload.get("cards", [])
-            if c.get("uuid") == row.get("card_uuid") or c.get("index") == row.get("card_index")
-        ),
-        {},
-    )
-    snapshot_["card_total_bytes"] = card.get("total_bytes")
-    snapshot_["card_reserved_bytes"] = card.get("reserved_bytes_last")
-    snapshot_.setdefault("free_bytes", card.get("free_bytes_min"))
-    snapshot_["processes"] = [_snapshot_process(process) for process in processes]
-    return snapshot_
-
-
-_ALLOCATOR_FIGURES = (
-    "reserved_bytes",
-    "allocated_bytes",
-    "inactive_split_bytes",
-    "largest_free_block_bytes",
-)
-
-
-def _snapshot_process(process: dict) -> dict:
-    """One shape for a process in a snapshot, whether its allocator figures came nested or flat."""
-    allocator = process.get("allocator") or {
-        key: process[key] for key in _ALLOCATOR_FIGURES if key in process
-    }
-    return {
-        "pid": process.get("pid"),
-        "name": process.get("name"),
-        "deployment_id": process.get("deployment_id"),
-        "used_bytes": process.get("used_bytes"),
-        "allocator": allocator or None,
-    }
-
-
-def _events(payload: dict, host: Host, maps: _Maps) -> list[Event]:
-    events = []
-    for position, row in enumerate(payload.get("events", [])):
-        detail = dict(row.get("detail") or {})
-        kind = row.get("kind")
-        if kind == "xid" and detail.get("xid") == 79:
-            kind = Event.Kind.GPU_LOST
-        if kind not in Event.Kind.values:
-            kind = Event.Kind.XID if "xid" in detail else None
-        if kind is None:
-            continue
-        snapshot_ = _event_snapshot(payload, row, detail)
-        cause = explanation = ""
-        reason = {}
-        if kind == Event.Kind.OOM:
-            triage = triage_snapshot(snapshot_, detail.get("pid"))
-            cause, explanation = triage.cause.value, triage.explanation
-            reason = triage.reason.to_json()
-        events.append(
-            Event(
-                host=host,
-                gpu_id=maps.gpu_id(row),
-                deployment_id=maps.deployment_id(detail.get("deployment_id")),
-                kind=kind,
-                at=_ts(row["ts"]),
-                xid=detail.get("xid"),
-                detail=detail,
-                snapshot=snapshot_,
-                cause=cause,
-                cause_explanation=explanation,
-                cause_reason=reason,
-                batch_id=payload["batch_id"],
-                position=position,
-            )
-        )
-    return events
-
-
-def _faults(payload: dict, host: Host, maps: _Maps) -> list[CollectorFault]:
-    return [
-        CollectorFault(
-            host=host,
-            gpu_id=maps.gpu_id(row) if row.get("card_index") is not None else None,
-            card_index=row.get("card_index"),
-            call=str(row.get("call", ""))[:100],
-            error=str(row.get("error", ""))[:100],
-            message=str(row.get("message", "")),
-            count=row.get("count") or 1,
-            first_at=_ts(row.get("first_ts") or payload["interval_start"]),
-            last_at=_ts(row.get("last_ts") or payload["interval_end"]),
-            batch_id=payload["batch_id"],
-        )
-        for row in payload.get("faults", [])
-    ]
-
-
-# The collector status fields a batch moves, with their SQL types.
-_STATUS_FIELDS = {
-    "sampler_id": "uuid",
-    "last_seq": "bigint",
-    "last_sample_at": "timestamptz",
-    "last_batch_at": "timestamptz",
-    "batches": "bigint",
-    "missing_batches": "bigint",
-    "sequences": "jsonb",
-    "faults_last_batch": "int",
-    "faults_total": "bigint",
-    "outbox_depth": "int",
-    "outbox_dropped": "bigint",
-    "events_dropped": "bigint",
-}
-
-
-@dataclass
-class _Status:
-    """A host's collector status as a group moves it (the fields of CollectorStatus it
-    writes)."""
-
-    host_id: int
-    sampler_id: uuid.UUID | None
-    last_seq: int
-    last_sample_at: dt.datetime | None
-    last_batch_at: dt.datetime | None
-    batches: int
-    missing_batches: int
-    sequences: dict
-    faults_last_batch: int
-    faults_total: int
-    outbox_depth: int
-    outbox_dropped: int
-    events_dropped: int
-
-
-def _update_statuses(payloads: list[dict], hosts: dict[str, Host]) -> None:
-    """Fold the group's batches into each host's collector status: two statements in all."""
-    host_ids = sorted({hosts[p["host"]].pk for p in payloads})
-    statuses = _locked_statuses(host_ids)
-    if len(statuses) < len(host_ids):  # a host's first batch
-        CollectorStatus.objects.bulk_create(
-            [CollectorStatus(host_id=pk) for pk in host_ids if pk not in statuses],
-            ignore_conflicts=True,
-        )
-        statuses = _locked_statuses(host_ids)
-    now = dt.datetime.now(tz=dt.UTC)
-    for payload in sorted(payloads, key=lambda p: (str(p["sampler_id"]), int(p["seq"]))):
-        _apply_to_status(statuses[hosts[payload["host"]].pk], payload)
-    for status in statuses.values():
-        status.last_batch_at = now
-    # One UPDATE from one JSON document: bulk_update's CASE expressions cost more than the
-    # write itself.
-    columns = ", ".join(f"{name} = x.{name}" for name in _STATUS_FIELDS)
-    types = ", ".join(f"{name} {kind}" for name, kind in _STATUS_FIELDS.items())
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE inventory_collectorstatus AS s SET {columns}
-            FROM json_to_recordset(%s::json) AS x(host_id bigint, {types})
-            WHERE s.host_id = x.host_id
-            """,
-            [_json([vars(status) for status in statuses.values()])],
-        )
-    _update_mps_servers(payloads, hosts)
-
-
-def _locked_statuses(host_ids: list[int]) -> dict[int, _Status]:
-    """The hosts' collector statuses, locked in host order, so that two workers never wait on
-    each other in a cycle."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT host_id, {', '.join(_STATUS_FIELDS)} FROM inventory_collectorstatus "
-            "WHERE host_id = ANY(%s::bigint[]) ORDER BY host_id FOR UPDATE",
-            [host_ids],
-        )
-        statuses = {
-            row[0]: _Status(host_id=row[0], **dict(zip(_STATUS_FIELDS, row[1:], strict=True)))
-            for row in cursor.fetchall()
-        }
-    for status in statuses.values():  # Django reads jsonb as text, for JSONField to decode
-        status.sequences = orjson.loads(status.sequences)
-    return statuses
-
-
-def _update_mps_servers(payloads: list[dict], hosts: dict[str, Host]) -> None:
-    """The live MPS state of each host whose agent reported one: the latest batch's."""
-    latest: dict[int, dict] = {}
-    for payload in payloads:
-        mps = (payload.get("agent") or {}).get("mps")
-        pk = hosts[payload["host"]].pk
-        if isinstance(mps, list) and (
-            pk not in latest or payload["interval_end"] > latest[pk]["interval_end"]
-        ):
-            latest[pk] = payload
-    for pk, payload in sorted(latest.items()):
-        CollectorStatus.objects.filter(host_id=pk).update(
-            mps_servers=payload["agent"]["mps"], mps_seen_at=_ts(payload["interval_end"])
-        )
-
-
-def _apply_to_status(status: _Status, payload: dict) -> None:
-    sampler_id = uuid.UUID(str(payload["sampler_id"]))
-    seq = int(payload["seq"])
-    end = _ts(payload["interval_end"])
-    same_sampler = status.sampler_id == sampler_id
-    sequences.record(status.sequences, str(sampler_id), seq, payload["interval_end"])
-    status.missing_batches = sequences.missing(status.sequences)
-    newer = status.last_sample_at is None or end >= status.last_sample_at
-    if (not same_sampler and newer) or (same_sampler and seq > status.last_seq):
-        # A late batch of an earlier sampler (the agent before its restart) moves nothing.
-        status.sampler_id, status.last_seq = sampler_id, seq
-    if status.last_sample_at is None or end > status.last_sample_at:
-        status.last_sample_at = end
-    status.batches += 1
-    faults = sum(int(row.get("count") or 1) for row in payload.get("faults", []))
-    status.faults_last_batch = faults
-    status.faults_total += faults
-    agent = payload.get("agent") or {}
-    status.outbox_depth = int(agent.get("outbox_depth") or 0)
-    status.outbox_dropped = int(agent.get("outbox_dropped") or 0)
-    status.events_dropped += int(payload.get("events_dropped") or 0)

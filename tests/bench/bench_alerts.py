@@ -186,8 +186,8 @@ def cycle_figures(hosts: int, cycles: int) -> dict:
 
 
 def latency_figures() -> dict:
-    from tests.alerts.receivers import Receiver
-    from tests.alerts.support import Feeder
+    from tests.console.alerts.receivers import Receiver
+    from tests.console.alerts.support import Feeder
     from tests.processes import Processes
 
     rule = AlertRule.objects.get(slug="card-memory-95")

@@ -29,7 +29,7 @@ from console.placement import solve
 from console.placement.bounds import volume_bound
 from console.placement.greedy import greedy_plan
 from console.placement.schema import validate_problem
-from tests.placement.orlib import BinPackingInstance, read_orlib
+from tests.console.placement.orlib import BinPackingInstance, read_orlib
 
 SET_FILES = {"u120": "binpack1.txt", "u250": "binpack2.txt", "u500": "binpack3.txt"}
 SET_FILES["u1000"] = "binpack4.txt"

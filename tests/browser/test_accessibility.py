@@ -6,7 +6,7 @@ from axe_playwright_python.sync_playwright import Axe
 
 from console.proposals import services
 from tests.factories import GIB, ServedModelFactory, UserFactory
-from tests.proposals.support import create_proposal, outcomes, seed_host
+from tests.console.proposals.support import create_proposal, outcomes, seed_host
 
 pytestmark = [
     pytest.mark.browser,

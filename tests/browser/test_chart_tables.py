@@ -15,7 +15,7 @@ from inventory.demo import ensure_demo_fleet
 from inventory.demo_history import SWITCHED_HOST, backfill
 from inventory.models import ServedModel
 from tests.factories import GIB, DeploymentFactory, GpuFactory, UserFactory
-from tests.proposals.support import ready_proposal
+from tests.console.proposals.support import ready_proposal
 
 pytestmark = [
     pytest.mark.browser,

@@ -12,7 +12,7 @@ from console.proposals.models import Proposal
 from console.proposals.tasks import run_gates
 from console.proposals.transitions import State
 from tests.factories import GIB, ServedModelFactory, UserFactory
-from tests.proposals.support import (
+from tests.console.proposals.support import (
     checked,
     create_proposal,
     outcomes,

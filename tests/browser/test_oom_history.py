@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from tests.console.test_oom_history import audited, collected, oom
+from tests.inventory.test_oom_history import audited, collected, oom
 from tests.factories import DeploymentFactory, GpuFactory, UserFactory
 
 pytestmark = [

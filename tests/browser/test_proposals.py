@@ -8,7 +8,7 @@ from console.proposals.models import Proposal
 from console.proposals.transitions import State
 from inventory.models import Deployment
 from tests.factories import GIB, ServedModelFactory, UserFactory
-from tests.proposals.support import (
+from tests.console.proposals.support import (
     create_proposal,
     recent_combined_import,
     seed_host,

@@ -31,7 +31,7 @@ from inventory.models import Event
 from inventory.timeseries import rollups
 from tests.batches import GIB, batch, card_row, process_row
 from tests.factories import DeploymentFactory, GpuFactory, RunbookNoteFactory
-from tests.proposals.support import create_proposal
+from tests.console.proposals.support import create_proposal
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from console.placement.schema import MAX_MEMORY_MIB
 from tests.factories import GpuFactory, ServedModelFactory
-from tests.proposals.support import create_proposal
+from tests.console.proposals.support import create_proposal
 
 pytestmark = pytest.mark.django_db
 

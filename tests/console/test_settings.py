@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.placement.support import SCENARIOS
+from tests.console.placement.support import SCENARIOS
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 

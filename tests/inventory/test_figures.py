@@ -15,8 +15,8 @@ from inventory.models import Deployment, Event
 from inventory.timeseries import queries
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
-from tests.proposals.support import create_proposal
-from tests.proposals.test_kv_gate import _write_engine_minutes
+from tests.console.proposals.support import create_proposal
+from tests.console.proposals.test_kv_gate import _write_engine_minutes
 
 pytestmark = pytest.mark.django_db
 

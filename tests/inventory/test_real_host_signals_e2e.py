@@ -22,7 +22,7 @@ from tests.processes import Processes, database_url_for_processes, wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 GIB = 2**30
 HOST = "gpu-e2e-01"
-FAKE_MPS = Path(__file__).resolve().parents[1] / "agent" / "fake_mps"
+FAKE_MPS = Path(__file__).resolve().parent / "agent" / "fake_mps"
 
 
 def _state(path: Path, processes) -> None:
@@ -80,7 +80,7 @@ def real_host(settings, tmp_path):
         {
             "AGENT_SOURCE": "nvml",
             "AGENT_HOST": HOST,
-            "AGENT_NVML_MODULE": "tests.agent.file_driven_nvml",
+            "AGENT_NVML_MODULE": "tests.inventory.agent.file_driven_nvml",
             "FAKE_NVML_STATE": str(state),
             "AGENT_SECRET_FILE": str(secret),
             "AGENT_STATE_DIR": str(tmp_path / "agent-state"),

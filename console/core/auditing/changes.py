@@ -40,15 +40,22 @@ def current_change() -> Change | None:
 
 
 @contextmanager
-def open_change(actor=None, *, at: dt.datetime | None = None) -> Iterator[Change]:
-    """Open a change, or join the one already open (its transaction, id and actor)."""
+def open_change(
+    actor=None, *, at: dt.datetime | None = None, durable: bool = True
+) -> Iterator[Change]:
+    """Open a change, or join the one already open (its transaction, id and actor).
+
+    durable=False is for the one writer whose changes belong to its own transaction (ingest
+    discovers a card in the transaction that writes the batch naming it, so a batch rolled
+    back leaves no card behind); every user action opens a durable change.
+    """
     joined = _open.get()
     if joined is not None:
         yield joined
         return
     change = Change(id=uuid.uuid4(), actor=actor, at=at)
     # durable: a top-level action must commit on its own, never inside a caller's transaction.
-    with transaction.atomic(durable=True):
+    with transaction.atomic(durable=durable):
         token = _open.set(change)
         try:
             yield change

@@ -1,0 +1,159 @@
+"""Gate 5: the engines' own memory settings on each card leave room for each other."""
+
+import pytest
+from django.utils import timezone
+
+from console.proposals.gate_checks import check, check_engine_settings
+from console.proposals.gates import Gate, GateStatus
+from console.proposals.gates.engine_settings import (
+    CardEngines,
+    EngineSettingsRequest,
+    engine_claim,
+    evaluate_engine_settings,
+)
+from inventory.analytics.reasons import Reason
+from inventory.models import Deployment
+from tests.factories import GIB, ServedModelFactory
+from tests.console.proposals.support import codes_of, create_proposal, english, seed_host
+
+CARD = 80 * GIB
+HEADROOM = 4 * GIB  # 5% of the card: the limit is 95%
+
+
+def claim(name, engine="vllm", **settings):
+    return engine_claim(name, engine, total_bytes=CARD, **settings)
+
+
+def evaluate(*claims):
+    return evaluate_engine_settings(
+        EngineSettingsRequest("new", HEADROOM, (CardEngines("h:0", CARD, claims),))
+    )
+
+
+def test_fractions_that_leave_the_headroom_pass():
+    outcome = evaluate(
+        claim("chat", memory_fraction=0.5),
+        claim("embed", "tgi", memory_fraction=0.3, staggered=True),
+    )
+    assert outcome.status is GateStatus.PASS, outcome.summary
+    (row,) = outcome.numbers["cards"]
+    assert row["sum_fraction"] == pytest.approx(0.8)
+    assert row["limit_fraction"] == pytest.approx(0.95)
+    assert outcome.summary.code == "gate.engine_settings.fits"
+
+
+def test_two_vllm_engines_at_the_default_take_180_percent_of_a_card():
+    # vLLM's --gpu-memory-utilization defaults to 0.9 of the card, per instance.
+    outcome = evaluate(claim("chat"), claim("code", staggered=True))
+    assert outcome.status is GateStatus.FAIL
+    (reason,) = outcome.reasons
+    assert reason.code == "gate.engine_settings.fractions_exceed"
+    assert reason.params["total"] == pytest.approx(1.8)
+    assert reason.params["claims"][0] == Reason(
+        "gate.engine_settings.claim", {"name": "chat", "fraction": 0.9, "source": "vllm_default"}
+    )
+    assert english(reason).startswith("h:0: the engines' memory settings add up to 180%")
+    assert outcome.runbook_slug == "engine-memory-settings"
+
+
+def test_a_vllm_pool_in_bytes_claims_weights_pool_and_overhead():
+    chat = claim("chat", kv_cache_bytes=20 * GIB, weights_bytes=16 * GIB, overhead_bytes=4 * GIB)
+    assert chat.fraction == pytest.approx(0.5)
+    assert chat.source == "kv_cache_memory_bytes"
+    # A pool fixed in bytes does not depend on the free memory seen at start.
+    assert not chat.sizes_from_free_memory
+
+
+def test_sglang_without_its_fraction_is_unknown_and_fails():
+    outcome = evaluate(claim("chat", "sglang"), claim("code", memory_fraction=0.3, staggered=True))
+    assert codes_of(outcome.reasons) == ["gate.engine_settings.fraction_unknown"]
+    assert outcome.reasons[0].params["setting"].code == "gate.engine_settings.setting.sglang"
+    assert "--mem-fraction-static" in english(outcome.reasons[0])
+
+
+def test_ollama_holds_its_weights_its_contexts_kv_and_its_overhead():
+    chat = claim(
+        "chat",
+        "ollama",
+        weights_bytes=8 * GIB,
+        context_kv_bytes=4 * GIB,
+        overhead_bytes=4 * GIB,
+    )
+    assert chat.fraction == pytest.approx(0.2)
+    assert claim("chat", "ollama").fraction is None  # no context size stated
+
+
+def test_engines_that_start_together_are_flagged_unless_staggered():
+    together = evaluate(claim("chat", memory_fraction=0.4), claim("code", memory_fraction=0.4))
+    assert together.status is GateStatus.FAIL
+    (reason,) = together.reasons
+    assert reason == Reason(
+        "gate.engine_settings.simultaneous_start", {"card": "h:0", "names": ["chat", "code"]}
+    )
+    staggered = evaluate(
+        claim("chat", memory_fraction=0.4), claim("code", memory_fraction=0.4, staggered=True)
+    )
+    assert staggered.status is GateStatus.PASS
+
+
+@pytest.mark.django_db
+def test_on_the_seed_host_a_default_vllm_beside_its_tenants_fails_by_card(personas):
+    host = seed_host()
+    busy = host.gpus.get(index=1)
+    proposal = create_proposal(
+        personas["oncall"],
+        host=host,
+        gpus=[busy],
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=5 * GIB),
+        isolation_mode=Deployment.Isolation.TIME_SLICING,
+    )
+    outcome = check_engine_settings(proposal, [busy], timezone.now())
+    assert outcome.status is GateStatus.FAIL
+    (row,) = outcome.numbers["cards"]
+    assert row["card"] == "a100-node:1"
+    # The seed's three tenants at their own sizes (0.32 + 0.25 + 0.19) and the proposal at
+    # vLLM's default 0.9; it also starts with the card's first engine.
+    fractions = {c["name"]: c["fraction"] for c in row["claims"]}
+    assert fractions["phi-3-mini"] == pytest.approx(0.9)
+    assert sum(fractions.values()) == pytest.approx(0.32 + 0.25 + 0.19 + 0.9)
+    assert set(codes_of(outcome.reasons)) == {
+        "gate.engine_settings.fractions_exceed",
+        "gate.engine_settings.simultaneous_start",
+    }
+
+
+@pytest.mark.django_db
+def test_the_gate_runs_with_the_others_on_an_empty_card(personas):
+    host = seed_host()
+    empty = host.gpus.get(index=2)
+    proposal = create_proposal(
+        personas["oncall"],
+        host=host,
+        gpus=[empty],
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=5 * GIB),
+        engine_memory_fraction=0.2,
+    )
+    outcomes = {outcome.gate: outcome for outcome in check(proposal).outcomes}
+    assert outcomes[Gate.ENGINE_SETTINGS].status is GateStatus.PASS
+
+
+@pytest.mark.django_db
+def test_the_proposal_page_shows_each_cards_engines_and_their_sum(personas, client_as):
+    from console.proposals.services import do_record_gate_results, do_start_checks, do_submit
+
+    host = seed_host()
+    busy = host.gpus.get(index=1)
+    proposal = create_proposal(
+        personas["oncall"],
+        host=host,
+        gpus=[busy],
+        model=ServedModelFactory(name="phi-3-mini", weights_bytes=5 * GIB),
+        isolation_mode=Deployment.Isolation.TIME_SLICING,
+    )
+    do_submit(proposal, acting_user=personas["oncall"])
+    do_start_checks(proposal.pk, 1)
+    do_record_gate_results(proposal.pk, 1, check(proposal))
+    page = client_as("oncall").get(f"/proposals/{proposal.pk}/").content.decode()
+    assert 'data-testid="gate-engine_settings"' in page
+    assert "phi-3-mini (vllm) 90%" in page and "vllm_default" in page
+    assert "CUDA context" in page  # the memory gate's new column
