@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test bench faults lint format check clean-data
+.PHONY: run test test-fast bench faults lint format check clean-data
 
 $(INSTALLED): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ run: $(INSTALLED)
 ## Run every check and the whole test suite.
 test: $(INSTALLED)
 	$(BIN)/python -m console.launcher test $(ARGS)
+
+## The suite without the end-to-end and browser tests, for a quick local loop.
+test-fast: $(INSTALLED)
+	$(BIN)/python -m console.launcher test -m "not e2e and not browser" $(ARGS)
 
 ## Measure throughput, latency and memory targets; results go to docs/benchmarks.md.
 bench: $(INSTALLED)

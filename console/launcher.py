@@ -266,7 +266,15 @@ def test(pytest_args: list[str]) -> int:
         say("compiling the translations")
         compile_catalogues()
         workers = env.get("TEST_WORKERS") or str(os.cpu_count() or 1)
-        say(f"pytest on {workers} workers")
+        profile = env.get("HYPOTHESIS_PROFILE") or "dev"
+        say(
+            f"pytest on {workers} workers; property tests in hypothesis' {profile} profile"
+            + (
+                ""
+                if profile == "ci"
+                else " (a fifth of CI's examples; HYPOTHESIS_PROFILE=ci for all)"
+            )
+        )
         parallel = ["-n", workers, "--dist", "loadgroup"] if workers != "1" else []
         return subprocess.run(
             [PYTHON, "-m", "pytest", *parallel, *pytest_args], cwd=BASE_DIR, env=env

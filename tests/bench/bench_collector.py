@@ -284,7 +284,13 @@ def signals_run(seconds: float, interval_s: float) -> dict:
     pipe_dir.mkdir()
     clients = [card.processes[0].pid for card in state.cards]
     (pipe_dir / "daemon.json").write_text(json.dumps({"servers": {"900": clients}}))
-    control = Path(__file__).resolve().parents[1] / "inventory" / "agent" / "fake_mps" / "nvidia-cuda-mps-control"
+    control = (
+        Path(__file__).resolve().parents[1]
+        / "inventory"
+        / "agent"
+        / "fake_mps"
+        / "nvidia-cuda-mps-control"
+    )
     monitor = MpsMonitor(MpsControl(str(control), str(pipe_dir)), interval_s=1.0)
     options = SignalOptions(
         kernel_log=KernelXidSource([lambda: open_kmsg(str(kmsg))], NvmlPciMap(nvml)), mps=monitor

@@ -5,8 +5,8 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from console.proposals import services
-from tests.factories import GIB, ServedModelFactory, UserFactory
 from tests.console.proposals.support import create_proposal, outcomes, seed_host
+from tests.factories import GIB, ServedModelFactory, UserFactory
 
 pytestmark = [
     pytest.mark.browser,

@@ -14,8 +14,8 @@ from console.proposals.models import LoadTest
 from inventory.demo import ensure_demo_fleet
 from inventory.demo_history import SWITCHED_HOST, backfill
 from inventory.models import ServedModel
-from tests.factories import GIB, DeploymentFactory, GpuFactory, UserFactory
 from tests.console.proposals.support import ready_proposal
+from tests.factories import GIB, DeploymentFactory, GpuFactory, UserFactory
 
 pytestmark = [
     pytest.mark.browser,

@@ -19,12 +19,12 @@ from inventory.ingest.dead_letters import storable
 from inventory.models import DeadLetter, Deployment, Event
 from inventory.wire.schema import BatchRejected
 from runbooks.models import MPS_NOTE_SLUG, RunbookNote
-from tests.console.alerts.support import matrix_objects as alert_objects
 from tests.batches import GIB, write_history
-from tests.console.test_i18n import TRUE_PEAK_SNAPSHOT
-from tests.factories import DeploymentFactory, GpuFactory, UserFactory
+from tests.console.alerts.support import matrix_objects as alert_objects
 from tests.console.operations.support import matrix_objects as operation_objects
 from tests.console.proposals.support import ready_proposal
+from tests.console.test_i18n import TRUE_PEAK_SNAPSHOT
+from tests.factories import DeploymentFactory, GpuFactory, UserFactory
 
 pytestmark = [
     pytest.mark.browser,

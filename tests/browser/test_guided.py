@@ -11,7 +11,6 @@ from console.proposals.gates import Gate, GateOutcome, GateStatus
 from console.proposals.models import Proposal
 from console.proposals.tasks import run_gates
 from console.proposals.transitions import State
-from tests.factories import GIB, ServedModelFactory, UserFactory
 from tests.console.proposals.support import (
     checked,
     create_proposal,
@@ -21,6 +20,7 @@ from tests.console.proposals.support import (
     shared_host,
     tasks_in_process,
 )
+from tests.factories import GIB, ServedModelFactory, UserFactory
 
 pytestmark = [
     pytest.mark.browser,

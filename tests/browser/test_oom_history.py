@@ -5,8 +5,8 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from tests.inventory.test_oom_history import audited, collected, oom
 from tests.factories import DeploymentFactory, GpuFactory, UserFactory
+from tests.inventory.test_oom_history import audited, collected, oom
 
 pytestmark = [
     pytest.mark.browser,

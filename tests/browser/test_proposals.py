@@ -7,13 +7,13 @@ from console.proposals.gates import Gate
 from console.proposals.models import Proposal
 from console.proposals.transitions import State
 from inventory.models import Deployment
-from tests.factories import GIB, ServedModelFactory, UserFactory
 from tests.console.proposals.support import (
     create_proposal,
     recent_combined_import,
     seed_host,
     tasks_in_process,
 )
+from tests.factories import GIB, ServedModelFactory, UserFactory
 
 pytestmark = [
     pytest.mark.browser,

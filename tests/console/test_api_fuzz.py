@@ -30,8 +30,9 @@ from inventory.ingest.writer import ingest_batch
 from inventory.models import Event
 from inventory.timeseries import rollups
 from tests.batches import GIB, batch, card_row, process_row
-from tests.factories import DeploymentFactory, GpuFactory, RunbookNoteFactory
 from tests.console.proposals.support import create_proposal
+from tests.examples import examples
+from tests.factories import DeploymentFactory, GpuFactory, RunbookNoteFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -111,7 +112,7 @@ def test_no_operation_answers_a_server_error_or_an_undocumented_answer(fleet, pe
 
         @given(case=cases)
         @settings(
-            max_examples=EXAMPLES_PER_OPERATION,
+            max_examples=examples(EXAMPLES_PER_OPERATION),
             deadline=None,
             database=None,
             suppress_health_check=list(HealthCheck),

@@ -11,8 +11,9 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from console.placement.schema import MAX_MEMORY_MIB
-from tests.factories import GpuFactory, ServedModelFactory
 from tests.console.proposals.support import create_proposal
+from tests.examples import examples
+from tests.factories import GpuFactory, ServedModelFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -105,7 +106,7 @@ PAGE_PARAMETERS = {
 @pytest.mark.parametrize("path", PAGE_PARAMETERS)
 @given(data=st.data())
 @settings(
-    max_examples=15,
+    max_examples=examples(15),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

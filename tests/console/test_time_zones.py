@@ -23,8 +23,8 @@ from console.operations.models import (
 from console.proposals.models import LoadTest
 from inventory.models import CardRefusal, Event
 from tests.console.alerts.support import matrix_objects
-from tests.factories import DeploymentFactory, GpuFactory
 from tests.console.proposals.support import create_proposal, ready_proposal
+from tests.factories import DeploymentFactory, GpuFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -14,9 +14,9 @@ from inventory.analytics.stats import percentile
 from inventory.models import Deployment, Event
 from inventory.timeseries import queries
 from tests.batches import GIB, write_history
-from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
 from tests.console.proposals.support import create_proposal
 from tests.console.proposals.test_kv_gate import _write_engine_minutes
+from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from inventory.ingest.writer import ingest_batch
 from inventory.timeseries import partitions, queries, rollups
 from tests.batches import GIB, batch, card_row, engine_row, process_row
+from tests.examples import examples
 from tests.factories import DeploymentFactory, GpuFactory
 
 pytestmark = pytest.mark.django_db
@@ -92,7 +93,9 @@ def three_hours():
 
 
 @hypothesis_settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(processes=_process_minutes, engines=_engine_minutes, window=_window)
 def test_the_packs_give_what_the_minute_rows_give(three_hours, processes, engines, window):

@@ -16,8 +16,8 @@ from inventory.ingest.writer import ingest_batch
 from inventory.models import CollectorStatus, Event, Host
 from inventory.telemetry.fake_nvml import FakeProcess
 from inventory.telemetry.process_events import LifecycleSettings
-from tests.inventory.agent.test_signals import FAKE_MPS_CONTROL
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
+from tests.inventory.agent.test_signals import FAKE_MPS_CONTROL
 from tests.inventory.telemetry.conftest import h100_card, nvml_for
 
 pytestmark = pytest.mark.django_db

@@ -24,9 +24,9 @@ from inventory.reports.fleet import fleet_rows
 from inventory.reports.ledger import card_views
 from inventory.reports.series import host_charts
 from inventory.timeseries import partitions, queries, rollups
-from tests.inventory.analytics import copeak_reference, interference_reference
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
+from tests.inventory.analytics import copeak_reference, interference_reference
 
 pytestmark = pytest.mark.django_db
 MIB = 1024**2

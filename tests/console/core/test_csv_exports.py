@@ -13,8 +13,8 @@ from console.core.auditing.changes import record
 from console.core.models import AuditEntry
 from console.core.preferences.models import Preference
 from inventory.models import Event
-from tests.factories import GpuFactory, HostFactory
 from tests.console.proposals.support import create_proposal
+from tests.factories import GpuFactory, HostFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -13,11 +13,11 @@ from django.utils import timezone
 
 from inventory.models import DeadLetter, Event, Host
 from runbooks.services import do_create_note
-from tests.console.alerts import support as alert_support
 from tests.conftest import PERSONAS as PERSONA_ROLES
-from tests.factories import DeploymentFactory, GpuFactory, UserFactory
+from tests.console.alerts import support as alert_support
 from tests.console.operations import support as operations_support
 from tests.console.proposals import support as proposal_support
+from tests.factories import DeploymentFactory, GpuFactory, UserFactory
 
 PERSONAS = ("anonymous", "outsider", "oncall", "approver", "manager")
 LOGIN = "login"  # shorthand: redirected to the login page

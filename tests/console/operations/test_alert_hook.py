@@ -10,8 +10,8 @@ from console.alerts.signals import alert_fired
 from console.operations import services
 from console.operations.models import DegradationRun, StandingPolicy
 from inventory.models import Event
-from tests.factories import GIB
 from tests.console.proposals.support import tasks_in_process
+from tests.factories import GIB
 
 pytestmark = pytest.mark.django_db
 

@@ -18,11 +18,11 @@ from console.proposals import services as proposals
 from console.proposals.models import Proposal
 from console.proposals.transitions import State
 from inventory.models import CardRefusal, Deployment
-from tests.factories import GIB, ServedModelFactory
 from tests.console.operations.support import publishing_to
 from tests.console.operations.test_operations_e2e import _actions_file, _deployment, _logs, _start
-from tests.processes import wait_for
 from tests.console.proposals.support import create_proposal
+from tests.factories import GIB, ServedModelFactory
+from tests.processes import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 

@@ -9,8 +9,8 @@ from console.operations.services import do_clear_refusal, do_set_refusal
 from console.proposals.gate_checks import check_memory
 from console.proposals.gates import GateStatus
 from inventory.models import Deployment
-from tests.factories import GIB, ServedModelFactory
 from tests.console.proposals.support import create_proposal, seed_host
+from tests.factories import GIB, ServedModelFactory
 
 pytestmark = pytest.mark.django_db
 

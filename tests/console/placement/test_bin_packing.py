@@ -13,6 +13,7 @@ from console.placement import solve
 from console.placement.arcflow import Item, build_graph, solve_arc_flow
 from console.placement.bounds import martello_toth_bound, volume_bound
 from tests.console.placement.orlib import parse_orlib, read_orlib
+from tests.examples import examples
 
 from .support import FIXTURES
 
@@ -63,7 +64,7 @@ def optimum_by_enumeration(sizes: list[int], capacity: int) -> int:
     capacity=st.integers(min_value=5, max_value=30),
     data=st.data(),
 )
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 def test_bounds_and_arc_flow_agree_with_enumeration(capacity, data):
     sizes = data.draw(st.lists(st.integers(1, capacity), min_size=1, max_size=6))
     optimum = optimum_by_enumeration(sizes, capacity)

@@ -8,8 +8,8 @@ from console.placement import solve
 from console.placement.diagram import build, to_drawing
 from inventory.models import Deployment, Gpu
 from inventory.placement_state import current_placement
-from tests.factories import DeploymentFactory, GpuFactory, MigSliceFactory
 from tests.console.placement.support import SCENARIOS
+from tests.factories import DeploymentFactory, GpuFactory, MigSliceFactory
 
 
 def test_blocks_are_to_scale_and_fill_the_card():

@@ -20,6 +20,7 @@ from console.placement.mig import (
 )
 from console.placement.mig_profiles import CATALOGUE, MigCardType, estimated_instance_mib
 from console.placement.problem import MigSlice
+from tests.examples import examples
 
 from .support import FIXTURES, check_answer
 
@@ -194,7 +195,7 @@ def test_layout_errors_catch_overlaps_and_bad_starts():
     card_name=st.sampled_from(sorted(CATALOGUE)),
     needs=st.lists(st.integers(min_value=0, max_value=150_000), max_size=12),
 )
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 def test_chosen_slices_never_overlap_and_are_the_smallest_that_fit(card_name, needs):
     card_type = CATALOGUE[card_name]
     occupied = 0

@@ -18,6 +18,7 @@ from console.placement.mig import choose_slice, creatable_profiles, mig_card_typ
 from console.placement.objective import answer_key as plan_key
 from console.placement.plan import PlacementRuleError, Plan
 from console.placement.problem import Problem
+from tests.examples import examples
 
 from .support import answer_key, check_answer
 
@@ -135,7 +136,7 @@ def solve_with(request: dict[str, Any], method: str) -> dict[str, Any]:
 
 
 @given(request=st.one_of(requests(), bin_packing_requests()))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_every_method_keeps_the_rules_and_auto_is_never_worse_than_greedy(request):
     answers = {method: solve_with(request, method) for method in ("greedy", "exact", "auto")}
     for answer in answers.values():
@@ -192,7 +193,7 @@ def every_answer(problem: Problem, choices: list | None = None):
 
 
 @given(request=requests(max_hosts=2, max_cards=2, max_models=4))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_claims_of_optimality_and_lower_bounds_hold_against_exhaustive_search(request):
     problem = validate_problem(request)
     fewest_cards: dict[frozenset[str], int] = {}

@@ -6,8 +6,8 @@ from rest_framework.test import APIClient
 
 from console.proposals.models import Proposal
 from console.proposals.transitions import State
-from tests.factories import GIB, GpuFactory, ServedModelFactory
 from tests.console.proposals.support import ready_proposal
+from tests.factories import GIB, GpuFactory, ServedModelFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -13,14 +13,14 @@ from console.proposals.gates import Gate
 from console.proposals.models import Proposal
 from console.proposals.transitions import State
 from inventory.models import Deployment
-from tests.factories import GIB, ServedModelFactory
-from tests.processes import Processes, database_url_for_processes, wait_for
 from tests.console.proposals.support import (
     console_app_current,
     create_proposal,
     recent_combined_import,
     seed_host,
 )
+from tests.factories import GIB, ServedModelFactory
+from tests.processes import Processes, database_url_for_processes, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 

@@ -13,8 +13,8 @@ from console.proposals.gates.engine_settings import (
 )
 from inventory.analytics.reasons import Reason
 from inventory.models import Deployment
-from tests.factories import GIB, ServedModelFactory
 from tests.console.proposals.support import codes_of, create_proposal, english, seed_host
+from tests.factories import GIB, ServedModelFactory
 
 CARD = 80 * GIB
 HEADROOM = 4 * GIB  # 5% of the card: the limit is 95%

@@ -18,8 +18,8 @@ from console.proposals.gates.loadtest import Colocated, LoadTestRequest, evaluat
 from console.proposals.gates.memory import CardBudget, MemoryRequest, Share, evaluate_memory
 from console.proposals.models import GateResult
 from inventory.analytics.reasons import Reason
-from tests.factories import GIB
 from tests.console.proposals.support import create_proposal
+from tests.factories import GIB
 
 pytestmark = pytest.mark.django_db
 

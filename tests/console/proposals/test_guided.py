@@ -10,8 +10,8 @@ from console.proposals import progress, services
 from console.proposals.gates import Gate, GateOutcome, GateStatus
 from console.proposals.models import GateResult, Proposal
 from inventory.models import Host
-from tests.factories import GIB, GpuFactory, HostFactory, ServedModelFactory
 from tests.console.proposals.support import create_proposal, outcomes, ready_proposal, seed_host
+from tests.factories import GIB, GpuFactory, HostFactory, ServedModelFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ from console.proposals import services, whatif
 from console.proposals.gates import Gate
 from console.proposals.models import Proposal
 from inventory.models import Deployment
-from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory
 from tests.console.proposals.support import create_proposal, proposal_fields, shared_host
 from tests.console.proposals.test_guided import guided_data
+from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory
 
 pytestmark = pytest.mark.django_db
 

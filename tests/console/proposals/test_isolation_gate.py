@@ -14,8 +14,8 @@ from console.proposals.gates.isolation import (
 from inventory.analytics.interference import InterferenceReport, InterferenceVerdict
 from inventory.analytics.reasons import Reason
 from inventory.models import Deployment
-from tests.factories import DeploymentFactory, GpuFactory
 from tests.console.proposals.support import create_proposal, english
+from tests.factories import DeploymentFactory, GpuFactory
 
 
 def test_mps_without_acknowledgement_fails_and_links_the_note():

@@ -10,8 +10,8 @@ from console.proposals.gate_checks import check_kv
 from console.proposals.gates import GateStatus
 from console.proposals.gates.kv import Concurrency, KvRequest, evaluate_kv
 from inventory.timeseries import partitions, rollups
-from tests.factories import GIB, DeploymentFactory, GpuFactory
 from tests.console.proposals.support import codes_of, create_proposal, english
+from tests.factories import GIB, DeploymentFactory, GpuFactory
 
 KIB = 1024
 PER_TOKEN = 128 * KIB  # Llama-3-8B in bf16

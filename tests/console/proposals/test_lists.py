@@ -3,8 +3,8 @@
 import pytest
 
 from console.core import pagination
-from tests.lists import api_page, next_link, token_client
 from tests.console.proposals.support import create_proposal, ready_proposal
+from tests.lists import api_page, next_link, token_client
 
 pytestmark = pytest.mark.django_db
 

@@ -26,7 +26,6 @@ from console.proposals.gates.loadtest_report import (
 )
 from inventory.analytics.reasons import Reason
 from inventory.models import Deployment
-from tests.factories import GIB, ServedModelFactory
 from tests.console.proposals.support import (
     LOADTESTS,
     create_proposal,
@@ -34,6 +33,7 @@ from tests.console.proposals.support import (
     recent_combined_import,
     seed_host,
 )
+from tests.factories import GIB, ServedModelFactory
 
 CARD = "a100-node:1"
 PEAKS = f"card,peak_gib\n{CARD},74.5\n"

@@ -21,8 +21,8 @@ from inventory.demo import _create_host
 from inventory.models import Deployment
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
 from inventory.timeseries import queries
-from tests.processes import Processes, database_url_for_processes, free_port, wait_for
 from tests.console.proposals.support import console_app_current, create_proposal, english
+from tests.processes import Processes, database_url_for_processes, free_port, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 

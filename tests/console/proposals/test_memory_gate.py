@@ -19,6 +19,7 @@ from inventory.analytics.kv import KvShape, kv_reservation_per_card
 from inventory.analytics.units import format_gib
 from inventory.models import Deployment, Event, Gpu
 from inventory.reports.capacity import CardCapacity
+from tests.console.proposals.support import create_proposal, english, seed_host
 from tests.factories import (
     GIB,
     DeploymentFactory,
@@ -26,7 +27,6 @@ from tests.factories import (
     MigSliceFactory,
     ServedModelFactory,
 )
-from tests.console.proposals.support import create_proposal, english, seed_host
 
 HEADROOM = 4 * GIB
 CONTEXT = 518 * 1024**2

@@ -9,8 +9,8 @@ from django.core import mail
 from console.proposals import services
 from console.proposals.models import Notification
 from console.proposals.transitions import State
-from tests.factories import UserFactory
 from tests.console.proposals.support import checked, create_proposal, ready_proposal
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 

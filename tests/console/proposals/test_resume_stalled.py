@@ -9,8 +9,8 @@ from console.core.auditing.models import AuditEntry
 from console.proposals import queue, tasks
 from console.proposals.models import LoadTest, Notification, Proposal
 from console.proposals.transitions import State
-from tests.factories import ServedModelFactory
 from tests.console.proposals.support import create_proposal, running_load_test, seed_host
+from tests.factories import ServedModelFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,6 @@ from console.proposals.gates import Gate
 from console.proposals.models import LoadTest, Proposal
 from console.proposals.transitions import State
 from inventory.models import Deployment
-from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory, UserFactory
 from tests.console.proposals.support import (
     LOADTESTS,
     applied_proposal,
@@ -21,6 +20,7 @@ from tests.console.proposals.support import (
     create_proposal,
     ready_proposal,
 )
+from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,6 @@ from console.proposals.gates import Gate
 from console.proposals.models import Decision, GateResult, Proposal
 from console.proposals.transitions import IllegalTransition, State
 from inventory.models import Deployment
-from tests.factories import GIB, DeploymentFactory, GpuFactory, UserFactory
 from tests.console.proposals.support import (
     applied_change,
     applied_proposal,
@@ -19,6 +18,7 @@ from tests.console.proposals.support import (
     outcomes,
     ready_proposal,
 )
+from tests.factories import GIB, DeploymentFactory, GpuFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -12,6 +12,7 @@ from inventory.analytics.copeak import (
 )
 from inventory.analytics.reasons import render
 from inventory.analytics.units import GiB
+from tests.examples import examples
 from tests.inventory.analytics import copeak_reference as reference
 
 MINUTE = 60.0
@@ -113,7 +114,7 @@ def _demand(draw, min_tenants=2, max_tenants=4):
     return demand
 
 
-@settings(max_examples=300, deadline=None)  # a shared machine: time is no property here
+@settings(max_examples=examples(300), deadline=None)  # a shared machine: time is no property here
 @given(
     _demand(),
     st.integers(0, 2**46),
@@ -134,7 +135,7 @@ def _arrays(samples):
     return np.array([at for at, _ in samples]), np.array([value for _, value in samples])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_demand(min_tenants=1, max_tenants=5))
 def test_the_longest_shared_tenancy_is_the_plain_python_one(demand):
     demand = {name: sorted(samples) for name, samples in demand.items()}

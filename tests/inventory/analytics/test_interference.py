@@ -10,6 +10,7 @@ from inventory.analytics.interference import (
     tail_vs_cotenant_load,
 )
 from inventory.analytics.reasons import render
+from tests.examples import examples
 from tests.inventory.analytics import interference_reference as reference
 
 MINUTE = 60.0
@@ -130,7 +131,7 @@ _load = st.lists(
 )
 
 
-@settings(max_examples=400, deadline=None)  # a shared machine: time is no property here
+@settings(max_examples=examples(400), deadline=None)  # a shared machine: time is no property here
 @given(
     st.lists(st.tuples(_moments, st.sampled_from([0.1, 0.3]) | st.floats(0, 5)), max_size=60),
     st.dictionaries(st.sampled_from("abc"), _load, max_size=3),

@@ -26,6 +26,7 @@ from inventory.models import (
 )
 from inventory.timeseries import partitions, rollups
 from tests.batches import GIB, batch, card_row, process_row
+from tests.examples import examples
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 
 pytestmark = pytest.mark.django_db
@@ -441,7 +442,9 @@ _HOSTILE_PATHS = st.sampled_from(
 
 @pytest.mark.django_db
 @hypothesis_settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(path=_HOSTILE_PATHS, value=_HOSTILE_VALUES)
 def test_ingest_answers_any_batch_with_a_result_or_a_reason_never_an_error(path, value):

@@ -17,6 +17,7 @@ from inventory.ingest.writer import IngestResult, ingest_batches
 from inventory.models import Event, ProcessSample
 from inventory.wire.schema import on_the_wire
 from tests.batches import GIB, batch, process_row
+from tests.examples import examples
 from tests.factories import DeploymentFactory, GpuFactory, MigSliceFactory
 
 pytestmark = pytest.mark.django_db
@@ -116,7 +117,9 @@ def _as_rows(payload: dict) -> dict:
 
 @pytest.mark.parametrize("form", [_as_rows, on_the_wire], ids=["rows", "columns"])
 @hypothesis_settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(specs=st.lists(_row, max_size=6))
 def test_each_row_lands_as_the_row_by_row_reading_says(host_parts, form, specs):

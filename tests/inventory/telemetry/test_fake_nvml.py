@@ -19,6 +19,7 @@ from inventory.telemetry.simulator.catalogue import (
     build_card,
     gpu_type,
 )
+from tests.examples import examples
 
 from .conftest import (
     FIXTURES,
@@ -123,7 +124,7 @@ def test_calls_before_init_raise_uninitialized():
         nvml.nvmlDeviceGetCount()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=20_000), max_size=6))
 def test_memory_v2_total_is_reserved_plus_used_plus_free(process_mib):
     card = h100_card(

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from inventory.wire import decoding as batch_decoding
 from inventory.wire.schema import FIELDS, MAX_STRING, BatchRejected, FieldsChecked, check_batch
+from tests.examples import examples
 from tests.inventory.wire.test_batch_schema import (
     HOSTILE,
     JSON_VALUES,
@@ -133,7 +134,7 @@ def test_fields_the_check_does_not_know_are_left_out_of_a_typed_batch():
     assert "fan_speed" not in typed["cards"][0] and "future" not in typed
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(path=PATHS, value=JSON_VALUES)
 # orjson reads a number below -2**63 as a float, msgspec as an integer.
 @example(path="events.0.detail", value={"": -(2**63) - 1})
@@ -193,7 +194,7 @@ def _with_every_part():
     return payload
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(change=_field_and_value())
 def test_every_field_at_its_edges_gets_the_same_verdict_either_way(change):
     path, value = change

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from inventory.wire.schema import BatchRejected, Window, check_batch
 from tests.conftest import FIXTURES
+from tests.examples import examples
 
 # Three batches the host agent published on a real H200 (docs/gpu-check.md).
 REAL = json.loads((FIXTURES / "nvml-h200" / "agent-batches.json").read_text())
@@ -170,7 +171,7 @@ PATHS = st.sampled_from(
 )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(path=PATHS, value=JSON_VALUES)
 def test_any_value_anywhere_is_either_accepted_or_refused_with_a_reason(path, value):
     payload = full_batch()

@@ -16,6 +16,7 @@ from inventory.wire import signing
 from inventory.wire.columns import columns_of, rows_of_wire
 from inventory.wire.queue import INGEST_QUEUE
 from inventory.wire.schema import COLUMNAR_SCHEMA, FIELDS, FieldsChecked, check_batch, on_the_wire
+from tests.examples import examples
 from tests.inventory.wire.test_batch_decoding import _edges, _plain, _typed
 from tests.inventory.wire.test_batch_schema import (
     HOSTILE,
@@ -74,7 +75,7 @@ def _column_and_value(draw):
     return within, name, draw(_edges(kind, low, high))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(change=_column_and_value())
 def test_every_column_value_at_its_edges_gets_its_rows_verdict_either_way(change):
     within, name, value = change
@@ -98,7 +99,7 @@ _WIRE_PATHS = st.sampled_from(
 )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(path=_WIRE_PATHS, value=JSON_VALUES)
 def test_any_value_anywhere_in_the_columns_gets_one_verdict_and_never_an_error(path, value):
     payload = on_the_wire(full_batch())
