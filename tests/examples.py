@@ -8,12 +8,10 @@ import os
 
 from hypothesis import settings
 
-from tests.examples import examples
-
 FULL = os.environ.get("HYPOTHESIS_PROFILE", "dev") == "ci"
 
 settings.register_profile("ci", print_blob=True)
-settings.register_profile("dev", max_examples=examples(20))
+settings.register_profile("dev", max_examples=20)
 settings.load_profile("ci" if FULL else "dev")
 
 
