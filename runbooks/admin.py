@@ -1,19 +1,7 @@
 from django.contrib import admin
 
+from console.core.admin import ReadOnlyAdmin
 from runbooks.models import RunbookNote, RunbookRevision
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Notes are edited in the console, which keeps their history; the admin only shows them."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(RunbookNote)

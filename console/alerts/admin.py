@@ -1,19 +1,7 @@
 from django.contrib import admin
 
 from console.alerts.models import Alert, AlertRule, Notification, Silence
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Alerts are acted on in the console, which audits every change; the admin only shows."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+from console.core.admin import ReadOnlyAdmin
 
 
 @admin.register(AlertRule)

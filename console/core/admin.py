@@ -19,6 +19,19 @@ from console.core.auditing.changes import open_change, record
 from console.core.models import AuditEntry
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """For records that change only through the console's audited actions: the admin shows."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class ChangeOpeningAdmin(admin.ModelAdmin):
     """Each admin form sent is one change: the object, its inlines and side effects share it."""
 
@@ -157,21 +170,12 @@ audit_registered_admin(TokenProxy, base=ChangeOpeningAdmin)
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ["at", "actor_name", "action", "change_id", "object_repr", "host"]
     list_filter = ["action", "content_type", "host"]
     search_fields = ["actor_name", "object_repr", "comment", "=change_id"]
     date_hierarchy = "at"
     readonly_fields = [field.name for field in AuditEntry._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 admin.site.site_header = gettext_lazy("GPU co-location console administration")

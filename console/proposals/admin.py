@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from console.core.admin import AuditedModelAdmin
+from console.core.admin import AuditedModelAdmin, ReadOnlyAdmin
 from console.core.auditing import Action
 from console.proposals.models import Decision, GateResult, LoadTest, Notification, Proposal
 
@@ -32,7 +32,7 @@ class NotificationInline(ReadOnlyInline):
 
 
 @admin.register(Proposal)
-class ProposalAdmin(admin.ModelAdmin):
+class ProposalAdmin(ReadOnlyAdmin):
     """Read-only: a proposal changes through the console, so every change is gated and audited."""
 
     list_display = ["__str__", "state", "revision", "author", "updated_at"]
@@ -40,15 +40,6 @@ class ProposalAdmin(admin.ModelAdmin):
     search_fields = ["served_model__name", "host__name", "rationale"]
     list_select_related = ["served_model", "host", "author"]
     inlines = [GateResultInline, DecisionInline, NotificationInline]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(LoadTest)
