@@ -54,6 +54,7 @@ urlpatterns = [
     path("api/runbooks/", include(runbook_urls.api_urlpatterns)),
     path("alerts/", include("console.alerts.urls")),
     path("api/alerts/", include(alert_urls.api_urlpatterns)),
+    path("api/host-actions/", include(operation_urls.api_urlpatterns)),
     path("api/placement/", proposal_api.Placement.as_view(), name="api-placement"),
     path("api/", include("inventory.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

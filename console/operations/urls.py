@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console.operations import views
+from console.operations import api, views
 
 urlpatterns = [
     path("actions/<int:pk>/approve/", views.approve_action, name="host-action-approve"),
@@ -14,4 +14,9 @@ host_urlpatterns = [
     path("", views.host_operations, name="host-operations"),
     path("actions/", views.request_action, name="host-action-request"),
     path("policies/", views.sign_policy, name="policy-sign"),
+]
+
+# Mounted under /api/host-actions/.
+api_urlpatterns = [
+    path("", api.HostActionList.as_view(), name="api-host-actions"),
 ]

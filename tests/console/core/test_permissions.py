@@ -360,6 +360,9 @@ MATRIX = [
     Row("api-hosts", lambda o: "/api/hosts/", "get", {**_readers(), "anonymous": 401}),
     Row("api-oom", lambda o: "/api/oom/", "get", {**_readers(), "anonymous": 401}),
     Row("api-audit", lambda o: "/api/audit/", "get", {**_readers(), "anonymous": 401}),
+    Row(
+        "api-host-actions", lambda o: "/api/host-actions/", "get", {**_readers(), "anonymous": 401}
+    ),
     Row("api-runbooks", lambda o: "/api/runbooks/", "get", {**_readers(), "anonymous": 401}),
     Row(
         "api-host-samples",
