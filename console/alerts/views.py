@@ -109,7 +109,7 @@ def silence_create(request):
     require_permission(request.user, Silence, "add")
     initial = {"minutes": 60}
     source = request.GET.get("alert", "")
-    if source.isdigit():
+    if source.isdecimal():
         alert = Alert.objects.visible_to(request.user).filter(pk=int(source)).first()
         if alert is not None:
             labels = alert_labels(alert)

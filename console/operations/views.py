@@ -163,8 +163,9 @@ def request_action(request, name: str):
     require_permission(request.user, HostAction, "add")
     deployment = None
     if request.POST.get("deployment"):
+        chosen = request.POST["deployment"]
         deployment = Deployment.objects.filter(
-            host=host, pk=request.POST["deployment"] if request.POST["deployment"].isdigit() else 0
+            host=host, pk=chosen if chosen.isdecimal() else 0
         ).first()
         if deployment is None:
             return _page(request, host, 400, ["deployment: no such deployment on this host"])

@@ -47,7 +47,7 @@ class HostField(forms.ModelChoiceField):
             return None
         text = str(value).strip()
         host = self.queryset.filter(name=text).first()
-        if host is None and text.isdigit():
+        if host is None and text.isdecimal():
             host = self.queryset.filter(pk=int(text)).first()
         if host is None:
             raise ValidationError(
@@ -60,7 +60,7 @@ class HostField(forms.ModelChoiceField):
     def prepare_value(self, value):
         if isinstance(value, Host):
             return value.name
-        if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        if isinstance(value, int) or (isinstance(value, str) and value.isdecimal()):
             host = self.queryset.filter(pk=int(value)).only("name").first()
             return host.name if host else value
         return value
@@ -70,7 +70,7 @@ def _chosen(queryset, value):
     """The object a bound or initial value names, or None (the form cleans it properly)."""
     if isinstance(value, queryset.model):
         return value
-    if value in (None, "") or not str(value).isdigit():
+    if value in (None, "") or not str(value).isdecimal():
         return None
     return queryset.filter(pk=int(value)).first()
 

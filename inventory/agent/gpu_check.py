@@ -159,7 +159,7 @@ def parse_smi_csv(text: str) -> list[list[str]]:
 
 def add_smi_figures(rows: list[Row], smi_apps: str) -> None:
     """Fill each row's smi_used_mib from `nvidia-smi --query-compute-apps=pid,used_memory`."""
-    by_pid = {int(pid): float(used) for pid, used in parse_smi_csv(smi_apps) if used.isdigit()}
+    by_pid = {int(pid): float(used) for pid, used in parse_smi_csv(smi_apps) if used.isdecimal()}
     for row in rows:
         row.smi_used_mib = by_pid.get(row.pid)
 

@@ -627,7 +627,7 @@ class LogScanner:
         pci = _pci(match.group("pci"))
         detail: dict[str, Any] = {"xid": int(match.group("xid")), "pci_bus_id": pci}
         pid = (match.group("pid") or "").strip("'<>")
-        if pid.isdigit():
+        if pid.isdecimal():
             detail["pid"] = int(pid)
         name = (match.group("name") or "").strip()
         if name and name != "<unknown>":

@@ -65,7 +65,7 @@ class MpsControl:
 
 
 def _pids(text: str) -> list[int]:
-    return [int(token) for token in text.split() if token.isdigit()]
+    return [int(token) for token in text.split() if token.isdecimal()]
 
 
 @dataclass(slots=True)

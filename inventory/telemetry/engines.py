@@ -119,7 +119,7 @@ class EngineReading:
 
 def _whole(raw: str | None) -> int | None:
     """A non-negative integer label, or None for absent, "None" or garbage."""
-    if raw is None or not raw.isdigit():
+    if raw is None or not raw.isdecimal():
         return None
     return int(raw)
 

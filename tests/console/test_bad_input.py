@@ -118,6 +118,13 @@ def test_any_text_in_a_page_parameter_answers_below_500(client_as, gpu, path, da
     assert response.status_code < 500, (path, query)
 
 
+@pytest.mark.parametrize("digits", ["²", "①", "٣"])
+def test_a_unicode_digit_where_an_id_may_stand_is_no_server_error(client_as, gpu, digits):
+    # str.isdigit() holds for "²" and "①", which int() refuses: the pages test isdecimal().
+    for path, name in [("/proposals/new/", "host"), ("/runbooks/new/", "host")]:
+        assert client_as("oncall").get(path, {name: digits}).status_code < 500, (path, digits)
+
+
 def test_nul_in_a_form_field_a_token_or_a_cookie_answers_400(client, api):
     login = client.post("/accounts/login/", {"username": "on\x00call", "password": "x"})
     assert login.status_code == 400

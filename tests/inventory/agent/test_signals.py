@@ -19,12 +19,11 @@ from inventory.telemetry.process_events import LifecycleSettings, ProcessLifecyc
 from inventory.telemetry.process_mapping import map_processes
 from inventory.telemetry.simulator.catalogue import MIB
 from inventory.telemetry.xid_events import XID_CATALOGUE, XidDeduplicator
+from tests.conftest import FIXTURES
 from tests.inventory.telemetry.conftest import h100_card, nvml_for
 
 GIB = 1024 * MIB
-KERNEL_FIXTURE = os.path.join(
-    os.path.dirname(__file__), "..", "fixtures", "engine-logs", "kernel.log"
-)
+KERNEL_FIXTURE = str(FIXTURES / "engine-logs" / "kernel.log")
 
 
 class Clock:
