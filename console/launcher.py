@@ -253,11 +253,8 @@ def test(pytest_args: list[str]) -> int:
                 [PYTHON, "-m", "console.catalogue", "check"],
             ),
         ]
-        for label, argv in steps:
-            say(label)
-            if subprocess.run(argv, cwd=BASE_DIR, env=env).returncode != 0:
-                say(f"{label} failed")
-                return 1
+        if not _all_pass(steps, env):
+            return 1
         if not Path(CHROMIUM).exists():
             say(
                 f"chromium not found at {CHROMIUM}: SKIPPING THE BROWSER TESTS "
@@ -279,6 +276,24 @@ def test(pytest_args: list[str]) -> int:
         return subprocess.run(
             [PYTHON, "-m", "pytest", *parallel, *pytest_args], cwd=BASE_DIR, env=env
         ).returncode
+
+
+def _all_pass(steps: list[tuple[str, list[str]]], env: dict) -> bool:
+    """Run the checks side by side (each is mostly start-up); show each one's output in order."""
+    say("checks: " + ", ".join(label for label, _ in steps))
+    running = [
+        (label, subprocess.Popen(argv, cwd=BASE_DIR, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True))
+        for label, argv in steps
+    ]  # fmt: skip
+    passed = True
+    for label, process in running:
+        output, _ = process.communicate()
+        if process.returncode != 0:
+            sys.stdout.write(output)
+            say(f"{label} failed")
+            passed = False
+    return passed
 
 
 def bench() -> int:

@@ -19,7 +19,8 @@ def _own_redis_database(url: str, worker: int) -> str:
     if not base:  # redis://host:port with no database number
         base, database = url.partition("://")[2], "0"
     number = int(database or 0) if (database or "0").isdigit() else 0
-    return f"{scheme}://{base}/{number + 1 + worker}"
+    # Redis has 16 databases (0-15) unless configured otherwise: the numbers wrap round.
+    return f"{scheme}://{base}/{(number + 1 + worker) % 16}"
 
 
 if _WORKER.startswith("gw"):
