@@ -55,6 +55,17 @@ HOST_FAULTS = {
 _NO_MEMORY_V2 = frozenset(
     {"NVMLError_ArgumentVersionMismatch", "NVMLError_FunctionNotFound", "NVMLError_NotSupported"}
 )
+# Each process list's versions, newest first. A driver older than nvidia-ml-py lacks the newer
+# symbols: the binding answers FunctionNotFound to a versioned call, and to an unversioned one
+# NVMLLibraryMismatchError, which is no NVMLError. So the collector names the versions itself
+# and keeps the newest the library has.
+PROCESS_LISTS = (
+    ("compute", ("nvmlDeviceGetComputeRunningProcesses_v3",
+                 "nvmlDeviceGetComputeRunningProcesses_v2")),
+    ("mps", ("nvmlDeviceGetMPSComputeRunningProcesses_v3",
+             "nvmlDeviceGetMPSComputeRunningProcesses_v2")),
+)  # fmt: skip
+LIBRARY_MISMATCH = "NVMLLibraryMismatchError"
 RESET_RECHECK_POLLS = 30  # a card that needs a reset is asked again this often, not every poll
 MIG_REDISCOVER_POLLS = 60  # MIG instances created next to running ones show up within this
 _MIG_NAME_MARKER = " MIG "
@@ -68,6 +79,19 @@ class _CardGone(Exception):
         super().__init__()
         self.lost = lost
         self.keep = keep
+
+
+def _missing_function(call: str, older: str | None) -> str:
+    """Said once per card, when the library is found to lack `call`."""
+    if older is not None:
+        return (
+            f"this NVML library has no {call} (a driver older than nvidia-ml-py): "
+            f"{older} is read instead"
+        )
+    return (
+        f"this NVML library has no {call} nor an older version of it: this card's processes "
+        "cannot be read until the driver or nvidia-ml-py is changed to match"
+    )
 
 
 def _explained(error: str, exc: Exception) -> str:
@@ -95,6 +119,7 @@ class _CardStatic:
     mig_age: int = 0  # polls since the MIG layout was enumerated
     reset_wait: int = 0  # polls left before a card that needed a reset is asked again
     memory_v1: bool = False  # the driver or bindings have no nvmlMemory_v2
+    missing: set[str] = field(default_factory=set)  # versioned calls the library lacks
     mig_by_instance: dict[tuple[int, int], str | None] = field(default_factory=dict)
 
 
@@ -240,6 +265,12 @@ class NvmlCollector:
             return getattr(nvml, call)(*args)
         except nvml.NVMLError as exc:
             return self._failed(ctx, static, call, exc)
+        except nvml.NVMLLibraryMismatchError as exc:
+            # the binding is newer than the library: a capability missing, not a lost card
+            ctx.fault(call, LIBRARY_MISMATCH, str(exc))
+            if static is not None:
+                static.unsupported.add(call)
+            return None
 
     def _failed(self, ctx: _PollContext, static: _CardStatic | None, call: str, exc: Exception):
         nvml = self._nvml
@@ -405,13 +436,8 @@ class NvmlCollector:
         # The driver lists an MPS client in both lists, with the same memory: one reading per
         # PID, tagged "mps" when the MPS list has it, or the card's processes count it twice.
         listed: dict[int, tuple[str, Any]] = {}
-        for kind, call in (
-            ("compute", "nvmlDeviceGetComputeRunningProcesses"),
-            ("mps", "nvmlDeviceGetMPSComputeRunningProcesses"),
-        ):
-            if call in static.unsupported:
-                continue
-            for info in self._attempt(ctx, static, call, static.handle) or ():
+        for kind, versions in PROCESS_LISTS:
+            for info in self._process_list(ctx, static, versions) or ():
                 listed[info.pid] = (kind, info)
         by_instance = static.mig_by_instance
         for pid, (kind, info) in listed.items():
@@ -426,6 +452,28 @@ class NvmlCollector:
             reading.processes.append(
                 ProcessReading(pid, kind, name, name_error, used, gi, ci, mig_uuid)
             )
+
+    def _process_list(self, ctx: _PollContext, static: _CardStatic, versions: tuple[str, ...]):
+        """The newest version of a process list the library has; None when it has none."""
+        nvml = self._nvml
+        # Failures and capabilities are named by the list (as nvidia-smi and on-call know it),
+        # a missing symbol by its version.
+        family = versions[0].rsplit("_v", 1)[0]
+        if family in static.unsupported:
+            return None
+        for call in versions:
+            if call in static.missing:
+                continue
+            try:
+                return getattr(nvml, call)(static.handle)
+            except nvml.NVMLError_FunctionNotFound:
+                static.missing.add(call)
+                older = next((v for v in versions if v not in static.missing), None)
+                ctx.fault(call, LIBRARY_MISMATCH, _missing_function(call, older))
+            except nvml.NVMLError as exc:
+                return self._failed(ctx, static, family, exc)
+        static.unsupported.add(family)
+        return None
 
     def _process_name(self, pid: int, ctx: _PollContext) -> tuple[str | None, str | None]:
         cached = self._names.get(pid)

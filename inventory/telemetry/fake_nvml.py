@@ -311,6 +311,9 @@ class FakeHostState:
     driver_version: str = "590.48.01"
     driver_loaded: bool = True
     init_error: int | None = None  # an NVML code nvmlInit raises, e.g. a version mismatch
+    # Symbols an older libnvidia-ml.so lacks, e.g. {"nvmlDeviceGetComputeRunningProcesses_v3"}:
+    # the versioned call answers FunctionNotFound, the unversioned one a library mismatch.
+    missing_functions: frozenset[str] = frozenset()
     event_sets: list[FakeEventSet] = field(default_factory=list)
 
     def post_xid(self, card_index: int, xid: int, gi: int | None = None, ci: int | None = None):
@@ -325,6 +328,11 @@ class FakeHostState:
 class FakeDeviceHandle:
     card_index: int
     mig_index: int | None = None
+
+
+class NVMLLibraryMismatchError(Exception):
+    """What nvidia-ml-py raises from an unversioned call whose versioned symbol the library
+    lacks: a plain Exception, not an NVMLError."""
 
 
 def _uint_or_na(value: int | None) -> int:
@@ -472,13 +480,43 @@ class FakeNvml:
             _raise(NVML_ERROR_INVALID_ARGUMENT)
         return self._mig(card, handle).compute_instance_id
 
+    # nvidia-ml-py's unversioned process lists are its _v3 calls; _v2 has the same fields.
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeDeviceHandle):
-        card = self._card(handle, "nvmlDeviceGetComputeRunningProcesses")
-        return self._process_infos(card, handle, "compute")
+        return self._unversioned("nvmlDeviceGetComputeRunningProcesses_v3", handle)
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: FakeDeviceHandle):
+        return self._processes("nvmlDeviceGetComputeRunningProcesses_v3", handle, "compute")
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: FakeDeviceHandle):
+        return self._processes("nvmlDeviceGetComputeRunningProcesses_v2", handle, "compute")
 
     def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: FakeDeviceHandle):
-        card = self._card(handle, "nvmlDeviceGetMPSComputeRunningProcesses")
-        return self._process_infos(card, handle, "mps")
+        return self._unversioned("nvmlDeviceGetMPSComputeRunningProcesses_v3", handle)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: FakeDeviceHandle):
+        return self._processes("nvmlDeviceGetMPSComputeRunningProcesses_v3", handle, "mps")
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v2(self, handle: FakeDeviceHandle):
+        return self._processes("nvmlDeviceGetMPSComputeRunningProcesses_v2", handle, "mps")
+
+    def _processes(self, call: str, handle: FakeDeviceHandle, kind: str):
+        if call in self.state.missing_functions:
+            _raise(NVML_ERROR_FUNCTION_NOT_FOUND)
+        # a failure set for the unversioned name applies to every version, as before
+        card = self._card(handle, call.rsplit("_v", 1)[0])
+        return self._process_infos(card, handle, kind)
+
+    def _unversioned(self, versioned: str, handle: FakeDeviceHandle):
+        try:
+            return getattr(self, versioned)(handle)
+        except NVMLError as error:
+            if error.value != NVML_ERROR_FUNCTION_NOT_FOUND:
+                raise
+            raise NVMLLibraryMismatchError(
+                "Unversioned function called and the pyNVML version does not match the NVML "
+                f"lib version. Either use matching pyNVML and NVML lib versions or use a "
+                f"versioned function such as {versioned.rsplit('_v', 1)[0]}_v2"
+            ) from None
 
     # events ------------------------------------------------------------------------------
 
@@ -573,3 +611,4 @@ for _name, _value in list(globals().items()):
         setattr(FakeNvml, _name, _value)
 del _name, _value
 FakeNvml.nvmlExceptionClass = staticmethod(nvmlExceptionClass)
+FakeNvml.NVMLLibraryMismatchError = NVMLLibraryMismatchError

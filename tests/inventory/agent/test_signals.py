@@ -317,7 +317,7 @@ def mps_host(tmp_path):
     pipe_dir = tmp_path / "mps"
     pipe_dir.mkdir()
     _daemon(pipe_dir, {"900": [901, 902]})
-    monitor = MpsMonitor(MpsControl(FAKE_MPS_CONTROL, str(pipe_dir), timeout_s=1.0))
+    monitor = MpsMonitor(MpsControl(FAKE_MPS_CONTROL, str(pipe_dir), timeout_s=10.0))
     sink = Sink()
     options = SignalOptions(lifecycle=LifecycleSettings(exit_grace_s=60.0), mps=monitor)
     runtime = HostRuntime("gpu-01", NvmlSource(nvml, clock, options), sink)

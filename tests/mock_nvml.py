@@ -1,0 +1,58 @@
+"""NVIDIA's own mock of the NVML C library (../shared/mocknvml, see its README), for tests
+that run the real nvidia-ml-py path in a process of their own.
+
+The library is found through LD_LIBRARY_PATH, which the loader reads when a process starts, so
+only a child process can load it. The shared copy of `libnvidia-ml.so.1` may be a text file
+naming its target (a symbolic link flattened): each test gets a folder of its own holding a real
+link, and a copy of the config, so an `overrides.yaml` it writes is read by its agent alone.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+MOCK_NVML = Path(os.environ.get("MOCK_NVML_DIR", CHECKOUT.parent / "shared" / "mocknvml"))
+LIBRARY = "libnvidia-ml.so.550.163.01"
+
+
+def available() -> bool:
+    return (MOCK_NVML / LIBRARY).is_file()
+
+
+class MockNvml:
+    """A folder with the library and a config: `env` lets a child process load them."""
+
+    def __init__(self, folder: Path, config: str) -> None:
+        self.folder = folder
+        (folder / "lib").mkdir()
+        (folder / "lib" / "libnvidia-ml.so.1").symlink_to(MOCK_NVML / LIBRARY)
+        self.config = folder / "config.yaml"
+        self.config.write_text(config)
+        self.overrides = folder / "overrides.yaml"
+
+    @property
+    def env(self) -> dict[str, str]:
+        library_path = os.pathsep.join(
+            p for p in (str(self.folder / "lib"), os.environ.get("LD_LIBRARY_PATH")) if p
+        )
+        return {
+            "LD_LIBRARY_PATH": library_path,
+            "MOCK_NVML_CONFIG": str(self.config),
+            "MOCK_NVML_OVERRIDES": str(self.overrides),
+        }
+
+    def override(self, text: str) -> None:
+        """Change what the mock serves while the agent runs (re-read every second)."""
+        partial = self.overrides.with_suffix(".partial")
+        partial.write_text(text)
+        partial.replace(self.overrides)
+
+
+@pytest.fixture
+def mock_nvml(tmp_path):
+    """A mock NVML serving NVIDIA's example config (two A100 80GB, one with a process)."""
+    if not available():
+        pytest.skip(f"NVIDIA's mock NVML is not at {MOCK_NVML} (set MOCK_NVML_DIR)")
+    return MockNvml(tmp_path, (MOCK_NVML / "example-config.yaml").read_text())
