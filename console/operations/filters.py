@@ -3,6 +3,7 @@
 import django_filters
 from django.utils.translation import gettext_lazy as _
 
+from console.core.filters import MomentFilter
 from console.operations.models import HostAction
 from inventory.models import Host
 
@@ -21,9 +22,7 @@ class HostActionFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=HostAction.State.choices, label=_("State"))
     origin = django_filters.ChoiceFilter(choices=HostAction.Origin.choices, label=_("Origin"))
     action = django_filters.CharFilter(label=_("Action"), help_text=_("e.g. reload_with."))
-    since = django_filters.IsoDateTimeFilter(
-        field_name="created_at", lookup_expr="gte", label=_("Asked since")
-    )
+    since = MomentFilter(field_name="created_at", lookup_expr="gte", label=_("Asked since"))
 
     class Meta:
         model = HostAction

@@ -5,11 +5,9 @@ import datetime as dt
 from django.utils import timezone
 from rest_framework import serializers
 
+from console.core.filters import EARLIEST, LATEST
 from inventory.models import Event
 
-# Moments the API reads: telemetry begins after the first and ends before the second.
-EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-LATEST = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
 # The coarsest step a chart reads (the 1 h rollup's day-long points).
 MAX_STEP_S = 86400
 

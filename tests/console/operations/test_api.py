@@ -1,5 +1,7 @@
 """GET /api/host-actions/: who asked what of which host and what came back, with filters."""
 
+import datetime as dt
+
 import pytest
 from django.utils import timezone
 
@@ -68,3 +70,28 @@ def test_a_filter_value_that_does_not_fit_is_a_400(personas, two_actions, params
 
 def test_a_role_without_the_view_permission_reads_nothing(personas, two_actions):
     assert token_client(personas["outsider"]).get("/api/host-actions/").status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("since", "status"),
+    [
+        ("2686-10-14T14:10:56+22:40", 400),  # beyond the years any record carries
+        ("1970-01-01T00:00:00Z", 400),
+        ("2026-12-03T10:00:00+23:59", 200),  # an offset PostgreSQL cannot hold, taken in UTC
+    ],
+)
+def test_a_moment_postgresql_cannot_hold_is_no_server_error(personas, two_actions, since, status):
+    # Python parses offsets up to ±23:59, PostgreSQL keeps ±15:59: found by the API fuzz.
+    answer = token_client(personas["oncall"]).get("/api/host-actions/", {"since": since})
+    assert answer.status_code == status, answer.content
+
+
+def test_since_compares_in_utc(personas, two_actions):
+    asked, finished = two_actions
+    later = (finished.created_at + dt.timedelta(hours=1)).astimezone(
+        dt.timezone(dt.timedelta(hours=15, minutes=30))
+    )
+    client = token_client(personas["oncall"])
+    assert api_page(client, "/api/host-actions/", {"since": later.isoformat()})["count"] == 0
+    earlier = asked.created_at - dt.timedelta(minutes=1)
+    assert api_page(client, "/api/host-actions/", {"since": earlier.isoformat()})["count"] == 2
