@@ -20,13 +20,12 @@ PERSONAS = {
 
 
 def pytest_collection_modifyitems(config, items):
-    # Under xdist (--dist loadgroup) the tests that start real worker processes run one after
-    # the other on one worker, and the browser tests share one chromium on another.
+    # Under xdist (--dist loadgroup) each worker has its own database, broker database and
+    # ingest queue (tests/xdist_worker.py), so tests that start real processes can run on any
+    # worker; a module's tests stay together on one, where they share its set-up.
     for item in items:
-        if item.get_closest_marker("e2e"):
-            item.add_marker(pytest.mark.xdist_group("e2e"))
-        elif item.get_closest_marker("browser"):
-            item.add_marker(pytest.mark.xdist_group("browser"))
+        if item.get_closest_marker("e2e") or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 def pytest_sessionstart(session):
