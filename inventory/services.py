@@ -4,8 +4,8 @@ from contextlib import contextmanager
 
 from django.utils import timezone
 
-from console.core.auditing import Action, snapshot
-from console.core.auditing.changes import atomic_change, open_change, record
+from console.core.auditing import Action
+from console.core.auditing.changes import atomic_change, audited, open_change
 from inventory.ingest import dead_letters
 from inventory.models import DeadLetter, Deployment, Event, Host, ServedModel
 from inventory.models.fleet import new_agent_secret
@@ -23,18 +23,10 @@ def do_acknowledge_event(event: Event, *, acting_user) -> Event:
         raise AlreadyAcknowledged(
             f"already acknowledged by {locked.acknowledged_by} at {locked.acknowledged_at:%H:%M}"
         )
-    before = snapshot(locked)
-    locked.acknowledged_by = acting_user
-    locked.acknowledged_at = timezone.now()
-    locked.save(update_fields=["acknowledged_by", "acknowledged_at"])
-    record(
-        actor=acting_user,
-        action=Action.EVENT_ACKNOWLEDGE,
-        obj=locked,
-        before=before,
-        after=snapshot(locked),
-        host=locked.host,
-    )
+    with audited(locked, Action.EVENT_ACKNOWLEDGE, acting_user, host=locked.host):
+        locked.acknowledged_by = acting_user
+        locked.acknowledged_at = timezone.now()
+        locked.save(update_fields=["acknowledged_by", "acknowledged_at"])
     return locked
 
 
@@ -61,11 +53,9 @@ def _changing(letter: DeadLetter, action: Action, acting_user, comment: str = ""
     locked = DeadLetter.objects.select_for_update().get(pk=letter.pk)
     if locked.status != DeadLetter.Status.PENDING:
         raise AlreadyResolved(f"already {locked.get_status_display().lower()}")
-    before = _dead_letter_state(locked)
-    yield locked
-    locked.save()
-    record(actor=acting_user, action=action, obj=locked, before=before,
-           after=_dead_letter_state(locked), comment=comment)  # fmt: skip
+    with audited(locked, action, acting_user, comment=comment, state=_dead_letter_state):
+        yield locked
+        locked.save()
 
 
 def _resolve(letter: DeadLetter, status: str, acting_user) -> None:
@@ -110,17 +100,9 @@ def do_discard_dead_letter(letter: DeadLetter, *, acting_user, comment: str = ""
 def do_rotate_agent_secret(host: Host, *, acting_user) -> Host:
     """A new secret for the host's agent: batches signed with the old one are refused."""
     locked = Host.objects.select_for_update().get(pk=host.pk)
-    before = snapshot(locked)
-    locked.agent_secret = new_agent_secret()
-    locked.save(update_fields=["agent_secret", "updated_at"])
-    record(
-        actor=acting_user,
-        action=Action.HOST_ROTATE_SECRET,
-        obj=locked,
-        before=before,
-        after=snapshot(locked),
-        host=locked,
-    )
+    with audited(locked, Action.HOST_ROTATE_SECRET, acting_user, host=locked):
+        locked.agent_secret = new_agent_secret()
+        locked.save(update_fields=["agent_secret", "updated_at"])
     return locked
 
 
@@ -131,19 +113,11 @@ def do_register_runtime(
     """What the serving stack calls a running deployment (the host agent maps its processes by
     that name) and where its inference API answers (load tests send to it)."""
     locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
-    before = snapshot(locked)
-    locked.runtime_name = runtime_name
-    locked.endpoint_url = endpoint_url
-    locked.save(update_fields=["runtime_name", "endpoint_url", "updated_at"])
-    record(
-        actor=acting_user,
-        action=Action.DEPLOYMENT_CHANGE,
-        obj=locked,
-        before=before,
-        after=snapshot(locked),
-        host=locked.host,
-        comment="registered with the host agent",
-    )
+    with audited(locked, Action.DEPLOYMENT_CHANGE, acting_user, host=locked.host,
+                 comment="registered with the host agent"):  # fmt: skip
+        locked.runtime_name = runtime_name
+        locked.endpoint_url = endpoint_url
+        locked.save(update_fields=["runtime_name", "endpoint_url", "updated_at"])
     return locked
 
 
@@ -156,15 +130,7 @@ def do_set_model_priority(
     locked = ServedModel.objects.select_for_update().get(pk=served_model.pk)
     if locked.priority == priority:
         return locked
-    before = snapshot(locked)
-    locked.priority = priority
-    locked.save(update_fields=["priority"])
-    record(
-        actor=acting_user,
-        action=Action.SERVED_MODEL_PRIORITY,
-        obj=locked,
-        before=before,
-        after=snapshot(locked),
-        comment=comment,
-    )
+    with audited(locked, Action.SERVED_MODEL_PRIORITY, acting_user, comment=comment):
+        locked.priority = priority
+        locked.save(update_fields=["priority"])
     return locked

@@ -8,7 +8,7 @@ import dataclasses
 from django.utils.text import slugify
 
 from console.core.auditing import Action, changed_fields, snapshot
-from console.core.auditing.changes import atomic_change, record
+from console.core.auditing.changes import atomic_change, audited, record_created
 from runbooks.library import LibraryNote, load_library
 from runbooks.models import RunbookNote, RunbookRevision
 
@@ -55,15 +55,8 @@ def do_create_note(*, acting_user, summary: str = "Created", **fields) -> Runboo
     note.full_clean()
     note.save()
     _add_revision(note, acting_user, summary)
-    record(
-        actor=acting_user,
-        action=Action.RUNBOOK_CREATE,
-        obj=note,
-        before=None,
-        after=snapshot(note),
-        host=_audit_host(note),
-        comment=summary,
-    )
+    record_created(note, Action.RUNBOOK_CREATE, acting_user, host=_audit_host(note),
+                   comment=summary)  # fmt: skip
     return note
 
 
@@ -78,31 +71,28 @@ def do_update_note(
     current = RunbookNote.objects.select_for_update().get(pk=note.pk)
     if current.version != expected_version:
         raise StaleNoteError(current)
-    before = snapshot(current)
     if "tags" in changes:
         changes["tags"] = _normalise_tags(changes["tags"])
-    for field, value in changes.items():
-        setattr(current, field, value)
-    if changed_fields(before, snapshot(current)) == []:
-        return current
-    current.version += 1
-    current.updated_by = acting_user
+    # An edit that changes nothing is no new version, and so no row.
+    with audited(current, Action.RUNBOOK_UPDATE, acting_user, comment=summary,
+                 only_if_changed=True) as row:  # fmt: skip
+        for field, value in changes.items():
+            setattr(current, field, value)
+        if changed_fields(row.before, snapshot(current)):
+            _save_version(current, acting_user, summary)
+            row.host = _audit_host(current)  # as edited: the edit may change its scope or host
+    return current
+
+
+def _save_version(note: RunbookNote, acting_user, summary: str) -> None:
+    note.version += 1
+    note.updated_by = acting_user
     if acting_user is not None:
         # The note page showed the pending default text beside the editor: saving is the review.
-        current.library_update = ""
-    current.full_clean()
-    current.save()
-    _add_revision(current, acting_user, summary)
-    record(
-        actor=acting_user,
-        action=Action.RUNBOOK_UPDATE,
-        obj=current,
-        before=before,
-        after=snapshot(current),
-        host=_audit_host(current),
-        comment=summary,
-    )
-    return current
+        note.library_update = ""
+    note.full_clean()
+    note.save()
+    _add_revision(note, acting_user, summary)
 
 
 def _add_revision(note: RunbookNote, acting_user, summary: str) -> RunbookRevision:
@@ -141,12 +131,11 @@ def _same_text(note: RunbookNote, entry: LibraryNote) -> bool:
 
 
 def _set_library_fields(note: RunbookNote, acting_user, comment: str, **values) -> None:
-    before = snapshot(note)
-    for name, value in values.items():
-        setattr(note, name, value)
-    note.save(update_fields=list(values))
-    record(actor=acting_user, action=Action.RUNBOOK_UPDATE, obj=note, before=before,
-           after=snapshot(note), host=_audit_host(note), comment=comment)  # fmt: skip
+    with audited(note, Action.RUNBOOK_UPDATE, acting_user, host=_audit_host(note),
+                 comment=comment):  # fmt: skip
+        for name, value in values.items():
+            setattr(note, name, value)
+        note.save(update_fields=list(values))
 
 
 @atomic_change

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from console.alerts.models import Alert, AlertRule, Silence
 from console.core.auditing import Action, changed_fields, snapshot
-from console.core.auditing.changes import atomic_change, record
+from console.core.auditing.changes import atomic_change, audited, record_created
 
 
 class AlertActionRefused(Exception):
@@ -33,20 +33,12 @@ def do_acknowledge_alert(alert: Alert, *, acting_user, comment: str) -> Alert:
         raise AlertActionRefused("not_firing", "only a firing alert can be acknowledged")
     if current.acknowledged_at is not None:
         raise AlertActionRefused("already_acknowledged", "already acknowledged")
-    before = snapshot(current)
-    current.acknowledged_by = acting_user
-    current.acknowledged_at = timezone.now()
-    current.acknowledge_comment = comment
-    current.save(update_fields=["acknowledged_by", "acknowledged_at", "acknowledge_comment"])
-    record(
-        actor=acting_user,
-        action=Action.ALERT_ACKNOWLEDGE,
-        obj=current,
-        before=before,
-        after=snapshot(current),
-        host=current.host,
-        comment=comment,
-    )
+    with audited(current, Action.ALERT_ACKNOWLEDGE, acting_user, host=current.host,
+                 comment=comment):  # fmt: skip
+        current.acknowledged_by = acting_user
+        current.acknowledged_at = timezone.now()
+        current.acknowledge_comment = comment
+        current.save(update_fields=["acknowledged_by", "acknowledged_at", "acknowledge_comment"])
     return current
 
 
@@ -76,14 +68,7 @@ def do_silence(*, acting_user, matchers: dict, duration: dt.timedelta, comment: 
         starts_at=now,
         ends_at=now + duration,
     )
-    record(
-        actor=acting_user,
-        action=Action.ALERT_SILENCE,
-        obj=silence,
-        before=None,
-        after=snapshot(silence),
-        comment=comment,
-    )
+    record_created(silence, Action.ALERT_SILENCE, acting_user, comment=comment)
     return silence
 
 
@@ -93,17 +78,10 @@ def do_unsilence(silence: Silence, *, acting_user) -> Silence:
     now = timezone.now()
     if current.ends_at <= now:
         raise AlertActionRefused("silence_over", "this silence has already ended")
-    before = snapshot(current)
-    current.ends_at = now
-    current.ended_early_by = acting_user
-    current.save(update_fields=["ends_at", "ended_early_by"])
-    record(
-        actor=acting_user,
-        action=Action.ALERT_UNSILENCE,
-        obj=current,
-        before=before,
-        after=snapshot(current),
-    )
+    with audited(current, Action.ALERT_UNSILENCE, acting_user):
+        current.ends_at = now
+        current.ended_early_by = acting_user
+        current.save(update_fields=["ends_at", "ended_early_by"])
     return current
 
 
@@ -119,21 +97,14 @@ def do_update_rule(rule: AlertRule, *, acting_user, comment: str = "", **changes
     if unknown:
         raise TypeError(f"not editable: {', '.join(sorted(unknown))}")
     current = AlertRule.objects.select_for_update().get(pk=rule.pk)
-    before = snapshot(current)
-    for field, value in changes.items():
-        setattr(current, field, value)
-    if changed_fields(before, snapshot(current)) == []:
-        return current
-    current.version += 1
-    current.full_clean()
-    current.save()
-    record(
-        actor=acting_user,
-        action=Action.ALERT_RULE_UPDATE,
-        obj=current,
-        before=before,
-        after=snapshot(current),
-        host=current.host,
-        comment=comment,
-    )
+    # An edit that changes nothing is no new version, and so no row.
+    with audited(current, Action.ALERT_RULE_UPDATE, acting_user, comment=comment,
+                 only_if_changed=True) as row:  # fmt: skip
+        for field, value in changes.items():
+            setattr(current, field, value)
+        if changed_fields(row.before, snapshot(current)):
+            current.version += 1
+            current.full_clean()
+            current.save()
+            row.host = current.host  # the host as edited: the edit may scope it to another
     return current

@@ -16,8 +16,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from console.core.auditing import Action, snapshot
-from console.core.auditing.changes import open_change, record
+from console.core.auditing import Action
+from console.core.auditing.changes import audited, open_change, record_created
 from console.operations import services
 from console.operations.decisions import degradation as decisions
 from console.operations.models import DegradationRun, HostAction, StandingPolicy
@@ -155,10 +155,7 @@ def _start(gpu, event, plan: decisions.Plan, standing) -> DegradationRun:
         if proposal is not None:
             run.proposal = proposal
             run.save(update_fields=["proposal"])
-        record(
-            actor=None, action=Action.DEGRADATION_START, obj=run, before=None,
-            after=snapshot(run), host=gpu.host,
-        )  # fmt: skip
+        record_created(run, Action.DEGRADATION_START, None, host=gpu.host)
     log.info("degrading %s: %s", gpu, [s.kind for s in plan.steps])
     return run
 
@@ -212,18 +209,14 @@ def settle(run: DegradationRun, now: dt.datetime) -> DegradationRun | None:
         if run.proposal_id is None:  # a proposal changes the inventory when it is applied
             for action in actions:
                 _record_in_inventory(run, action)
-        before = snapshot(run)
-        run.used_after_bytes = sample["used_last"]
-        recovered = sample["used_last"] < run.limit_fraction * run.total_bytes
-        run.state = (
-            DegradationRun.State.RECOVERED if recovered else DegradationRun.State.NOT_RECOVERED
-        )
-        run.settled_at = now
-        run.save(update_fields=["used_after_bytes", "state", "settled_at"])
-        record(
-            actor=None, action=Action.DEGRADATION_SETTLE, obj=run, before=before,
-            after=snapshot(run), host=run.host,
-        )  # fmt: skip
+        with audited(run, Action.DEGRADATION_SETTLE, None, host=run.host):
+            run.used_after_bytes = sample["used_last"]
+            recovered = sample["used_last"] < run.limit_fraction * run.total_bytes
+            run.state = (
+                DegradationRun.State.RECOVERED if recovered else DegradationRun.State.NOT_RECOVERED
+            )
+            run.settled_at = now
+            run.save(update_fields=["used_after_bytes", "state", "settled_at"])
     return run
 
 
@@ -233,17 +226,14 @@ def _record_in_inventory(run: DegradationRun, action: HostAction) -> None:
     if action.state != HostAction.State.SUCCEEDED or action.deployment_id is None:
         return
     deployment = Deployment.objects.select_for_update().get(pk=action.deployment_id)
-    before = snapshot(deployment)
-    if action.action == "reload_with" and "kv_bytes" in action.params:
-        deployment.kv_reservation_bytes = action.params["kv_bytes"]
-        kind = Action.DEPLOYMENT_RESIZE
-    elif action.action == "stop":
-        deployment.status = Deployment.Status.STOPPED
-        kind = Action.DEPLOYMENT_STOP
-    else:
+    resize = action.action == "reload_with" and "kv_bytes" in action.params
+    if not resize and action.action != "stop":
         return
-    deployment.save()
-    record(
-        actor=None, action=kind, obj=deployment, before=before, after=snapshot(deployment),
-        host=run.host, comment=f"degradation of {run.gpu} (run {run.pk})",
-    )  # fmt: skip
+    kind = Action.DEPLOYMENT_RESIZE if resize else Action.DEPLOYMENT_STOP
+    with audited(deployment, kind, None, host=run.host,
+                 comment=f"degradation of {run.gpu} (run {run.pk})"):  # fmt: skip
+        if resize:
+            deployment.kv_reservation_bytes = action.params["kv_bytes"]
+        else:
+            deployment.status = Deployment.Status.STOPPED
+        deployment.save()

@@ -9,8 +9,8 @@ import datetime as dt
 
 from django.contrib.auth import get_user_model
 
-from console.core.auditing import Action, snapshot
-from console.core.auditing.changes import open_change, record
+from console.core.auditing import Action
+from console.core.auditing.changes import open_change, record_created
 from console.operations import off_peak, services
 from console.operations.models import DefragPlan, DefragReload, StandingPolicy
 from inventory.demo import ensure_operations_host
@@ -52,8 +52,5 @@ def _plan_reload(host: Host, now: dt.datetime, approver) -> DefragPlan:
         plan=plan, deployment=deployment, gpu=deployment.gpus.get(), order=0, not_before=start,
         reason="fragmentation_index", estimated_bytes=0,
     )  # fmt: skip
-    record(
-        actor=None, action=Action.DEFRAG_PLAN, obj=plan, before=None, after=snapshot(plan),
-        host=host, comment="operations demo",
-    )  # fmt: skip
+    record_created(plan, Action.DEFRAG_PLAN, None, host=host, comment="operations demo")
     return off_peak.do_decide_plan(plan, acting_user=approver, approve=True)

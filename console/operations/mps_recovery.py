@@ -7,8 +7,8 @@ import datetime as dt
 
 from django.conf import settings
 
-from console.core.auditing import Action, snapshot
-from console.core.auditing.changes import open_change, record
+from console.core.auditing import Action
+from console.core.auditing.changes import audited, open_change, record_created
 from console.operations import services
 from console.operations.decisions import mps as decisions
 from console.operations.models import HostAction, MpsRecovery, StandingPolicy
@@ -52,10 +52,7 @@ def on_mps_server_down(event_pk: int) -> MpsRecovery | None:
             if standing
             else None,
         )
-        record(
-            actor=None, action=Action.MPS_RECOVERY_START, obj=recovery, before=None,
-            after=snapshot(recovery), host=event.host,
-        )  # fmt: skip
+        record_created(recovery, Action.MPS_RECOVERY_START, None, host=event.host)
     return recovery
 
 
@@ -87,13 +84,13 @@ def advance(recovery: MpsRecovery, now: dt.datetime) -> None:
             _restart_policy(),
         )
         with open_change():
-            before = snapshot(recovery)
             if standing is None or due is None:
-                recovery.state = (
+                settled = (
                     MpsRecovery.State.NO_POLICY if standing is None else MpsRecovery.State.CAPPED
                 )
-                recovery.save(update_fields=["state"])
-                _settled(recovery, before)
+                with _settling(recovery):
+                    recovery.state = settled
+                    recovery.save(update_fields=["state"])
                 return
             if due > now.timestamp():
                 recovery.next_attempt_at = _at(due)
@@ -121,7 +118,6 @@ def _look_for_clients(recovery: MpsRecovery, now: dt.datetime) -> None:
     if action is None or not action.finished:
         return
     with open_change():
-        before = snapshot(recovery)
         if action.state != HostAction.State.SUCCEEDED:
             recovery.state = MpsRecovery.State.RESTARTING
             recovery.next_attempt_at = None
@@ -139,20 +135,20 @@ def _look_for_clients(recovery: MpsRecovery, now: dt.datetime) -> None:
                     "returned_pid": pid,
                     "returned_at": now.isoformat(),
                 }
-        recovery.clients = clients
         if all(c["returned_pid"] is not None for c in clients.values()):
-            recovery.state, recovery.recovered_at = MpsRecovery.State.RECOVERED, now
-            recovery.save(update_fields=["clients", "state", "recovered_at"])
-            _settled(recovery, before)
-        elif now - action.finished_at > dt.timedelta(seconds=settings.MPS_CLIENT_RETURN_S):
+            with _settling(recovery):
+                recovery.clients = clients
+                recovery.state, recovery.recovered_at = MpsRecovery.State.RECOVERED, now
+                recovery.save(update_fields=["clients", "state", "recovered_at"])
+            return
+        recovery.clients = clients
+        if now - action.finished_at > dt.timedelta(seconds=settings.MPS_CLIENT_RETURN_S):
             recovery.state, recovery.next_attempt_at = MpsRecovery.State.RESTARTING, None
             recovery.save(update_fields=["clients", "state", "next_attempt_at"])
         else:
             recovery.save(update_fields=["clients"])
 
 
-def _settled(recovery: MpsRecovery, before: dict) -> None:
-    record(
-        actor=None, action=Action.MPS_RECOVERY_SETTLE, obj=recovery, before=before,
-        after=snapshot(recovery), host=recovery.host,
-    )  # fmt: skip
+def _settling(recovery: MpsRecovery):
+    """The audit of the step that ends a recovery (recovered, capped, or no policy)."""
+    return audited(recovery, Action.MPS_RECOVERY_SETTLE, None, host=recovery.host)

@@ -9,8 +9,8 @@ from django.conf import settings
 from django.db.models import Q
 
 from console.core.access import require_permission
-from console.core.auditing import Action, snapshot
-from console.core.auditing.changes import atomic_change, open_change, record
+from console.core.auditing import Action
+from console.core.auditing.changes import atomic_change, audited, open_change, record_created
 from console.operations import services
 from console.operations.decisions import defrag as decisions
 from console.operations.models import DefragPlan, DefragReload, HostAction, HostHistorySummary
@@ -152,10 +152,7 @@ def plan_for(host: Host, now: dt.datetime) -> DefragPlan | None:
                 reason=reload.reason,
                 estimated_bytes=reload.estimated_bytes,
             )
-        record(
-            actor=None, action=Action.DEFRAG_PLAN, obj=plan, before=None,
-            after=snapshot(plan), host=host,
-        )  # fmt: skip
+        record_created(plan, Action.DEFRAG_PLAN, None, host=host)
     return plan
 
 
@@ -169,14 +166,10 @@ def do_decide_plan(plan: DefragPlan, *, acting_user, approve: bool) -> DefragPla
     current = DefragPlan.objects.select_for_update().get(pk=plan.pk)
     if current.state != DefragPlan.State.PROPOSED:
         raise OperationError(f"this plan is {current.get_state_display().lower()}")
-    before = snapshot(current)
-    current.state = DefragPlan.State.APPROVED if approve else DefragPlan.State.REJECTED
-    current.decided_by, current.decided_at = acting_user, dt.datetime.now(tz=dt.UTC)
-    current.save(update_fields=["state", "decided_by", "decided_at"])
-    record(
-        actor=acting_user, action=Action.DEFRAG_DECIDE, obj=current, before=before,
-        after=snapshot(current), host=current.host,
-    )  # fmt: skip
+    with audited(current, Action.DEFRAG_DECIDE, acting_user, host=current.host):
+        current.state = DefragPlan.State.APPROVED if approve else DefragPlan.State.REJECTED
+        current.decided_by, current.decided_at = acting_user, dt.datetime.now(tz=dt.UTC)
+        current.save(update_fields=["state", "decided_by", "decided_at"])
     return current
 
 
@@ -256,17 +249,15 @@ def _finish(reload: DefragReload, now: dt.datetime) -> None:
             return  # the reloaded process has not been sampled yet
         fragmentation, reserve = after["fragmentation"], after["reserve"]
         state = DefragReload.State.DONE
-    with open_change():
-        before = snapshot(reload)
+    with (
+        open_change(),
+        audited(reload, Action.DEFRAG_RELOAD, None, host=reload.plan.host),
+    ):
         reload.state, reload.finished_at = state, now
         reload.fragmentation_after, reload.reserve_after_bytes = fragmentation, reserve
         reload.save(
             update_fields=["state", "finished_at", "fragmentation_after", "reserve_after_bytes"]
         )
-        record(
-            actor=None, action=Action.DEFRAG_RELOAD, obj=reload, before=before,
-            after=snapshot(reload), host=reload.plan.host,
-        )  # fmt: skip
 
 
 def _set_state(plan: DefragPlan, state: str) -> None:

@@ -11,8 +11,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from console.core.access import require_permission
-from console.core.auditing import Action, snapshot
-from console.core.auditing.changes import atomic_change, record
+from console.core.auditing import Action
+from console.core.auditing.changes import atomic_change, audited, record_created
 from console.operations import messages
 from console.operations.models import HostAction, StandingPolicy
 from inventory.models import CardRefusal, Deployment, Gpu, Host
@@ -43,21 +43,14 @@ def do_sign_policy(*, acting_user, host: Host, kind: str, params: dict | None = 
     policy = StandingPolicy.objects.create(
         host=host, kind=kind, params=params or {}, signed_by=acting_user
     )
-    record(
-        actor=acting_user, action=Action.POLICY_SIGN, obj=policy, before=None,
-        after=snapshot(policy), host=host,
-    )  # fmt: skip
+    record_created(policy, Action.POLICY_SIGN, acting_user, host=host)
     return policy
 
 
 def _revoke(policy: StandingPolicy, acting_user) -> None:
-    before = snapshot(policy)
-    policy.revoked_at, policy.revoked_by = timezone.now(), acting_user
-    policy.save(update_fields=["revoked_at", "revoked_by"])
-    record(
-        actor=acting_user, action=Action.POLICY_REVOKE, obj=policy, before=before,
-        after=snapshot(policy), host=policy.host,
-    )  # fmt: skip
+    with audited(policy, Action.POLICY_REVOKE, acting_user, host=policy.host):
+        policy.revoked_at, policy.revoked_by = timezone.now(), acting_user
+        policy.save(update_fields=["revoked_at", "revoked_by"])
 
 
 @atomic_change
@@ -83,16 +76,12 @@ def _target(host: Host, action: str, deployment, params: dict):
 
 
 def _send(action: HostAction, actor) -> None:
-    before = snapshot(action)
-    now = timezone.now()
-    action.state = HostAction.State.SENT
-    action.sent_at = now
-    action.expires_at = now + dt.timedelta(seconds=_ttl())
-    action.save(update_fields=["state", "sent_at", "expires_at"])
-    record(
-        actor=actor, action=Action.HOST_ACTION_SEND, obj=action, before=before,
-        after=snapshot(action), host=action.host,
-    )  # fmt: skip
+    with audited(action, Action.HOST_ACTION_SEND, actor, host=action.host):
+        now = timezone.now()
+        action.state = HostAction.State.SENT
+        action.sent_at = now
+        action.expires_at = now + dt.timedelta(seconds=_ttl())
+        action.save(update_fields=["state", "sent_at", "expires_at"])
     transaction.on_commit(lambda: messages.publish(action))
 
 
@@ -134,10 +123,7 @@ def do_request_action(
         params=checked, origin=origin, state=HostAction.State.AWAITING_APPROVAL,
         requested_by=acting_user, policy=policy, proposal=proposal, approved_by=approved_by,
     )  # fmt: skip
-    record(
-        actor=acting_user, action=Action.HOST_ACTION_REQUEST, obj=request, before=None,
-        after=snapshot(request), host=host,
-    )  # fmt: skip
+    record_created(request, Action.HOST_ACTION_REQUEST, acting_user, host=host)
     if policy is not None or approved_by is not None:
         _send(request, acting_user)
     return request
@@ -159,13 +145,9 @@ def do_approve_action(action: HostAction, *, acting_user) -> HostAction:
     current = _locked(action)
     if current.state != HostAction.State.AWAITING_APPROVAL:
         raise OperationError(f"this action is {current.get_state_display().lower()}")
-    before = snapshot(current)
-    current.approved_by = acting_user
-    current.save(update_fields=["approved_by"])
-    record(
-        actor=acting_user, action=Action.HOST_ACTION_APPROVE, obj=current, before=before,
-        after=snapshot(current), host=current.host,
-    )  # fmt: skip
+    with audited(current, Action.HOST_ACTION_APPROVE, acting_user, host=current.host):
+        current.approved_by = acting_user
+        current.save(update_fields=["approved_by"])
     _send(current, acting_user)
     return current
 
@@ -176,14 +158,10 @@ def do_reject_action(action: HostAction, *, acting_user) -> HostAction:
     current = _locked(action)
     if current.state != HostAction.State.AWAITING_APPROVAL:
         raise OperationError(f"this action is {current.get_state_display().lower()}")
-    before = snapshot(current)
-    current.state, current.finished_at = HostAction.State.REJECTED, timezone.now()
-    current.approved_by = acting_user
-    current.save(update_fields=["state", "finished_at", "approved_by"])
-    record(
-        actor=acting_user, action=Action.HOST_ACTION_REJECT, obj=current, before=before,
-        after=snapshot(current), host=current.host,
-    )  # fmt: skip
+    with audited(current, Action.HOST_ACTION_REJECT, acting_user, host=current.host):
+        current.state, current.finished_at = HostAction.State.REJECTED, timezone.now()
+        current.approved_by = acting_user
+        current.save(update_fields=["state", "finished_at", "approved_by"])
     return current
 
 
@@ -219,25 +197,25 @@ def do_record_outcome(outcome: dict) -> HostAction | None:
     )
     if current is None:
         return None
-    before = snapshot(current)
-    current.deliveries += 1
-    fields = ["deliveries"]
-    if not current.finished:
-        current.state = outcome["state"]
-        current.reason_code = str(outcome.get("reason_code") or "")[:32]
-        current.detail = str(outcome.get("detail") or "")[:500]
-        exit_code = outcome.get("exit_code")
-        current.exit_code = exit_code if isinstance(exit_code, int) else None
-        current.output_tail = str(outcome.get("output_tail") or "")[-ha.OUTPUT_TAIL_CHARS :]
-        current.finished_at = _epoch(outcome.get("finished_at")) or timezone.now()
-        fields += ["state", "reason_code", "detail", "exit_code", "output_tail", "finished_at"]
-    current.save(update_fields=fields)
-    record(
-        actor=None, action=Action.HOST_ACTION_OUTCOME, obj=current, before=before,
-        after=snapshot(current), host=current.host,
-        comment="delivered again" if current.deliveries > 1 else "",
-    )  # fmt: skip
+    with audited(current, Action.HOST_ACTION_OUTCOME, None, host=current.host) as row:
+        current.deliveries += 1
+        fields = ["deliveries"]
+        if not current.finished:
+            _take_outcome(current, outcome)
+            fields += ["state", "reason_code", "detail", "exit_code", "output_tail", "finished_at"]
+        current.save(update_fields=fields)
+        row.comment = "delivered again" if current.deliveries > 1 else ""
     return current
+
+
+def _take_outcome(current: HostAction, outcome: dict) -> None:
+    current.state = outcome["state"]
+    current.reason_code = str(outcome.get("reason_code") or "")[:32]
+    current.detail = str(outcome.get("detail") or "")[:500]
+    exit_code = outcome.get("exit_code")
+    current.exit_code = exit_code if isinstance(exit_code, int) else None
+    current.output_tail = str(outcome.get("output_tail") or "")[-ha.OUTPUT_TAIL_CHARS :]
+    current.finished_at = _epoch(outcome.get("finished_at")) or timezone.now()
 
 
 @atomic_change
@@ -246,14 +224,11 @@ def do_time_out_action(action: HostAction) -> HostAction | None:
     current = _locked(action)
     if current.state != HostAction.State.SENT:
         return None
-    before = snapshot(current)
-    current.state, current.reason_code = HostAction.State.TIMED_OUT, "no_outcome"
-    current.finished_at = timezone.now()
-    current.save(update_fields=["state", "reason_code", "finished_at"])
-    record(
-        actor=None, action=Action.HOST_ACTION_OUTCOME, obj=current, before=before,
-        after=snapshot(current), host=current.host, comment="no outcome from the agent",
-    )  # fmt: skip
+    with audited(current, Action.HOST_ACTION_OUTCOME, None, host=current.host,
+                 comment="no outcome from the agent"):  # fmt: skip
+        current.state, current.reason_code = HostAction.State.TIMED_OUT, "no_outcome"
+        current.finished_at = timezone.now()
+        current.save(update_fields=["state", "reason_code", "finished_at"])
     return current
 
 
@@ -263,10 +238,7 @@ def do_set_refusal(gpu: Gpu, *, reason_code: str, params: dict | None = None) ->
     if existing is not None:
         return existing
     refusal = CardRefusal.objects.create(gpu=gpu, reason_code=reason_code, params=params or {})
-    record(
-        actor=None, action=Action.CARD_REFUSAL_SET, obj=refusal, before=None,
-        after=snapshot(refusal), host=gpu.host,
-    )  # fmt: skip
+    record_created(refusal, Action.CARD_REFUSAL_SET, None, host=gpu.host)
     return refusal
 
 
@@ -276,11 +248,7 @@ def do_clear_refusal(refusal: CardRefusal, *, acting_user) -> CardRefusal:
         raise PermissionDenied("Your role may not clear a card's refusal of new loads.")
     current = CardRefusal.objects.select_for_update().select_related("gpu__host").get(pk=refusal.pk)
     if current.cleared_at is None:
-        before = snapshot(current)
-        current.cleared_at, current.cleared_by = timezone.now(), acting_user
-        current.save(update_fields=["cleared_at", "cleared_by"])
-        record(
-            actor=acting_user, action=Action.CARD_REFUSAL_CLEAR, obj=current, before=before,
-            after=snapshot(current), host=current.gpu.host,
-        )  # fmt: skip
+        with audited(current, Action.CARD_REFUSAL_CLEAR, acting_user, host=current.gpu.host):
+            current.cleared_at, current.cleared_by = timezone.now(), acting_user
+            current.save(update_fields=["cleared_at", "cleared_by"])
     return current

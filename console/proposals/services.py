@@ -11,7 +11,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from console.core.auditing import Action, changed_fields, snapshot
-from console.core.auditing.changes import atomic_change, current_change, record
+from console.core.auditing.changes import (
+    AuditRow,
+    atomic_change,
+    audited,
+    current_change,
+    record,
+    record_created,
+)
 from console.proposals import notifications, queue
 from console.proposals.gates import Checked, Gate
 from console.proposals.gates.loadtest_report import LoadTestRun
@@ -86,18 +93,6 @@ def _locked(proposal: Proposal) -> Proposal:
     )
 
 
-def _record(proposal: Proposal, *, actor, action: Action, before, comment: str = "") -> None:
-    record(
-        actor=actor,
-        action=action,
-        obj=proposal,
-        before=before,
-        after=snapshot(proposal),
-        host=proposal.host,
-        comment=comment,
-    )
-
-
 def _move(proposal: Proposal, event: Event) -> None:
     proposal.state = next_state(proposal.state, event)
 
@@ -140,7 +135,7 @@ def do_create_proposal(
     proposal.save()
     proposal.gpus.set(gpus)
     proposal.replaces.set(replaces)
-    _record(proposal, actor=acting_user, action=Action.PROPOSAL_CREATE, before=None)
+    record_created(proposal, Action.PROPOSAL_CREATE, acting_user, host=proposal.host)
     if submit:
         _submit(proposal, acting_user)
     return proposal
@@ -152,17 +147,20 @@ def _void_approvals(proposal: Proposal, reason: str) -> int:
     ).update(voided_at=timezone.now(), voided_reason=reason[:200])
 
 
-def revise(proposal: Proposal, *, acting_user, action: Action, before, comment: str = "") -> None:
-    """A new revision: earlier checks and approvals stop counting; checks run again."""
+def revise(proposal: Proposal, row: AuditRow) -> None:
+    """A new revision: earlier checks and approvals stop counting; checks run again.
+
+    Called inside the `audited` block of the change that revises it, whose row then says how
+    many approvals the revision voids.
+    """
     proposal.state = next_state(proposal.state, Event.EDIT)
     proposal.revision += 1
     proposal.save()
     voided = _void_approvals(proposal, f"edited to revision {proposal.revision}")
     if voided:
-        comment = f"{comment} (voids {voided} approval{'s' if voided > 1 else ''})".strip()
-    _record(proposal, actor=acting_user, action=action, before=before, comment=comment)
+        row.comment = f"{row.comment} (voids {voided} approval{'s' if voided > 1 else ''})".strip()
     if proposal.state == State.SUBMITTED:
-        _queue_checks(proposal)
+        _queue_checks(proposal)  # runs once the change commits, after the row is written
 
 
 @atomic_change
@@ -182,33 +180,33 @@ def do_edit_proposal(
         raise TypeError(f"not editable: {', '.join(sorted(unknown))}")
     current = _locked(proposal)
     next_state(current.state, Event.EDIT)  # refuses an edit after the decision, before changing
-    before = snapshot(current)
-    for field, value in changes.items():
-        setattr(current, field, value)
-    _acknowledge(current, acting_user, mps_acknowledged)
-    cards = list(gpus) if gpus is not None else list(current.gpus.all())
-    if replaces is None:
-        # One that has stopped since is no longer replaced, as the edit form no longer offers
-        # it; the audit row's before and after show it go.
-        replaces = current.replaces.exclude(status=Deployment.Status.STOPPED)
-    replaced = list(replaces)
-    current.full_clean()
-    current.validate_cards(cards)
-    # Checked even when unchanged: a move to another host leaves its replicas behind.
-    current.validate_replaced(replaced)
-    current.gpus.set(cards)
-    current.replaces.set(replaced)
-    if not changed_fields(before, snapshot(current)):
-        return current
-    revise(current, acting_user=acting_user, action=Action.PROPOSAL_EDIT, before=before)
+    # An edit that changes nothing makes no revision, and so no row.
+    with audited(current, Action.PROPOSAL_EDIT, acting_user, only_if_changed=True) as row:
+        for field, value in changes.items():
+            setattr(current, field, value)
+        _acknowledge(current, acting_user, mps_acknowledged)
+        cards = list(gpus) if gpus is not None else list(current.gpus.all())
+        if replaces is None:
+            # One that has stopped since is no longer replaced, as the edit form no longer
+            # offers it; the audit row's before and after show it go.
+            replaces = current.replaces.exclude(status=Deployment.Status.STOPPED)
+        replaced = list(replaces)
+        current.full_clean()
+        current.validate_cards(cards)
+        # Checked even when unchanged: a move to another host leaves its replicas behind.
+        current.validate_replaced(replaced)
+        current.gpus.set(cards)
+        current.replaces.set(replaced)
+        if changed_fields(row.before, snapshot(current)):
+            row.host = current.host  # the host as edited: the edit may move the proposal
+            revise(current, row)
     return current
 
 
 def _submit(proposal: Proposal, acting_user) -> None:
-    before = snapshot(proposal)
-    _move(proposal, Event.SUBMIT)
-    proposal.save()
-    _record(proposal, actor=acting_user, action=Action.PROPOSAL_SUBMIT, before=before)
+    with audited(proposal, Action.PROPOSAL_SUBMIT, acting_user, host=proposal.host):
+        _move(proposal, Event.SUBMIT)
+        proposal.save()
     _queue_checks(proposal)
 
 
@@ -225,21 +223,16 @@ def do_attach_load_test(
 ) -> LoadTest:
     current = _locked(proposal)
     next_state(current.state, Event.EDIT)
-    before = snapshot(current)
-    load_test = LoadTest.objects.create(
-        proposal=current,
-        uploaded_by=acting_user,
-        source_format=run.source_format,
-        files=files,
-        run=run.to_json(),
-    )
-    revise(
-        current,
-        acting_user=acting_user,
-        action=Action.PROPOSAL_LOAD_TEST,
-        before=before,
-        comment=f"attached {', '.join(files)}",
-    )
+    with audited(current, Action.PROPOSAL_LOAD_TEST, acting_user, host=current.host,
+                 comment=f"attached {', '.join(files)}") as row:  # fmt: skip
+        load_test = LoadTest.objects.create(
+            proposal=current,
+            uploaded_by=acting_user,
+            source_format=run.source_format,
+            files=files,
+            run=run.to_json(),
+        )
+        revise(current, row)
     return load_test
 
 
@@ -253,10 +246,9 @@ def do_start_checks(proposal_id: int, revision: int) -> Proposal | None:
         return current  # redelivered after a worker died mid-check: check again
     if current.state != State.SUBMITTED:
         return None
-    before = snapshot(current)
-    _move(current, Event.START_CHECKS)
-    current.save()
-    _record(current, actor=None, action=Action.PROPOSAL_START_CHECKS, before=before)
+    with audited(current, Action.PROPOSAL_START_CHECKS, None, host=current.host):
+        _move(current, Event.START_CHECKS)
+        current.save()
     return current
 
 
@@ -266,12 +258,26 @@ def do_record_gate_results(proposal_id: int, revision: int, checked: Checked) ->
     current = Proposal.objects.select_for_update().filter(pk=proposal_id).first()
     if current is None or current.revision != revision or current.state != State.CHECKING:
         return None
-    before = snapshot(current)
-    GateResult.objects.filter(proposal=current, revision=revision).delete()
+    failed = [outcome for outcome in checked.outcomes if not outcome.status.passed]
+    comment = "; ".join(f"{o.gate.title}: {render(o.summary)}" for o in failed)[:2000]
+    action = Action.PROPOSAL_CHECKS_FAILED if failed else Action.PROPOSAL_CHECKS_PASSED
+    with audited(current, action, None, host=current.host, comment=comment):
+        _store_results(current, checked)
+        _move(current, Event.CHECKS_FAILED if failed else Event.CHECKS_PASSED)
+        current.save()
+    if failed:
+        notifications.notify_author(current, comment)
+    else:
+        notifications.notify_approvers(current)
+    return current
+
+
+def _store_results(proposal: Proposal, checked: Checked) -> None:
+    GateResult.objects.filter(proposal=proposal, revision=proposal.revision).delete()
     GateResult.objects.bulk_create(
         GateResult(
-            proposal=current,
-            revision=revision,
+            proposal=proposal,
+            revision=proposal.revision,
             gate=outcome.gate,
             status=outcome.status,
             summary=render(outcome.summary),
@@ -283,24 +289,8 @@ def do_record_gate_results(proposal_id: int, revision: int, checked: Checked) ->
         )
         for outcome in checked.outcomes
     )
-    if current.let_solver_choose:
-        current.solver_gpus.set(checked.solver_gpus)
-    failed = [outcome for outcome in checked.outcomes if not outcome.status.passed]
-    _move(current, Event.CHECKS_FAILED if failed else Event.CHECKS_PASSED)
-    current.save()
-    comment = "; ".join(f"{o.gate.title}: {render(o.summary)}" for o in failed)[:2000]
-    _record(
-        current,
-        actor=None,
-        action=Action.PROPOSAL_CHECKS_FAILED if failed else Action.PROPOSAL_CHECKS_PASSED,
-        before=before,
-        comment=comment,
-    )
-    if failed:
-        notifications.notify_author(current, comment)
-    else:
-        notifications.notify_approvers(current)
-    return current
+    if proposal.let_solver_choose:
+        proposal.solver_gpus.set(checked.solver_gpus)
 
 
 def current_results(proposal: Proposal) -> list[GateResult]:
@@ -316,20 +306,18 @@ _DECISION_ACTIONS = {
 
 def _decide(proposal: Proposal, *, acting_user, kind: str, event: Event, comment: str) -> Proposal:
     current = _locked(proposal)
-    before = snapshot(current)
-    _move(current, event)
-    Decision.objects.create(
-        proposal=current,
-        revision=current.revision,
-        kind=kind,
-        decided_by=acting_user,
-        comment=comment,
-        evidence=[result.as_evidence() for result in current_results(current)],
-    )
-    current.save()
-    _record(
-        current, actor=acting_user, action=_DECISION_ACTIONS[kind], before=before, comment=comment
-    )
+    with audited(current, _DECISION_ACTIONS[kind], acting_user, host=current.host,
+                 comment=comment):  # fmt: skip
+        _move(current, event)
+        Decision.objects.create(
+            proposal=current,
+            revision=current.revision,
+            kind=kind,
+            decided_by=acting_user,
+            comment=comment,
+            evidence=[result.as_evidence() for result in current_results(current)],
+        )
+        current.save()
     notifications.notify_author(current, comment, decided_by=acting_user)
     return current
 
@@ -408,60 +396,64 @@ def _record_deployment(deployment, *, actor, action: Action, before, proposal: P
 def do_apply(proposal: Proposal, *, acting_user) -> Proposal:
     """Make the approved change in the inventory: create, move, resize or stop a deployment."""
     current = _locked(proposal)
-    before = snapshot(current)
-    _move(current, Event.APPLY)
-    approved = current.decisions.filter(
-        kind=Decision.Kind.APPROVE, revision=current.revision, voided_at__isnull=True
-    ).exists()
-    if not approved:
-        raise ProposalError(f"Revision {current.revision} has no standing approval.")
-    current.placement_before = _placement_json(current.host)
-    targets = current.target_gpus()
-    if current.action == Proposal.Action.ADD:
+    with audited(current, Action.PROPOSAL_APPLY, acting_user, host=current.host):
+        _move(current, Event.APPLY)
+        approved = current.decisions.filter(
+            kind=Decision.Kind.APPROVE, revision=current.revision, voided_at__isnull=True
+        ).exists()
+        if not approved:
+            raise ProposalError(f"Revision {current.revision} has no standing approval.")
+        current.placement_before = _placement_json(current.host)
+        deployment, deployment_before = _change_deployment(current, acting_user)
+        _stop_replaced(current, acting_user)
+        current.deployment, current.deployment_before = deployment, deployment_before
+        current.placement_after = _placement_json(current.host)
+        current.save()
+    return current
+
+
+def _change_deployment(proposal: Proposal, acting_user) -> tuple[Deployment, dict | None]:
+    """The deployment the proposal creates or changes, and its snapshot before (None: new)."""
+    targets = proposal.target_gpus()
+    if proposal.action == Proposal.Action.ADD:
         deployment = Deployment(
-            served_model=current.served_model,
+            served_model=proposal.served_model,
             status=Deployment.Status.ACTIVE,
-            mps_active_thread_percentage=current.thread_share_for(None),
-            **{field: getattr(current, field) for field in DEPLOYMENT_FIELDS},
+            mps_active_thread_percentage=proposal.thread_share_for(None),
+            **{field: getattr(proposal, field) for field in DEPLOYMENT_FIELDS},
         )
         deployment.full_clean()
         deployment.save()
         deployment.gpus.set(targets)
-        deployment_before = None
         _record_deployment(
             deployment,
             actor=acting_user,
             action=Action.DEPLOYMENT_CREATE,
             before=None,
-            proposal=current,
+            proposal=proposal,
         )
+        return deployment, None
+    deployment = Deployment.objects.select_for_update().get(pk=proposal.deployment_id)
+    # Kept on the proposal too, for its roll-back: not only the audit's picture.
+    deployment_before = snapshot(deployment)
+    if proposal.action == Proposal.Action.REMOVE:
+        deployment.status = Deployment.Status.STOPPED
     else:
-        deployment = Deployment.objects.select_for_update().get(pk=current.deployment_id)
-        deployment_before = snapshot(deployment)
-        if current.action == Proposal.Action.REMOVE:
-            deployment.status = Deployment.Status.STOPPED
-        else:
-            deployment.mps_active_thread_percentage = current.thread_share_for(deployment)
-            for field in DEPLOYMENT_FIELDS:
-                setattr(deployment, field, getattr(current, field))
-        deployment.full_clean()
-        deployment.save()
-        if current.action != Proposal.Action.REMOVE:
-            deployment.gpus.set(targets)
-        action = {
-            Proposal.Action.MOVE: Action.DEPLOYMENT_MOVE,
-            Proposal.Action.RESIZE: Action.DEPLOYMENT_RESIZE,
-            Proposal.Action.REMOVE: Action.DEPLOYMENT_STOP,
-        }[current.action]
-        _record_deployment(deployment, actor=acting_user, action=action,
-                           before=deployment_before, proposal=current)  # fmt: skip
-    _stop_replaced(current, acting_user)
-    current.deployment = deployment
-    current.deployment_before = deployment_before
-    current.placement_after = _placement_json(current.host)
-    current.save()
-    _record(current, actor=acting_user, action=Action.PROPOSAL_APPLY, before=before)
-    return current
+        deployment.mps_active_thread_percentage = proposal.thread_share_for(deployment)
+        for field in DEPLOYMENT_FIELDS:
+            setattr(deployment, field, getattr(proposal, field))
+    deployment.full_clean()
+    deployment.save()
+    if proposal.action != Proposal.Action.REMOVE:
+        deployment.gpus.set(targets)
+    action = {
+        Proposal.Action.MOVE: Action.DEPLOYMENT_MOVE,
+        Proposal.Action.RESIZE: Action.DEPLOYMENT_RESIZE,
+        Proposal.Action.REMOVE: Action.DEPLOYMENT_STOP,
+    }[proposal.action]
+    _record_deployment(deployment, actor=acting_user, action=action,
+                       before=deployment_before, proposal=proposal)  # fmt: skip
+    return deployment, deployment_before
 
 
 def _stop_replaced(proposal: Proposal, acting_user) -> None:
@@ -484,16 +476,10 @@ def _stop_replaced(proposal: Proposal, acting_user) -> None:
 @atomic_change
 def do_verify(proposal: Proposal, *, acting_user, comment: str = "") -> Proposal:
     current = _locked(proposal)
-    before = snapshot(current)
-    _move(current, Event.VERIFY)
-    current.save()
-    _record(
-        current,
-        actor=acting_user,
-        action=Action.PROPOSAL_VERIFY,
-        before=before,
-        comment=comment.strip(),
-    )
+    with audited(current, Action.PROPOSAL_VERIFY, acting_user, host=current.host,
+                 comment=comment.strip()):  # fmt: skip
+        _move(current, Event.VERIFY)
+        current.save()
     return current
 
 
@@ -505,15 +491,32 @@ def do_roll_back(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
     """Undo an applied change: stop what it created, or put the deployment back as it was."""
     comment = _require_comment(comment, "A roll-back")
     current = _locked(proposal)
-    before = snapshot(current)
-    _move(current, Event.ROLL_BACK)
-    deployment = Deployment.objects.select_for_update().get(pk=current.deployment_id)
+    with audited(current, Action.PROPOSAL_ROLL_BACK, acting_user, host=current.host,
+                 comment=comment):  # fmt: skip
+        _move(current, Event.ROLL_BACK)
+        _restore_deployment(current, acting_user)
+        # What the change took over from runs again, as it did before it was applied.
+        for replaced in Deployment.objects.select_for_update().filter(
+            pk__in=current.replaces.values("pk"), status=Deployment.Status.STOPPED
+        ):
+            replaced_before = snapshot(replaced)
+            replaced.status = Deployment.Status.ACTIVE
+            replaced.save()
+            _record_deployment(replaced, actor=acting_user, action=Action.DEPLOYMENT_ROLL_BACK,
+                               before=replaced_before, proposal=current)  # fmt: skip
+        current.save()
+    return current
+
+
+def _restore_deployment(proposal: Proposal, acting_user) -> None:
+    """Stop what the proposal created, or put its deployment back as it was before."""
+    deployment = Deployment.objects.select_for_update().get(pk=proposal.deployment_id)
     deployment_before = snapshot(deployment)
-    if current.deployment_before is None:
+    if proposal.deployment_before is None:
         deployment.status = Deployment.Status.STOPPED
         deployment.save()
     else:
-        restored = current.deployment_before
+        restored = proposal.deployment_before
         for attname, value in restored.items():
             if attname not in _RESTORED:
                 setattr(deployment, attname, value)
@@ -521,18 +524,4 @@ def do_roll_back(proposal: Proposal, *, acting_user, comment: str) -> Proposal:
         deployment.save()
         deployment.gpus.set(restored.get("gpus", []))
     _record_deployment(deployment, actor=acting_user, action=Action.DEPLOYMENT_ROLL_BACK,
-                       before=deployment_before, proposal=current)  # fmt: skip
-    # What the change took over from runs again, as it did before it was applied.
-    for replaced in Deployment.objects.select_for_update().filter(
-        pk__in=current.replaces.values("pk"), status=Deployment.Status.STOPPED
-    ):
-        replaced_before = snapshot(replaced)
-        replaced.status = Deployment.Status.ACTIVE
-        replaced.save()
-        _record_deployment(replaced, actor=acting_user, action=Action.DEPLOYMENT_ROLL_BACK,
-                           before=replaced_before, proposal=current)  # fmt: skip
-    current.save()
-    _record(
-        current, actor=acting_user, action=Action.PROPOSAL_ROLL_BACK, before=before, comment=comment
-    )
-    return current
+                       before=deployment_before, proposal=proposal)  # fmt: skip

@@ -1,7 +1,7 @@
 """Cards the inventory learns of from telemetry: the first batch naming a card creates it."""
 
-from console.core.auditing import Action, snapshot
-from console.core.auditing.changes import open_change, record
+from console.core.auditing import Action
+from console.core.auditing.changes import open_change, record_created
 from inventory.models import Gpu, Host
 
 
@@ -19,13 +19,5 @@ def do_discover_card(host: Host, card: dict) -> Gpu:
             product_name=card.get("name") or "unknown",
             memory_total_bytes=card.get("total_bytes") or 0,
         )
-        record(
-            actor=None,
-            action=Action.GPU_DISCOVER,
-            obj=gpu,
-            before=None,
-            after=snapshot(gpu),
-            host=host,
-            comment="first seen in telemetry",
-        )
+        record_created(gpu, Action.GPU_DISCOVER, None, host=host, comment="first seen in telemetry")
     return gpu

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from console.core.auditing.actions import Action
+from console.core.auditing.diff import changed_fields, snapshot
 from console.core.auditing.models import AuditEntry
 
 
@@ -101,3 +102,48 @@ def record(
         after=after,
         comment=comment,
     )
+
+
+@dataclass
+class AuditRow:
+    """The row `audited` writes once its block is done; the block may still set its host and
+    comment (a comment saying what the change turned out to do is known only after it)."""
+
+    before: dict[str, Any]
+    host: Any = None
+    comment: str = ""
+
+
+@contextmanager
+def audited(
+    obj: models.Model,
+    action: Action | str,
+    actor,
+    *,
+    host=None,
+    comment: str = "",
+    state: Callable[[Any], dict[str, Any]] = snapshot,
+    only_if_changed: bool = False,
+) -> Iterator[AuditRow]:
+    """Record one audit row for what the block does to `obj`: its state captured before the
+    block and after it.
+
+    `state` pictures the object (snapshot, or a narrower picture of the model's own).
+    only_if_changed writes no row when the two pictures differ in no field. A block that
+    raises writes none either: the exception goes on, and with it the change's transaction.
+    """
+    row = AuditRow(before=state(obj), host=host, comment=comment)
+    yield row
+    after = state(obj)
+    if only_if_changed and not changed_fields(row.before, after):
+        return
+    record(actor=actor, action=action, obj=obj, before=row.before, after=after,
+           host=row.host, comment=row.comment)  # fmt: skip
+
+
+def record_created(
+    obj: models.Model, action: Action | str, actor, *, host=None, comment: str = ""
+) -> AuditEntry:
+    """The row of an object just created: nothing before it, its snapshot after."""
+    return record(actor=actor, action=action, obj=obj, before=None, after=snapshot(obj),
+                  host=host, comment=comment)  # fmt: skip

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from console.core.auditing import Action, snapshot
-from console.core.auditing.changes import atomic_change, record
+from console.core.auditing import Action
+from console.core.auditing.changes import atomic_change, audited, record
 from console.proposals import queue
 from console.proposals.loadtest.plan import LoadTestPlan, PlanError
 from console.proposals.models import LoadTest, Proposal
@@ -74,18 +74,11 @@ def do_cancel_load_test(load_test: LoadTest, *, acting_user) -> LoadTest:
     current = LoadTest.objects.select_for_update().get(pk=load_test.pk)
     if current.finished:
         return current
-    before = _state(current)
-    current.cancel_requested = True
-    if current.status == LoadTest.Status.QUEUED:
-        current.status, current.finished_at = LoadTest.Status.CANCELLED, timezone.now()
-    current.save()
-    record(
-        actor=acting_user,
-        action=Action.LOAD_TEST_CANCEL,
-        obj=current,
-        before=before,
-        after=_state(current),
-    )
+    with audited(current, Action.LOAD_TEST_CANCEL, acting_user, state=_state):
+        current.cancel_requested = True
+        if current.status == LoadTest.Status.QUEUED:
+            current.status, current.finished_at = LoadTest.Status.CANCELLED, timezone.now()
+        current.save()
     return current
 
 
@@ -120,37 +113,25 @@ def do_finish_load_test(
     failure_params: dict | None = None,
 ) -> LoadTest:
     current = LoadTest.objects.select_for_update().get(pk=load_test_id)
-    before = _state(current)
-    current.status = status
-    current.run = run
-    current.result = result
-    current.window_start, current.window_end = window or (None, None)
-    current.failure_code = failure_code
-    current.failure_params = failure_params or {}
-    current.finished_at = timezone.now()
-    current.save()
-    record(
-        actor=None,
-        action=Action.LOAD_TEST_FINISH,
-        obj=current,
-        before=before,
-        after=_state(current),
-        comment=status,
-    )
+    with audited(current, Action.LOAD_TEST_FINISH, None, comment=status, state=_state):
+        current.status = status
+        current.run = run
+        current.result = result
+        current.window_start, current.window_end = window or (None, None)
+        current.failure_code = failure_code
+        current.failure_params = failure_params or {}
+        current.finished_at = timezone.now()
+        current.save()
     proposal = (
         Proposal.objects.select_for_update(of=("self",))
         .select_related("served_model", "host")
         .get(pk=current.proposal_id)
     )
     try:
-        proposal_before = snapshot(proposal)
-        revise(
-            proposal,
-            acting_user=current.uploaded_by,
-            action=Action.PROPOSAL_LOAD_TEST,
-            before=proposal_before,
-            comment=f"combined load test {current.pk}: {status}",
-        )
+        comment = f"combined load test {current.pk}: {status}"
+        with audited(proposal, Action.PROPOSAL_LOAD_TEST, current.uploaded_by,
+                     host=proposal.host, comment=comment) as row:  # fmt: skip
+            revise(proposal, row)
     except IllegalTransition:
         pass  # decided meanwhile: the result stays on record, the decision stands
     return current

@@ -3,8 +3,8 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from console.core.auditing import Action, snapshot
-from console.core.auditing.changes import open_change, record
+from console.core.auditing import Action
+from console.core.auditing.changes import open_change, record_created
 from console.core.private_files import write_private_file
 from inventory.models import Host
 
@@ -38,8 +38,8 @@ class Command(BaseCommand):
             raise CommandError(f"cannot register {name!r}: {error}") from None
         with open_change():
             host.save()
-            record(actor=None, action=Action.HOST_REGISTER, obj=host, before=None,
-                   after=snapshot(host), host=host, comment="manage.py register_host")  # fmt: skip
+            record_created(host, Action.HOST_REGISTER, None, host=host,
+                           comment="manage.py register_host")  # fmt: skip
         self.stdout.write(f"registered {name} ({host.get_collector_display()})")
         self._hand_out(host, secret_file)
 
