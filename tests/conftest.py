@@ -22,9 +22,10 @@ PERSONAS = {
 def pytest_collection_modifyitems(config, items):
     # Under xdist (--dist loadgroup) each worker has its own database, broker database and
     # ingest queue (tests/xdist_worker.py), so tests that start real processes can run on any
-    # worker; a module's tests stay together on one, where they share its set-up.
+    # worker; a module's end-to-end tests stay together on one, where they share its set-up.
+    # Browser tests need nothing but their worker's own chromium: they spread one by one.
     for item in items:
-        if item.get_closest_marker("e2e") or item.get_closest_marker("browser"):
+        if item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
