@@ -1,24 +1,21 @@
-"""NVIDIA's own mock of the NVML C library (../shared/mocknvml, see its README), for tests
+"""NVIDIA's own mock of the NVML C library (tests/fixtures/mocknvml, see its README), for tests
 that run the real nvidia-ml-py path in a process of their own.
 
 The library is found through LD_LIBRARY_PATH, which the loader reads when a process starts, so
-only a child process can load it. The shared copy of `libnvidia-ml.so.1` may be a text file
-naming its target (a symbolic link flattened): each test gets a folder of its own holding a real
-link, and a copy of the config, so an `overrides.yaml` it writes is read by its agent alone.
+only a child process can load it. Each test gets a folder of its own with the library unpacked
+and a copy of the config, so an `overrides.yaml` it writes is read by its own processes alone.
 """
 
+import gzip
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-MOCK_NVML = Path(os.environ.get("MOCK_NVML_DIR", CHECKOUT.parent / "shared" / "mocknvml"))
-LIBRARY = "libnvidia-ml.so.550.163.01"
-
-
-def available() -> bool:
-    return (MOCK_NVML / LIBRARY).is_file()
+VENDORED = CHECKOUT / "tests" / "fixtures" / "mocknvml"
+LIBRARY = VENDORED / "libnvidia-ml.so.550.163.01.gz"
 
 
 class MockNvml:
@@ -27,7 +24,8 @@ class MockNvml:
     def __init__(self, folder: Path, config: str) -> None:
         self.folder = folder
         (folder / "lib").mkdir()
-        (folder / "lib" / "libnvidia-ml.so.1").symlink_to(MOCK_NVML / LIBRARY)
+        with gzip.open(LIBRARY) as packed, open(folder / "lib" / "libnvidia-ml.so.1", "wb") as lib:
+            shutil.copyfileobj(packed, lib)
         self.config = folder / "config.yaml"
         self.config.write_text(config)
         self.overrides = folder / "overrides.yaml"
@@ -53,6 +51,6 @@ class MockNvml:
 @pytest.fixture
 def mock_nvml(tmp_path):
     """A mock NVML serving NVIDIA's example config (two A100 80GB, one with a process)."""
-    if not available():
-        pytest.skip(f"NVIDIA's mock NVML is not at {MOCK_NVML} (set MOCK_NVML_DIR)")
-    return MockNvml(tmp_path, (MOCK_NVML / "example-config.yaml").read_text())
+    if os.uname().machine != "x86_64":
+        pytest.skip("the vendored mock NVML is built for x86_64 Linux")
+    return MockNvml(tmp_path, (VENDORED / "example-config.yaml").read_text())
