@@ -130,12 +130,18 @@ def _start(gpu, event, plan: decisions.Plan, standing) -> DegradationRun:
         )
         proposal = None if standing else _proposal_for(gpu, plan)
         for step in plan.steps:
-            if step.kind == decisions.REFUSE:
+            deployment = (
+                None
+                if step.kind == decisions.REFUSE
+                else Deployment.objects.get(pk=step.deployment_id)
+            )
+            if deployment is None or not deployment.runtime_name:
+                # The agent acts on a runtime name: a tenant without one cannot be shrunk or
+                # stopped from here, so the card refuses new loads until a person looks.
                 services.do_set_refusal(
                     gpu, reason_code="degradation", params={"run": run.pk, "card": gpu.index}
                 )
                 continue
-            deployment = Deployment.objects.get(pk=step.deployment_id)
             if step.kind == decisions.SHRINK_KV:
                 action, params = "reload_with", {"kv_bytes": step.kv_to_bytes}
             else:

@@ -60,11 +60,25 @@ def _react_to_ooms(now: dt.datetime) -> int:
     recent = Event.objects.filter(at__gt=now - EVENT_HORIZON, gpu__isnull=False)
     handled_ooms = DegradationRun.objects.filter(event__isnull=False).values("event_id")
     for event in recent.filter(kind=Event.Kind.OOM).exclude(pk__in=handled_ooms):
-        started += degradation.on_card_over_limit(event.gpu_id, event_pk=event.pk) is not None
+        started += _reacted(
+            f"OOM event {event.pk}", degradation.on_card_over_limit, event.gpu_id, event_pk=event.pk
+        )
     handled_mps = MpsRecovery.objects.values("event_id")
     for event in recent.filter(kind=Event.Kind.MPS_SERVER_DOWN).exclude(pk__in=handled_mps):
-        started += mps_recovery.on_mps_server_down(event.pk) is not None
+        started += _reacted(
+            f"MPS server down event {event.pk}", mps_recovery.on_mps_server_down, event.pk
+        )
     return started
+
+
+def _reacted(what: str, react, *args, **kwargs) -> bool:
+    """One reaction; a failure is logged and leaves the others to run (each reaction is a
+    change of its own, rolled back alone)."""
+    try:
+        return react(*args, **kwargs) is not None
+    except Exception:
+        log.exception("reacting to %s failed", what)
+        return False
 
 
 def _cards_over_limit() -> int:
@@ -79,7 +93,7 @@ def _cards_over_limit() -> int:
             continue
         total = sample["total_bytes"] or inventory_total
         if sample["used_last"] >= settings.DEGRADATION_LIMIT * total:
-            started += degradation.on_card_over_limit(pk) is not None
+            started += _reacted(f"card {pk} over its limit", degradation.on_card_over_limit, pk)
     return started
 
 

@@ -13,7 +13,7 @@ from console.operations import degradation, messages, services, watch
 from console.operations.models import DegradationRun, HostAction, StandingPolicy
 from console.operations.tasks import record_action_outcome
 from console.proposals.models import Proposal
-from inventory.models import CardRefusal, Event
+from inventory.models import CardRefusal, Deployment, Event
 from inventory.wire import signing
 from tests.factories import GIB
 
@@ -140,6 +140,50 @@ def test_an_oom_degrades_a_card_that_looks_fine_now(personas, card):
     assert CardRefusal.objects.filter(gpu=gpu, cleared_at__isnull=True).exists()
     assert run.actions.get().state == HostAction.State.SENT  # the standing policy allows it
     assert degradation.on_card_over_limit(gpu.pk, event_pk=event.pk) == run
+
+
+def _oom(gpu, position=0):
+    return Event.objects.create(
+        host=gpu.host, gpu=gpu, kind=Event.Kind.OOM, at=timezone.now(),
+        detail={"requested_bytes": 6 * GIB, "free_bytes": GIB, "pid": 200},
+        batch_id=f"00000000-0000-4000-8000-00000000001{position}", position=position,
+    )  # fmt: skip
+
+
+def test_a_tenant_without_a_runtime_name_is_refused_not_a_failed_watch(personas, card):
+    # Seen on a real host's end-to-end run: a deployment registered without a runtime name was
+    # the plan's target, the action could not be asked for, and the whole watch failed.
+    gpu, _, cheap = card
+    Deployment.objects.filter(pk=cheap.pk).update(runtime_name="")
+    services.do_sign_policy(
+        acting_user=personas["approver"], host=gpu.host, kind=StandingPolicy.Kind.DEGRADATION,
+        params={"allow_evict": False, "kv_floor_fraction": 0.9},
+    )  # fmt: skip
+    _oom(gpu)
+    reactions = watch.watch(timezone.now())
+    assert reactions["oom_reactions"] == 1
+    run = DegradationRun.objects.get(gpu=gpu)
+    assert not run.actions.exists()  # nothing the agent could act on
+    assert CardRefusal.objects.filter(gpu=gpu, cleared_at__isnull=True).exists()
+
+
+def test_one_failing_reaction_leaves_the_other_events_handled(personas, card, monkeypatch):
+    gpu = card[0]
+    _oom(gpu)
+    down = Event.objects.create(
+        host=gpu.host, gpu=gpu, kind=Event.Kind.MPS_SERVER_DOWN, at=timezone.now(),
+        detail={}, batch_id="00000000-0000-4000-8000-000000000019", position=1,
+    )  # fmt: skip
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in one reaction")
+
+    seen = []
+    monkeypatch.setattr(degradation, "on_card_over_limit", broken)
+    monkeypatch.setattr(watch.mps_recovery, "on_mps_server_down", lambda pk: seen.append(pk))
+    reactions = watch.watch(timezone.now())
+    assert seen == [down.pk]
+    assert set(reactions) >= {"over_limit", "settled", "mps", "reloads"}  # the watch went on
 
 
 def test_the_operations_page_shows_and_answers_hostile_input_with_400(client_as, personas, card):
