@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from console.celery import app
-from inventory.models import CollectorStatus, Deployment, Event, Host
+from inventory.models import CollectorFault, CollectorStatus, Deployment, Event, Host
 from inventory.reports.analysis import mps_groups
 from inventory.telemetry.simulator.catalogue import device_uuid
 from inventory.wire.queue import INGEST_QUEUE
@@ -29,6 +29,27 @@ def _state(path: Path, processes) -> None:
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps({"host": HOST, "cards": 2, "processes": processes}))
     os.replace(temporary, path)  # the agent never reads half a file
+
+
+def _mps_seen(host) -> str:
+    """What the console holds of the host's MPS, for a failure to show."""
+    status = CollectorStatus.objects.filter(host=host).first()
+    faults = CollectorFault.objects.filter(host=host, call="mps_control").values_list(
+        "last_at", "error", "message"
+    )
+    kinds = sorted(set(Event.objects.filter(host=host).values_list("kind", flat=True)))
+    return (
+        f"--- console ---\nmps_servers {status and status.mps_servers} at "
+        f"{status and status.mps_seen_at}\nmps_control faults {list(faults)}\nevents {kinds}\n"
+    )
+
+
+def _daemon(pipe_dir: Path, servers: dict) -> None:
+    # Whole or not at all: the agent's MPS monitor reads it every 0.5 s, and a half-written
+    # file reads as a daemon not answering.
+    temporary = pipe_dir / "daemon.json.tmp"
+    temporary.write_text(json.dumps({"servers": servers}))
+    os.replace(temporary, pipe_dir / "daemon.json")
 
 
 @pytest.fixture
@@ -52,7 +73,7 @@ def real_host(settings, tmp_path):
                    [0, 902, "/srv/embed/bin/python3", 15 * GIB, "mps"]])  # fmt: skip
     pipe_dir = tmp_path / "mps"
     pipe_dir.mkdir()
-    (pipe_dir / "daemon.json").write_text(json.dumps({"servers": {"900": [901, 902]}}))
+    _daemon(pipe_dir, {"900": [901, 902]})
     secret = tmp_path / "secret"
     secret.write_text(host.agent_secret)
     env = {"DATABASE_URL": database_url_for_processes()}
@@ -131,16 +152,16 @@ def test_a_real_hosts_oom_exit_restart_and_mps_crash_fill_the_console(real_host,
         timeout=60, what="the OOM and the exit", logs=logs,
     )  # fmt: skip
     _state(state, [server, server1, embedder, [0, 950, "/srv/chat/bin/python3", 5 * GIB, "mps"]])
-    (pipe_dir / "daemon.json").write_text(json.dumps({"servers": {"900": [902, 950]}}))
+    _daemon(pipe_dir, {"900": [902, 950]})
     wait_for(
         lambda: Event.objects.filter(host=host, kind="process_restart").exists(),
         timeout=60, what="the restart", logs=logs,
     )  # fmt: skip
-    (pipe_dir / "daemon.json").write_text(json.dumps({"servers": {}}))
+    _daemon(pipe_dir, {})
     _state(state, [])
     wait_for(
         lambda: Event.objects.filter(host=host, kind="mps_server_down").exists(),
-        timeout=60, what="the MPS server down", logs=logs,
+        timeout=60, what="the MPS server down", logs=lambda: _mps_seen(host) + logs(),
     )  # fmt: skip
 
     oom = Event.objects.get(host=host, kind="oom")
