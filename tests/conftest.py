@@ -8,6 +8,8 @@ import pytest
 from console.core.roles import APPROVER, MANAGER, ONCALL
 from tests.factories import UserFactory
 
+pytest_plugins = ["tests.isolated_broker"]
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 

@@ -59,9 +59,24 @@ class MpsControl:
         return done.stdout
 
     def state(self) -> dict[int, list[int]]:
-        """Server PID -> its client PIDs."""
-        servers = _pids(self.ask("get_server_list"))
-        return {server: _pids(self.ask(f"get_client_list {server}")) for server in servers}
+        """Server PID -> its client PIDs.
+
+        The servers and their clients are separate questions, so a server that dies between
+        them is listed with no clients: the answer is torn. A server listed without clients is
+        looked for once more; gone by then, it is left out, so the monitor still holds its last
+        clients as the ones that died with it (kept as a server without clients, its crash would
+        have gone unreported).
+        """
+        servers = {
+            server: _pids(self.ask(f"get_client_list {server}"))
+            for server in _pids(self.ask("get_server_list"))
+        }
+        if any(not clients for clients in servers.values()):
+            still_listed = set(_pids(self.ask("get_server_list")))
+            servers = {
+                pid: clients for pid, clients in servers.items() if clients or pid in still_listed
+            }
+        return servers
 
 
 def _pids(text: str) -> list[int]:

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from console.celery import app
 from inventory.demo import _create_host
 from inventory.models import CardSample, CollectorStatus, Host, ProcessSample
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
-from inventory.wire.queue import INGEST_QUEUE
 from tests.processes import Processes, database_url_for_processes, wait_for
 
 REAL_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "nvml-h200"
@@ -24,27 +22,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialize
 
 
 @pytest.fixture
-def pipeline(settings, tmp_path):
+def pipeline(settings, tmp_path, isolated_broker):
     settings.AGENT_FLUSH_INTERVAL_S = 2.0
     settings.COLLECTION_PLAN_INTERVAL_S = 2.0
-    env = {"DATABASE_URL": database_url_for_processes()}
-    options = app.conf.broker_transport_options or {}
-    if "data_folder_in" in options:
-        # The folder broker: the processes must share this test's folder, not var/broker.
-        env["CELERY_FILESYSTEM_BROKER_DIR"] = str(tmp_path / "broker")
-        (tmp_path / "broker" / "queue").mkdir(parents=True)
-        (tmp_path / "broker" / "control").mkdir()
-    else:
-        # Leftovers of an earlier run on a shared broker must not feed this one.
-        with app.connection_for_write() as conn:
-            for queue in (INGEST_QUEUE.name, "host.simulator", "celery"):
-                channel = conn.channel()
-                try:
-                    channel.queue_purge(queue)
-                except conn.channel_errors:
-                    pass  # never declared on this broker: nothing to purge
-                finally:
-                    channel.close()
+    isolated_broker.purge("host.simulator")
+    env = {"DATABASE_URL": database_url_for_processes(), **isolated_broker.env}
     processes = Processes(env, tmp_path)
     processes.celery_worker("central", "celery")
     processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from console.celery import app
 from inventory.models import CollectorFault, CollectorStatus, Deployment, Event, Host
 from inventory.reports.analysis import mps_groups
 from inventory.telemetry.simulator.catalogue import device_uuid
-from inventory.wire.queue import INGEST_QUEUE
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 from tests.processes import Processes, database_url_for_processes, wait_for
 
@@ -53,7 +51,7 @@ def _daemon(pipe_dir: Path, servers: dict) -> None:
 
 
 @pytest.fixture
-def real_host(settings, tmp_path):
+def real_host(settings, tmp_path, isolated_broker):
     settings.AGENT_FLUSH_INTERVAL_S = 2.0
     settings.COLLECTION_PLAN_INTERVAL_S = 2.0
     host = HostFactory(name=HOST, collector=Host.Collector.NVML)
@@ -76,22 +74,8 @@ def real_host(settings, tmp_path):
     _daemon(pipe_dir, {"900": [901, 902]})
     secret = tmp_path / "secret"
     secret.write_text(host.agent_secret)
-    env = {"DATABASE_URL": database_url_for_processes()}
-    options = app.conf.broker_transport_options or {}
-    if "data_folder_in" in options:
-        env["CELERY_FILESYSTEM_BROKER_DIR"] = str(tmp_path / "broker")
-        (tmp_path / "broker" / "queue").mkdir(parents=True)
-        (tmp_path / "broker" / "control").mkdir()
-    else:
-        with app.connection_for_write() as conn:
-            for queue in (INGEST_QUEUE.name, f"host.{HOST}", "celery"):
-                channel = conn.channel()
-                try:
-                    channel.queue_purge(queue)
-                except conn.channel_errors:
-                    pass  # never declared on this broker: nothing to purge
-                finally:
-                    channel.close()
+    isolated_broker.purge(f"host.{HOST}")
+    env = {"DATABASE_URL": database_url_for_processes(), **isolated_broker.env}
     processes = Processes(env, tmp_path)
     processes.celery_worker("central", "celery")
     processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])

@@ -12,6 +12,7 @@ from console.celery import app
 from tests.console.alerts.receivers import Receiver, alertmanager, firing_and_resolved, receiver  # noqa: F401
 from tests.console.alerts.support import Feeder
 from tests.factories import GpuFactory, HostFactory, UserFactory
+from tests.isolated_broker import IsolatedBroker
 from tests.processes import Processes, database_url_for_processes, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -19,23 +20,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialize
 RULE = "card-memory-95"
 
 
-def _start(tmp_path, env: dict) -> Processes:
+def _start(tmp_path, broker: IsolatedBroker, env: dict) -> Processes:
     env = {"DATABASE_URL": database_url_for_processes(), "ALERT_EVALUATION_INTERVAL_S": "2",
            "ALERT_ALERTMANAGER_RESEND_S": "2", **env}  # fmt: skip
-    options = app.conf.broker_transport_options or {}
-    if "data_folder_in" in options:
-        env["CELERY_FILESYSTEM_BROKER_DIR"] = str(tmp_path / "broker")
-        (tmp_path / "broker" / "queue").mkdir(parents=True)
-        (tmp_path / "broker" / "control").mkdir()
-    else:
-        with app.connection_for_write() as conn:
-            channel = conn.channel()
-            try:
-                channel.queue_purge("celery")
-            except conn.channel_errors:
-                pass
-            finally:
-                channel.close()
+    env |= broker.env
     processes = Processes(env, tmp_path)
     processes.celery_worker("central", "celery")
     processes.beat(tmp_path)
@@ -68,10 +56,11 @@ def test_a_held_card_fires_once_repeats_until_acknowledged_silences_expire_and_i
     tmp_path,
     rule,
     receiver,  # noqa: F811
+    isolated_broker,
 ):
     host = HostFactory()
     gpus = [GpuFactory(host=host, index=i) for i in range(2)]
-    processes = _start(tmp_path, {"ALERT_WEBHOOK_URL": receiver.url})
+    processes = _start(tmp_path, isolated_broker, {"ALERT_WEBHOOK_URL": receiver.url})
     feeder = Feeder(host, {gpus[0]: 0.97, gpus[1]: 0.50}).start()
     logs = _logs(processes)
     try:
@@ -120,12 +109,17 @@ def _evaluations(processes) -> int:
     return processes.log("central").count("Task alerts.evaluate[") // 2  # received + succeeded
 
 
-def test_alertmanager_receives_them_grouped_and_resolved(tmp_path, rule, alertmanager):  # noqa: F811
+def test_alertmanager_receives_them_grouped_and_resolved(
+    tmp_path,
+    rule,
+    alertmanager,  # noqa: F811
+    isolated_broker,
+):
     url, received = alertmanager
     AlertRule.objects.exclude(pk=rule.pk).update(enabled=False)  # one rule's group to watch
     host = HostFactory()
     gpus = [GpuFactory(host=host, index=i) for i in range(3)]
-    processes = _start(tmp_path, {"ALERT_ALERTMANAGER_URL": url})
+    processes = _start(tmp_path, isolated_broker, {"ALERT_ALERTMANAGER_URL": url})
     feeder = Feeder(host, dict.fromkeys(gpus, 0.98)).start()
     logs = _logs(processes)
     try:

@@ -1,7 +1,4 @@
-"""Objects the permission matrix needs for host operations, and the broker of end-to-end
-tests' processes."""
-
-from contextlib import contextmanager
+"""Objects the permission matrix needs for host operations."""
 
 from django.utils import timezone
 
@@ -73,34 +70,3 @@ def rows(Row, readers, editors):
         Row("defrag-plan-decide", lambda o: f"/operations/off-peak/{o['defrag_plan'].pk}/decide/",
             "post", approvers, lambda o: {"decision": "approve"}),
     ]  # fmt: skip
-
-
-@contextmanager
-def publishing_to(processes_env: dict):
-    """This process publishes to the broker the test's processes use (the folder broker's
-    folder of the test's own), as they do: gate checks queued here reach their worker."""
-    from console.celery import app
-    from tests.console.proposals.support import console_app_current
-
-    options = app.conf.broker_transport_options or {}
-    folder = processes_env.get("CELERY_FILESYSTEM_BROKER_DIR")
-    if folder:
-        app.conf.broker_transport_options = options | {
-            "data_folder_in": f"{folder}/queue",
-            "data_folder_out": f"{folder}/queue",
-            "control_folder": f"{folder}/control",
-        }
-        _drop_producer_pools(app)
-    try:
-        with console_app_current():
-            yield
-    finally:
-        if folder:
-            app.conf.broker_transport_options = options
-            _drop_producer_pools(app)
-
-
-def _drop_producer_pools(app):
-    # Celery keeps producers connected with the settings of the first publish.
-    app._pool = None
-    app.amqp._producer_pool = None

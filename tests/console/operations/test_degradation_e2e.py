@@ -18,7 +18,6 @@ from console.proposals import services as proposals
 from console.proposals.models import Proposal
 from console.proposals.transitions import State
 from inventory.models import CardRefusal, Deployment
-from tests.console.operations.support import publishing_to
 from tests.console.operations.test_operations_e2e import _actions_file, _deployment, _logs, _start
 from tests.console.proposals.support import create_proposal
 from tests.factories import GIB, ServedModelFactory
@@ -46,7 +45,7 @@ def _operations_agent(tmp_path, host) -> tuple[str, dict]:
 
 
 def test_the_seeded_demo_host_evicts_its_lowest_priority_tenant_when_shrinking_is_not_enough(
-    personas, tmp_path, settings
+    personas, tmp_path, settings, isolated_broker
 ):
     settings.COLLECTION_PLAN_INTERVAL_S = 2.0
     host = ensure_operations_demo(timezone.now())
@@ -55,7 +54,7 @@ def test_the_seeded_demo_host_evicts_its_lowest_priority_tenant_when_shrinking_i
         params=NOT_ENOUGH_SHRINK,
     )  # fmt: skip
     queue, agent_env = _operations_agent(tmp_path, host)
-    processes = _start(tmp_path, host, agent_env, queue=queue)
+    processes = _start(isolated_broker, tmp_path, host, agent_env, queue=queue)
     try:
         run = wait_for(
             lambda: DegradationRun.objects.filter(
@@ -107,18 +106,20 @@ def _checked(proposal, personas, logs):
 
 
 def test_a_card_that_stays_over_its_limit_refuses_new_loads_until_an_approver_clears_it(
-    ops_host, personas, tmp_path
+    ops_host, personas, tmp_path, isolated_broker
 ):
     actions_file, _ = _actions_file(tmp_path)
     services.do_sign_policy(
         acting_user=personas["approver"], host=ops_host, kind=StandingPolicy.Kind.DEGRADATION,
         params={**NOT_ENOUGH_SHRINK, "allow_evict": False},
     )  # fmt: skip
-    processes = _start(tmp_path, ops_host, {"AGENT_ACTIONS_FILE": str(actions_file)})
+    processes = _start(
+        isolated_broker, tmp_path, ops_host, {"AGENT_ACTIONS_FILE": str(actions_file)}
+    )
     logs = _logs(processes)
     card = ops_host.gpus.get(index=0)
     try:
-        with publishing_to(processes.env):
+        with isolated_broker.publishing():
             refusal = wait_for(
                 lambda: CardRefusal.objects.filter(gpu=card, cleared_at__isnull=True).first(),
                 timeout=150,

@@ -13,7 +13,6 @@ import time
 import pytest
 from django.utils import timezone
 
-from console.celery import app
 from console.core.auditing import Action
 from console.core.auditing.models import AuditEntry
 from console.operations import messages, off_peak, services
@@ -26,8 +25,6 @@ from console.operations.models import (
     StandingPolicy,
 )
 from inventory.models import CardSample, Deployment, Event
-from inventory.wire.queue import INGEST_QUEUE
-from tests.console.operations.support import publishing_to
 from tests.processes import Processes, database_url_for_processes, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -55,22 +52,7 @@ mps_restart = {{ simulated = true }}
     return path, counter
 
 
-def _purge_shared_broker():
-    options = app.conf.broker_transport_options or {}
-    if "data_folder_in" in options:
-        return
-    with app.connection_for_write() as conn:
-        for queue in (INGEST_QUEUE.name, "host.simulator", "host.simulator.operations", "celery"):
-            channel = conn.channel()
-            try:
-                channel.queue_purge(queue)
-            except conn.channel_errors:
-                pass
-            finally:
-                channel.close()
-
-
-def _start(tmp_path, host, agent_env, queue="host.simulator"):
+def _start(broker, tmp_path, host, agent_env, queue="host.simulator"):
     env = {
         "DATABASE_URL": database_url_for_processes(),
         "AGENT_FLUSH_INTERVAL_S": "2",
@@ -80,12 +62,8 @@ def _start(tmp_path, host, agent_env, queue="host.simulator"):
         "OPERATIONS_SETTLE_S": "8",
         "ROLLUP_REFRESH_INTERVAL_S": "5",
     }
-    options = app.conf.broker_transport_options or {}
-    if "data_folder_in" in options:
-        env["CELERY_FILESYSTEM_BROKER_DIR"] = str(tmp_path / "broker")
-        (tmp_path / "broker" / "queue").mkdir(parents=True)
-        (tmp_path / "broker" / "control").mkdir()
-    _purge_shared_broker()
+    env |= broker.env
+    broker.purge(queue, f"{queue}.operations")
     secrets = tmp_path / "agent-secrets.json"
     secrets.write_text(json.dumps({host.name: host.agent_secret}))
     processes = Processes(env, tmp_path)
@@ -130,10 +108,12 @@ def _approved(action_name, host, deployment, personas, **params):
     return services.do_approve_action(asked, acting_user=personas["approver"])
 
 
-def test_without_an_actions_file_the_agent_refuses_every_action(ops_host, personas, tmp_path):
-    processes = _start(tmp_path, ops_host, {})
+def test_without_an_actions_file_the_agent_refuses_every_action(
+    ops_host, personas, tmp_path, isolated_broker
+):
+    processes = _start(isolated_broker, tmp_path, ops_host, {})
     try:
-        with publishing_to(processes.env):
+        with isolated_broker.publishing():
             wait_for(
                 lambda: CardSample.objects.filter(gpu__host=ops_host).exists(),
                 timeout=120,
@@ -158,19 +138,22 @@ def test_without_an_actions_file_the_agent_refuses_every_action(ops_host, person
     ).exists()
 
 
-def test_actions_degradation_mps_recovery_and_an_off_peak_reload(ops_host, personas, tmp_path):
+def test_actions_degradation_mps_recovery_and_an_off_peak_reload(
+    ops_host, personas, tmp_path, isolated_broker
+):
     actions_file, counter = _actions_file(tmp_path)
     for kind in (StandingPolicy.Kind.DEGRADATION, StandingPolicy.Kind.MPS_RESTART):
         services.do_sign_policy(acting_user=personas["approver"], host=ops_host, kind=kind)
     crash_at = time.time() + 60
     processes = _start(
+        isolated_broker,
         tmp_path,
         ops_host,
         {"AGENT_ACTIONS_FILE": str(actions_file), "SIMULATOR_MPS_CRASH_AT": str(crash_at)},
     )
     logs = _logs(processes)
     try:
-        with publishing_to(processes.env):
+        with isolated_broker.publishing():
             # 1. An allowed action runs once however often it is delivered, and is audited.
             chat = _deployment(ops_host, "chat-70b-awq")
             action = _approved("start", ops_host, chat, personas)

@@ -14,7 +14,6 @@ from console.proposals.models import Proposal
 from console.proposals.transitions import State
 from inventory.models import Deployment
 from tests.console.proposals.support import (
-    console_app_current,
     create_proposal,
     recent_combined_import,
     seed_host,
@@ -26,28 +25,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialize
 
 
 @pytest.fixture
-def worker(tmp_path):
-    env = {"DATABASE_URL": database_url_for_processes()}
-    options = app.conf.broker_transport_options or {}
-    if "data_folder_in" in options:
-        # The folder broker: this process and the worker share a folder of this test's own,
-        # so no other worker takes the messages and no old message reaches this one.
-        folder = tmp_path / "broker"
-        for sub in ("queue", "control"):
-            (folder / sub).mkdir(parents=True)
-        env["CELERY_FILESYSTEM_BROKER_DIR"] = str(folder)
-        app.conf.broker_transport_options = options | {
-            "data_folder_in": str(folder / "queue"),
-            "data_folder_out": str(folder / "queue"),
-            "control_folder": str(folder / "control"),
-        }
-        _drop_producer_pools()
+def worker(tmp_path, isolated_broker):
+    env = {"DATABASE_URL": database_url_for_processes(), **isolated_broker.env}
     processes = Processes(env, tmp_path)
     processes.celery_worker("central", "celery")
-    with console_app_current():
+    with isolated_broker.publishing():
         yield processes
     processes.stop()
-    app.conf.broker_transport_options = options
     _drop_producer_pools()
 
 

@@ -10,7 +10,6 @@ each other's P99 over their SLOs and gate 4 fails on latency; on the one bound t
 import pytest
 from django.utils import timezone
 
-from console.celery import app
 from console.proposals import services
 from console.proposals.loadtest import inputs as loadtest_inputs
 from console.proposals.loadtest import services as loadtest_services
@@ -21,7 +20,7 @@ from inventory.demo import _create_host
 from inventory.models import Deployment
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
 from inventory.timeseries import queries
-from tests.console.proposals.support import console_app_current, create_proposal, english
+from tests.console.proposals.support import create_proposal, english
 from tests.processes import Processes, database_url_for_processes, free_port, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -52,7 +51,7 @@ def _shift_to(hour):
 
 
 @pytest.fixture
-def stack(settings, tmp_path):
+def stack(settings, tmp_path, isolated_broker):
     port = free_port()
     settings.SIMULATOR_ENDPOINTS_PORT = port
     fast = {
@@ -63,20 +62,8 @@ def stack(settings, tmp_path):
     }
     for name, value in fast.items():
         setattr(settings, name, float(value))
-    env = {"DATABASE_URL": database_url_for_processes(), **fast}
-    options = app.conf.broker_transport_options or {}
-    if "data_folder_in" in options:
-        folder = tmp_path / "broker"
-        for sub in ("queue", "control"):
-            (folder / sub).mkdir(parents=True)
-        env["CELERY_FILESYSTEM_BROKER_DIR"] = str(folder)
-        app.conf.broker_transport_options = options | {
-            "data_folder_in": str(folder / "queue"),
-            "data_folder_out": str(folder / "queue"),
-            "control_folder": str(folder / "control"),
-        }
-        app._pool = None
-        app.amqp._producer_pool = None
+    isolated_broker.purge("host.simulator")
+    env = {"DATABASE_URL": database_url_for_processes(), **fast, **isolated_broker.env}
     processes = Processes(env, tmp_path)
     processes.celery_worker("central", "celery")
     processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
@@ -90,12 +77,9 @@ def stack(settings, tmp_path):
         },
     )
     processes.beat(tmp_path)
-    with console_app_current():
+    with isolated_broker.publishing():
         yield processes
     processes.stop()
-    app.conf.broker_transport_options = options
-    app._pool = None
-    app.amqp._producer_pool = None
 
 
 def _logs(processes):

@@ -355,6 +355,61 @@ def test_an_mps_server_gone_with_its_clients_is_server_down_naming_who_died(mps_
     assert down["card_uuid"] == cards[0].uuid
 
 
+class TornAnswers(MpsControl):
+    """A daemon whose server dies between the question for the servers and the one for its
+    clients, as it does when the crash lands between the agent's two calls."""
+
+    def __init__(self, answers):
+        super().__init__()
+        self.answers = iter(answers)
+
+    def ask(self, command):
+        expected, answer = next(self.answers)
+        assert command == expected
+        return answer
+
+
+def test_a_server_dying_between_the_daemons_two_answers_is_still_down_with_its_clients():
+    monitor = MpsMonitor(
+        TornAnswers(
+            [
+                ("get_server_list", "900\n"),
+                ("get_client_list 900", "901\n902\n"),
+                ("get_server_list", "900\n"),  # torn: listed, its clients already gone
+                ("get_client_list 900", ""),
+                ("get_server_list", ""),  # looked for again: gone
+            ]
+        )
+    )
+    poll = NvmlCollector(nvml_for(h100_card("h", 0)), "h", watch_xid=False).poll()
+    monitor.refresh()
+    assert monitor.poll(1.0, poll, {}) == ([], [])
+    monitor.refresh()
+    (down,), _ = monitor.poll(2.0, poll, {})
+    assert down.kind == "mps_server_down" and down.detail["cause"] == "server_exited"
+    assert [c["pid"] for c in down.detail["clients"]] == [901, 902]
+
+
+def test_a_server_still_listed_without_clients_is_idle_not_down():
+    monitor = MpsMonitor(
+        TornAnswers(
+            [
+                ("get_server_list", "900\n"),
+                ("get_client_list 900", "901\n"),
+                ("get_server_list", "900\n"),
+                ("get_client_list 900", ""),
+                ("get_server_list", "900\n"),  # still there: its client left, it did not die
+            ]
+        )
+    )
+    poll = NvmlCollector(nvml_for(h100_card("h", 0)), "h", watch_xid=False).poll()
+    monitor.refresh()
+    monitor.poll(1.0, poll, {})
+    monitor.refresh()
+    assert monitor.poll(2.0, poll, {}) == ([], [])
+    assert [s["server_pid"] for s in monitor.live] == [900]
+
+
 def test_a_daemon_that_stops_answering_takes_its_servers_clients_down_once(mps_host):
     runtime, clock, _, pipe_dir, monitor, sink = mps_host
     _mps_tick(runtime, clock, monitor)

@@ -12,9 +12,7 @@ import zlib
 import orjson
 import pytest
 from django.db import connection
-from kombu import Connection
 
-from console.celery import app
 from inventory.models import CardSample, CollectorStatus, DeadLetter, Host
 from inventory.services import AlreadyResolved, do_replay_dead_letter
 from inventory.wire import signing
@@ -66,29 +64,11 @@ def _hostile(gpu) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def worker(tmp_path):
-    env = {"DATABASE_URL": database_url_for_processes()}
-    options = app.conf.broker_transport_options or {}
-    if "data_folder_in" in options:
-        env["CELERY_FILESYSTEM_BROKER_DIR"] = str(tmp_path / "broker")
-        url, transport = (
-            "filesystem://",
-            {
-                "data_folder_in": str(tmp_path / "broker" / "queue"),
-                "data_folder_out": str(tmp_path / "broker" / "queue"),
-                "control_folder": str(tmp_path / "broker" / "control"),
-            },
-        )
-        for folder in ("queue", "control"):
-            (tmp_path / "broker" / folder).mkdir(parents=True)
-    else:
-        url, transport = app.conf.broker_url, options
-        with Connection(url, transport_options=transport) as conn:
-            INGEST_QUEUE(conn.default_channel).declare()
-            INGEST_QUEUE(conn.default_channel).purge()
+def worker(tmp_path, isolated_broker):
+    env = {"DATABASE_URL": database_url_for_processes(), **isolated_broker.env}
     processes = Processes(env, tmp_path)
     processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
-    yield processes, lambda: Connection(url, transport_options=transport)
+    yield processes, isolated_broker.connection
     processes.stop()
 
 
