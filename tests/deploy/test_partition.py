@@ -176,10 +176,12 @@ def test_a_host_cut_off_backfills_in_order_and_the_others_never_notice(
         agent.wait(30)
     with Connection(local_url) as conn:
         client = conn.default_channel.client
+        # Drained and nothing unacknowledged: the worker acknowledges a group once it commits.
         wait_for(
-            lambda: client.llen(INGEST_QUEUE.name) == 0, timeout=30, what="the ingest queue drained"
+            lambda: client.llen(INGEST_QUEUE.name) == 0 and client.hlen("unacked") == 0,
+            timeout=30,
+            what="the ingest queue drained and its last group committed",
         )
-    time.sleep(1.0)  # the worker's last group commits
 
     figures = {}
     for name, host in hosts.items():

@@ -14,6 +14,7 @@ from kombu.exceptions import OperationalError
 
 from inventory.agent.runtime import Agent, HostRuntime
 from inventory.agent.sources import FleetSimulator
+from tests.processes import wait_for
 
 MIDNIGHT = dt.datetime(2026, 11, 30, tzinfo=dt.UTC).timestamp()
 
@@ -305,7 +306,7 @@ def test_a_restarted_agent_samples_at_once_from_the_plan_it_kept(tmp_path):
     after = Agent(simulator.source_for, published.append, state_dir=tmp_path)
     after.start()  # no plan sent: the broker is still down
     try:
-        time.sleep(1.0)
+        wait_for(lambda: published, timeout=10, what="a batch from the plan kept on disk")
     finally:
         after.stop()
     assert set(after.hosts) == {"infer-01"}
