@@ -21,7 +21,7 @@ def test_a_process_lock_is_held_by_one_holder_until_released():
 
 
 @pytest.mark.e2e
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_second_beat_against_the_same_database_refuses_to_run(tmp_path):
     # The folder broker of this test's own: the first beat's tasks reach no other test's worker.
     processes = Processes(

@@ -19,7 +19,7 @@ from tests.batches import GIB, batch, card_row
 from tests.factories import GpuFactory
 from tests.processes import BASE_DIR, database_url_for_processes, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 BANNER = "ingest worker: groups of up to"
 

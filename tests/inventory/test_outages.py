@@ -109,7 +109,7 @@ def _healthy(gpu, **fields):
 
 
 # Transactional: the worker drops a broken connection, which a test transaction cannot survive.
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_ingest_waits_out_a_database_outage_and_then_writes(monkeypatch):
     gpu = GpuFactory()
     payload = _healthy(gpu)
@@ -207,7 +207,7 @@ def test_broker_reconnects_back_off_up_to_five_seconds():
 
 
 @pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_over_redis_the_worker_outlives_a_broker_that_stays_away(caplog):
     """Reconnects refused one after another (kombu's OperationalError) are waited out too."""
     redis = PrivateRedis()
@@ -241,7 +241,7 @@ def test_over_redis_the_worker_outlives_a_broker_that_stays_away(caplog):
 
 
 @pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_over_redis_a_group_is_taken_in_one_call_and_a_killed_workers_group_comes_back():
     """kombu's own bookkeeping, a group at a time: what a dead worker held is restored."""
     redis = PrivateRedis()
@@ -283,7 +283,7 @@ def _rabbitmq_up() -> bool:
 
 
 @pytest.mark.skipif(not _rabbitmq_up(), reason="RabbitMQ is not running on 127.0.0.1:5672")
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_over_rabbitmq_a_group_is_acked_in_one_frame_and_nothing_stays_unacked(monkeypatch):
     import amqp
 

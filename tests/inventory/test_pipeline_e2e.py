@@ -18,7 +18,7 @@ from tests.processes import Processes, database_url_for_processes, wait_for
 REAL_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "nvml-h200"
 MIB = 1024**2
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
 @pytest.fixture

@@ -356,7 +356,7 @@ def test_a_minute_whose_samples_aged_out_keeps_its_rollups(card):
     assert _rollup("inventory_card_rollup_1m", gpu_id=card.pk)[0]["used_max"] == GIB
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_refreshes_take_turns(card):
     sampler = "7d3f2c1e-0000-4000-8000-000000000004"
     for seq in (1, 7):  # two minutes of the same hour: both refreshes rebuild that hour
