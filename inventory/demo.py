@@ -4,7 +4,7 @@ The fleet is the simulator's own (inventory.telemetry.simulator.scenarios), so t
 shown and the telemetry collected describe the same cards, slices and deployments.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -132,12 +132,13 @@ def _create_host(spec: HostSpec, *, labels: dict | None = None, endpoints: bool 
             compute_mode=Gpu.ComputeMode.EXCLUSIVE_PROCESS if card.mps else Gpu.ComputeMode.DEFAULT,
         )
         gpus.append(gpu)
-        for mig_slice, placed in _place_mig_layout(card.gpu_type, card.mig_layout or ()).items():
+        for mig_slice in card.mig_layout or ():
+            geometry = MIG_CATALOGUE[_MIG_TYPES[card.gpu_type]]
             slices[(index, mig_slice)] = MigSlice.objects.create(
                 gpu=gpu,
                 profile_name=mig_slice.profile,
-                start_slot=placed.start,
-                size_slots=placed.size,
+                start_slot=mig_slice.start_slot,
+                size_slots=geometry.profile(mig_slice.gpu_instance_profile).memory_slices,
                 memory_bytes=catalogue.mig_profiles[mig_slice.gpu_instance_profile].memory_mib
                 * MIB,
                 uuid=mig_uuid(spec.name, index, mig_slice),
@@ -154,51 +155,6 @@ def _mig_mode(catalogue, layout) -> str:
     if not catalogue.mig_capable:
         return Gpu.MigMode.UNSUPPORTED
     return Gpu.MigMode.ENABLED if layout else Gpu.MigMode.DISABLED
-
-
-@dataclass(frozen=True)
-class _Placed:
-    start: int
-    size: int
-
-
-def _place_mig_layout(card_type: str, layout) -> dict:
-    """Start slots for a layout's GPU instances, found by a small backtracking search.
-
-    The simulator names GPU and compute instances but not where they sit; any valid placement
-    shows the slot map truthfully as long as instances sit on valid starts and never overlap.
-    """
-    if not layout:
-        return {}
-    geometry = MIG_CATALOGUE[_MIG_TYPES[card_type]]
-    instances: dict[int, str] = {}
-    for mig_slice in layout:
-        instances.setdefault(mig_slice.gpu_instance_id, mig_slice.gpu_instance_profile)
-    order = sorted(instances, key=lambda gi: -geometry.profile(instances[gi]).memory_slices)
-    starts = _search_starts(geometry, instances, order, taken=0, placed={})
-    if starts is None:
-        raise ValueError(f"no valid MIG placement for {sorted(instances.values())} on {card_type}")
-    return {mig_slice: starts[mig_slice.gpu_instance_id] for mig_slice in layout}
-
-
-def _search_starts(geometry, instances, order, taken, placed):
-    if len(placed) == len(order):
-        return placed
-    gi = order[len(placed)]
-    profile = geometry.profile(instances[gi])
-    for start in profile.starts:
-        mask = profile.slot_mask(start)
-        if not taken & mask:
-            found = _search_starts(
-                geometry,
-                instances,
-                order,
-                taken | mask,
-                {**placed, gi: _Placed(start, profile.memory_slices)},
-            )
-            if found is not None:
-                return found
-    return None
 
 
 def _cards_shared(spec: HostSpec) -> set[int]:

@@ -149,6 +149,38 @@ def choose_slice(
     return None
 
 
+def inferred_starts(
+    card_type: MigCardType, instances: dict[int, str], taken: int = 0
+) -> dict[int, int] | None:
+    """Start slots for GPU instances (id -> profile name) known only by their profiles, found
+    by a small backtracking search, largest first; None when they cannot share one card.
+
+    NVML tells an instance's start only to a privileged caller. Inferred starts are kept as
+    such: the slot map they draw is a valid placement of the card's instances, which may
+    differ from the card's own (and so may the free slots it leaves). `taken`: the slots of
+    the instances whose starts are known already.
+    """
+    profiles = {
+        gi: card_type.profile(canonical_profile_name(name)) for gi, name in instances.items()
+    }
+    if any(profile is None for profile in profiles.values()):
+        return None
+    order = sorted(profiles, key=lambda gi: (-profiles[gi].memory_slices, gi))
+
+    def search(taken: int, placed: dict[int, int]) -> dict[int, int] | None:
+        if len(placed) == len(order):
+            return placed
+        gi = order[len(placed)]
+        profile = profiles[gi]
+        for start in free_starts(profile, taken):
+            found = search(taken | profile.slot_mask(start), {**placed, gi: start})
+            if found is not None:
+                return found
+        return None
+
+    return search(taken, {})
+
+
 def layout_errors(card_type: MigCardType, slices: Iterable[MigSlice]) -> list[str]:
     """Why a set of existing slices cannot be on one card (invalid start, overlap, two +me)."""
     errors: list[str] = []

@@ -237,8 +237,9 @@ class HostSignals:
                         card.index,
                         "privileges",
                         "ProcessesHidden",
-                        "MIG instances hold memory but NVML lists no process: without root "
-                        "(or CAP_SYS_ADMIN) NVML hides MIG processes; run the agent as root",
+                        "MIG instances hold memory but NVML lists no process, on the card or "
+                        "on the instances' own handles: this driver hides MIG processes from an "
+                        "agent without root (or CAP_SYS_ADMIN)",
                         card.uuid,
                         poll.ts,
                     )

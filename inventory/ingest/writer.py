@@ -169,6 +169,7 @@ class _Group:
         self.known = dict(self.cards)  # with the cards this write creates
         maps_of = HostMaps.load_for(set(self.hosts.values()))
         checked = self._check_bringing_new_cards(maps_of)
+        self._rediscover_mig(maps_of, checked)
         tables = _Rows()
         accepted: dict[str, tuple[int, _Accepted, int]] = {}
         samples.write_processes(self._process_rows(maps_of, checked, tables, accepted))
@@ -227,6 +228,21 @@ class _Group:
                 for gpu in maps_of[host.pk].discover(host, payload):
                     self.known[gpu.uuid] = (host.pk, gpu.index)
         return checked
+
+    def _rediscover_mig(self, maps_of: dict, checked: dict) -> None:
+        """MIG layouts a batch reports differently are written before the COPY as well, so
+        its process rows name the card's MIG devices as they are now."""
+        for position, payload in enumerate(self.payloads):
+            name = payload.get("host") if isinstance(payload, dict) else None
+            host = self.hosts.get(name) if isinstance(name, str) else None
+            if host is None or not maps_of[host.pk].may_change_mig(payload):
+                continue
+            if position not in checked:
+                checked[position] = self._check(payload)
+            if isinstance(checked[position], BatchRejected):
+                continue
+            if _uuid_text(payload["batch_id"]) not in self.written_before:
+                maps_of[host.pk].rediscover_mig(payload, timestamp(payload["interval_end"]))
 
     def _process_rows(self, maps_of, checked, tables: "_Rows", accepted) -> Iterator[tuple]:
         """Each batch checked, in order, its process rows handed to the COPY and its other

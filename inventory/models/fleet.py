@@ -120,6 +120,12 @@ class Gpu(models.Model):
     product_name = models.CharField(max_length=100)
     memory_total_bytes = models.PositiveBigIntegerField()
     mig_mode = models.CharField(max_length=16, choices=MigMode, default=MigMode.DISABLED)
+    # The MIG mode NVML says the card takes at its next reset, where it differs from the
+    # current one ("" when none is pending).
+    mig_mode_pending = models.CharField(max_length=16, choices=MigMode, blank=True)
+    # The end of the interval of the batch that last told the card's MIG layout: an older
+    # batch, delivered late, never puts an earlier layout back.
+    mig_layout_at = models.DateTimeField(null=True, blank=True)
     compute_mode = models.CharField(max_length=20, choices=ComputeMode, default=ComputeMode.DEFAULT)
 
     objects = VisibleQuerySet.as_manager()
@@ -133,6 +139,14 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host.name}:{self.index}"
+
+
+class OpenSliceManager(models.Manager.from_queryset(VisibleQuerySet)):
+    """The card's MIG devices now: a slice closed by a repartition is history, kept for the
+    deployments and samples that named it (`MigSlice.history` reads those too)."""
+
+    def get_queryset(self):
+        return super().get_queryset().filter(closed_at__isnull=True)
 
 
 class MigSlice(models.Model):
@@ -155,8 +169,15 @@ class MigSlice(models.Model):
     uuid = models.CharField(max_length=64, blank=True)
     gpu_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
     compute_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
+    # NVML told the agent the profile but not the start (an unprivileged caller): the start is
+    # a valid placement the console chose, not necessarily the card's.
+    start_inferred = models.BooleanField(default=False)
+    closed_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("When a repartition of the card removed the device.")
+    )
 
-    objects = VisibleQuerySet.as_manager()
+    objects = OpenSliceManager()
+    history = VisibleQuerySet.as_manager()
 
     class Meta:
         ordering = ["gpu__host__name", "gpu__index", "start_slot", "compute_instance_id"]
@@ -164,6 +185,7 @@ class MigSlice(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["gpu", "start_slot", "compute_instance_id"],
+                condition=models.Q(closed_at__isnull=True),
                 name="mig_unique_device_per_slot",
             )
         ]

@@ -27,6 +27,10 @@ class GpuInstance:
     def shared(self) -> bool:
         return len(self.compute_instances) > 1
 
+    @property
+    def start_inferred(self) -> bool:
+        return any(piece.start_inferred for piece in self.compute_instances)
+
 
 def gpu_instances(slices: list[MigSlice]) -> list[GpuInstance]:
     """Group a card's MIG devices by GPU instance: devices on the same slots are one GI

@@ -68,6 +68,10 @@ PROCESS_LISTS = (
 LIBRARY_MISMATCH = "NVMLLibraryMismatchError"
 RESET_RECHECK_POLLS = 30  # a card that needs a reset is asked again this often, not every poll
 MIG_REDISCOVER_POLLS = 60  # MIG instances created next to running ones show up within this
+MIG_PLACEMENT_DENIED = (
+    "MIG placement needs a privileged NVML caller (GPU instance handles): the agent reports "
+    "each instance's profile and the console infers where its memory slices start"
+)
 _MIG_NAME_MARKER = " MIG "
 
 
@@ -107,6 +111,8 @@ class _MigStatic:
     gpu_instance_id: int | None
     compute_instance_id: int | None
     profile: str | None
+    start_slot: int | None = None
+    size_slots: int | None = None
 
 
 @dataclass(slots=True)
@@ -121,6 +127,7 @@ class _CardStatic:
     memory_v1: bool = False  # the driver or bindings have no nvmlMemory_v2
     missing: set[str] = field(default_factory=set)  # versioned calls the library lacks
     mig_by_instance: dict[tuple[int, int], str | None] = field(default_factory=dict)
+    mig_placement_denied: bool = False  # an unprivileged caller: GPU instance handles refused
 
 
 class _PollContext:
@@ -389,7 +396,13 @@ class NvmlCollector:
         v2 = self._nvml.nvmlMemory_v2
         for mig in static.mig_devices or ():
             row = MigDeviceReading(
-                mig.index, mig.uuid, mig.gpu_instance_id, mig.compute_instance_id, mig.profile
+                mig.index,
+                mig.uuid,
+                mig.gpu_instance_id,
+                mig.compute_instance_id,
+                mig.profile,
+                mig.start_slot,
+                mig.size_slots,
             )
             try:
                 memory = self._attempt(ctx, static, "nvmlDeviceGetMemoryInfo", mig.handle, v2)
@@ -407,6 +420,7 @@ class NvmlCollector:
     def _enumerate_mig(self, ctx: _PollContext, static: _CardStatic) -> None:
         nvml = self._nvml
         devices: list[_MigStatic] = []
+        placements: dict[int, tuple[int, int] | None] = {}
         slots = self._attempt(ctx, static, "nvmlDeviceGetMaxMigDeviceCount", static.handle) or 0
         for slot in range(slots):
             try:
@@ -422,7 +436,12 @@ class NvmlCollector:
             ci = self._attempt(ctx, static, "nvmlDeviceGetComputeInstanceId", handle)
             uuid = self._attempt(ctx, static, "nvmlDeviceGetUUID", handle)
             name = self._attempt(ctx, static, "nvmlDeviceGetName", handle)
-            devices.append(_MigStatic(slot, handle, uuid, gi, ci, _profile_from_name(name)))
+            if gi is not None and gi not in placements:
+                placements[gi] = self._gpu_instance_placement(ctx, static, gi)
+            start, size = placements.get(gi) or (None, None)
+            devices.append(
+                _MigStatic(slot, handle, uuid, gi, ci, _profile_from_name(name), start, size)
+            )
         static.mig_devices = devices
         static.mig_by_instance = {
             (d.gpu_instance_id, d.compute_instance_id): d.uuid
@@ -430,17 +449,42 @@ class NvmlCollector:
             if d.gpu_instance_id is not None and d.compute_instance_id is not None
         }
 
+    def _gpu_instance_placement(
+        self, ctx: _PollContext, static: _CardStatic, gpu_instance_id: int
+    ) -> tuple[int, int] | None:
+        """(start, size) of a GPU instance's memory slices. NVML gives them through the GPU
+        instance's handle, which it hands to privileged callers only: an unprivileged agent
+        is told so once and reports none."""
+        if static.mig_placement_denied or "nvmlDeviceGetGpuInstanceById" in static.unsupported:
+            return None
+        nvml = self._nvml
+        try:
+            instance = nvml.nvmlDeviceGetGpuInstanceById(static.handle, gpu_instance_id)
+            placement = nvml.nvmlGpuInstanceGetInfo(instance).placement
+        except nvml.NVMLError_NoPermission:
+            static.mig_placement_denied = True
+            ctx.fault("nvmlDeviceGetGpuInstanceById", "NVMLError_NoPermission",
+                      MIG_PLACEMENT_DENIED)  # fmt: skip
+            return None
+        except nvml.NVMLError as exc:
+            return self._failed(ctx, static, "nvmlDeviceGetGpuInstanceById", exc)
+        return int(placement.start), int(placement.size)
+
     def _read_processes(
         self, ctx: _PollContext, static: _CardStatic, reading: CardReading, seen: set[int]
     ) -> None:
         # The driver lists an MPS client in both lists, with the same memory: one reading per
         # PID, tagged "mps" when the MPS list has it, or the card's processes count it twice.
-        listed: dict[int, tuple[str, Any]] = {}
+        listed: dict[int, tuple[str, Any, _MigStatic | None]] = {}
         for kind, versions in PROCESS_LISTS:
             for info in self._process_list(ctx, static, versions) or ():
-                listed[info.pid] = (kind, info)
+                listed[info.pid] = (kind, info, None)
+        for kind, info, mig in self._mig_processes(ctx, static):
+            known = listed.get(info.pid)
+            # the MPS list wins over the compute list, as on the card
+            listed[info.pid] = (known[0] if known and known[0] == "mps" else kind, info, mig)
         by_instance = static.mig_by_instance
-        for pid, (kind, info) in listed.items():
+        for pid, (kind, info, mig) in listed.items():
             seen.add(pid)
             name, name_error = self._process_name(pid, ctx)
             used = info.usedGpuMemory
@@ -448,10 +492,39 @@ class NvmlCollector:
                 used = None
             gi = _instance_id(info.gpuInstanceId)
             ci = _instance_id(info.computeInstanceId)
+            if mig is not None:  # listed on the instance's own handle: it is on that instance
+                gi, ci = mig.gpu_instance_id, mig.compute_instance_id
             mig_uuid = by_instance.get((gi, ci)) if gi is not None else None
             reading.processes.append(
                 ProcessReading(pid, kind, name, name_error, used, gi, ci, mig_uuid)
             )
+
+    def _mig_processes(self, ctx: _PollContext, static: _CardStatic):
+        """(kind, info, MIG device) of each process on each MIG device of the card, read on the
+        device's own handle: on the parent card NVML lists them to privileged callers only."""
+        nvml = self._nvml
+        for mig in static.mig_devices or ():
+            for kind, versions in PROCESS_LISTS:
+                family = versions[0].rsplit("_v", 1)[0]
+                call = next((v for v in versions if v not in static.missing), None)
+                if call is None or family in static.unsupported:
+                    continue
+                try:
+                    infos = getattr(nvml, call)(mig.handle)
+                except nvml.NVMLError_NotSupported:
+                    continue
+                except nvml.NVMLError as exc:
+                    try:
+                        self._failed(ctx, static, family, exc)
+                    except _CardGone as gone:
+                        if gone.lost:
+                            raise
+                        # the instance vanished (repartition): enumerate again, keep the card
+                        static.mig_devices, static.mig_by_instance = None, {}
+                        return
+                    continue
+                for info in infos:
+                    yield kind, info, mig
 
     def _process_list(self, ctx: _PollContext, static: _CardStatic, versions: tuple[str, ...]):
         """The newest version of a process list the library has; None when it has none."""

@@ -224,6 +224,26 @@ class c_nvmlPciInfo_t:
         self.busId = f"{domain:08X}:{bus:02X}:{device:02X}.0"
 
 
+class c_nvmlGpuInstancePlacement_t:
+    __slots__ = ("size", "start")
+
+    def __init__(self, start: int, size: int) -> None:
+        self.start, self.size = start, size
+
+
+class c_nvmlGpuInstanceInfo_t:
+    __slots__ = ("device", "id", "placement", "profileId")
+
+    def __init__(self, device: FakeDeviceHandle, gi: int, placement) -> None:
+        self.device, self.id, self.profileId, self.placement = device, gi, 0, placement
+
+
+@dataclass(frozen=True, slots=True)
+class FakeGpuInstanceHandle:
+    card_index: int
+    gpu_instance_id: int
+
+
 class c_nvmlEventData_t:
     __slots__ = ("computeInstanceId", "device", "eventData", "eventType", "gpuInstanceId")
 
@@ -255,6 +275,8 @@ class FakeMigDevice:
     profile: str  # as nvidia-smi -L prints it: "3g.71gb", "1c.3g.71gb"
     total_bytes: int
     base_used_bytes: int  # the instance's own overhead with no process on it
+    start_slot: int  # the GPU instance's placement in memory slices (nvidia-smi mig -lgi)
+    size_slots: int
 
 
 @dataclass(slots=True, eq=False)
@@ -315,6 +337,9 @@ class FakeHostState:
     # the versioned call answers FunctionNotFound, the unversioned one a library mismatch.
     missing_functions: frozenset[str] = frozenset()
     event_sets: list[FakeEventSet] = field(default_factory=list)
+    # Root, or an unprivileged agent as the shipped unit runs it: NVML hands GPU instance
+    # handles, and lists MIG instances' processes on the parent card, to privileged callers only.
+    privileged: bool = False
 
     def post_xid(self, card_index: int, xid: int, gi: int | None = None, ci: int | None = None):
         """Deliver an Xid to every event set registered for it, as the driver would."""
@@ -481,6 +506,29 @@ class FakeNvml:
         return self._mig(card, handle).compute_instance_id
 
     # nvidia-ml-py's unversioned process lists are its _v3 calls; _v2 has the same fields.
+    def nvmlDeviceGetGpuInstanceById(self, device: FakeDeviceHandle, id: int):
+        card = self._card(device, "nvmlDeviceGetGpuInstanceById")
+        if device.mig_index is not None or card.mig_current is None:
+            _raise(NVML_ERROR_NOT_SUPPORTED)
+        if not self.state.privileged:
+            _raise(NVML_ERROR_NO_PERMISSION)
+        if not any(m.gpu_instance_id == id for m in card.mig_devices if card.mig_enabled):
+            _raise(NVML_ERROR_NOT_FOUND)
+        return FakeGpuInstanceHandle(device.card_index, id)
+
+    def nvmlGpuInstanceGetInfo(self, gpuInstance: FakeGpuInstanceHandle):
+        card = self._card(self._handle(gpuInstance.card_index, None), "nvmlGpuInstanceGetInfo")
+        mig = next(
+            (m for m in card.mig_devices if m.gpu_instance_id == gpuInstance.gpu_instance_id),
+            None,
+        )
+        if mig is None or not card.mig_enabled:
+            _raise(NVML_ERROR_INVALID_ARGUMENT)  # the instance was destroyed under the handle
+        placement = c_nvmlGpuInstancePlacement_t(mig.start_slot, mig.size_slots)
+        return c_nvmlGpuInstanceInfo_t(
+            self._handle(gpuInstance.card_index, None), mig.gpu_instance_id, placement
+        )
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeDeviceHandle):
         return self._unversioned("nvmlDeviceGetComputeRunningProcesses_v3", handle)
 
@@ -594,6 +642,8 @@ class FakeNvml:
                 if p.gpu_instance_id == mig.gpu_instance_id
                 and p.compute_instance_id == mig.compute_instance_id
             ]
+        elif card.mig_enabled and not self.state.privileged:
+            selected = [p for p in selected if p.gpu_instance_id is None]
         return [
             c_nvmlProcessInfo_t(
                 p.pid,

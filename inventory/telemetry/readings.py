@@ -32,6 +32,10 @@ class MigDeviceReading:
     gpu_instance_id: int | None
     compute_instance_id: int | None
     profile: str | None  # e.g. "3g.71gb" or "1c.3g.71gb", parsed from the NVML device name
+    # The GPU instance's memory slices: where they start (None: NVML told only a privileged
+    # caller, the console infers it) and how many.
+    start_slot: int | None = None
+    size_slots: int | None = None
     total_bytes: int | None = None
     reserved_bytes: int | None = None
     used_bytes: int | None = None

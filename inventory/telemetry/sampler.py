@@ -37,6 +37,8 @@ A value that was never read in the interval is null.
       "card_index": int, "card_uuid": str | null, "uuid": str | null,
       "gpu_instance_id": int | null, "compute_instance_id": int | null,
       "profile": str | null,              # e.g. "3g.71gb", "1c.3g.71gb"
+      "start_slot": int | null,           # the GPU instance's first memory slice (privileged)
+      "size_slots": int | null,           # and how many it holds
       "total_bytes": int | null,          # the GPU instance's memory, shared by its CIs
       "used_bytes_max": int | null, "used_bytes_last": int | null,
       "free_bytes_min": int | null, "free_bytes_last": int | null}],
@@ -254,6 +256,8 @@ class IntervalSampler:
                     gpu_instance_id=mig.gpu_instance_id,
                     compute_instance_id=mig.compute_instance_id,
                     profile=mig.profile,
+                    start_slot=mig.start_slot,
+                    size_slots=mig.size_slots,
                     total_bytes=mig.total_bytes,
                 )
                 mig_row.used.update(mig.used_bytes)

@@ -221,6 +221,10 @@ _CARD = _spec(
         "util_gpu_last": _PERCENT,
         "util_memory_max": _PERCENT,
         "util_memory_last": _PERCENT,
+        # NVML_DEVICE_MIG_DISABLE / _ENABLE now and after the next reset
+        "mig_current": _Field(int, 0, 1),
+        "mig_pending": _Field(int, 0, 1),
+        "compute_mode": _Field(int, 0, 3),  # NVML_COMPUTEMODE_*
     }
 )
 _ALLOCATOR = _spec(
@@ -278,6 +282,13 @@ _LATENCY = _spec(
 _MIG = _spec(
     {
         "uuid": _Field(str, 1, 96, required=True),
+        "card_index": _Field(int, 0, 63),
+        "card_uuid": _Field(str, 0, 64),
+        "gpu_instance_id": _Field(int, 0, 255),
+        "compute_instance_id": _Field(int, 0, 255),
+        "profile": _Field(str, 0, 32),
+        "start_slot": _Field(int, 0, 7),
+        "size_slots": _Field(int, 1, 8),
         "total_bytes": _BYTES,
         "used_bytes_max": _BYTES,
         "used_bytes_last": _BYTES,

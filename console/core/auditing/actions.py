@@ -33,6 +33,7 @@ class Action(models.TextChoices):
     RUNBOOK_CREATE = "runbook.create", "runbook note created"
     RUNBOOK_UPDATE = "runbook.update", "runbook note updated"
     GPU_DISCOVER = "gpu.discover", "card discovered"
+    MIG_LAYOUT = "gpu.mig_layout", "MIG layout changed"
     DEAD_LETTER_REPLAY = "dead_letter.replay", "dead letter replayed"
     DEAD_LETTER_DISCARD = "dead_letter.discard", "dead letter discarded"
     HOST_REGISTER = "host.register", "host registered"

@@ -172,6 +172,7 @@ class MigSlice:
     profile: str  # "3g.71gb", or "1c.3g.71gb" for a compute instance smaller than its GI
     gpu_instance_id: int
     compute_instance_id: int = 0
+    start_slot: int = 0  # the GPU instance's first memory slice
 
     @property
     def gpu_instance_profile(self) -> str:
@@ -179,14 +180,18 @@ class MigSlice:
         return ".".join(parts[1:]) if parts[0].endswith("c") else self.profile
 
 
-# The H200 MIG capture, exactly: one 3g GI split in two compute instances, a 2g, two 1g.
+# The H200 MIG capture, exactly: one 3g GI split in two compute instances, a 2g, two 1g
+# (the capture lists no placements: these are valid ones for its instances).
 H200_CAPTURED_LAYOUT = (
-    MigSlice("1c.3g.71gb", 2, 0),
-    MigSlice("2c.3g.71gb", 2, 1),
-    MigSlice("2g.35gb", 3, 0),
-    MigSlice("1g.18gb", 9, 0),
-    MigSlice("1g.18gb", 10, 0),
+    MigSlice("1c.3g.71gb", 2, 0, start_slot=4),
+    MigSlice("2c.3g.71gb", 2, 1, start_slot=4),
+    MigSlice("2g.35gb", 3, 0, start_slot=0),
+    MigSlice("1g.18gb", 9, 0, start_slot=2),
+    MigSlice("1g.18gb", 10, 0, start_slot=3),
 )
+# Memory slices of a GPU instance of an eight-slice card, by its compute slices ("3g": 3):
+# the 3g profile takes half the card's memory (NVIDIA MIG user guide, supported profiles).
+MEMORY_SLICES = {1: 1, 2: 2, 3: 4, 4: 4, 7: 8}
 
 
 def device_uuid(host: str, index: int) -> str:
@@ -217,6 +222,8 @@ def build_card(
                 profile=mig_slice.profile,
                 total_bytes=profile.memory_mib * MIB,
                 base_used_bytes=profile.idle_used_mib * MIB,
+                start_slot=mig_slice.start_slot,
+                size_slots=MEMORY_SLICES[profile.slices],
             )
         )
     if gpu.mig_capable:

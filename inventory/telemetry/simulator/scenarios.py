@@ -220,7 +220,11 @@ def mig_host() -> HostSpec:
     instance split in two compute instances, a 2g.35gb, two 1g.18gb), card 1 as a 3g.71gb, a
     2g.35gb and a 1g.18gb (7 of 8 memory slices: a valid MIG geometry). One tenant runs in a
     container (PID not nameable, memory not reported)."""
-    card1_layout = (MigSlice("3g.71gb", 1), MigSlice("2g.35gb", 3), MigSlice("1g.18gb", 9))
+    card1_layout = (
+        MigSlice("3g.71gb", 1, start_slot=0),
+        MigSlice("2g.35gb", 3, start_slot=4),
+        MigSlice("1g.18gb", 9, start_slot=6),
+    )
     capture = H200_CAPTURED_LAYOUT
     llama, qwen, bert = _LLAMA_8B, _QWEN_1_5B, _BERT_LARGE
     # (card, MIG device, workload): model, engine, shape, weights B, KV GiB, mean, P95, peak h,

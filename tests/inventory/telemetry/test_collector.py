@@ -21,7 +21,12 @@ def test_h200_mig_host_reads_mig_devices_and_tolerates_unsupported_utilization()
     collector, _ = collector_for(h200_mig_card("mig", 0))
     poll = collector.poll()
     card = poll.cards[0]
-    assert poll.faults == []
+    # As the shipped unit runs it, unprivileged: NVML keeps GPU instance handles to itself.
+    (denied,) = poll.faults
+    assert (denied.call, denied.error) == ("nvmlDeviceGetGpuInstanceById", "NVMLError_NoPermission")
+    assert "privileged" in denied.message
+    assert collector.poll().faults == []  # said once
+    assert {(m.start_slot, m.size_slots) for m in card.mig_devices} == {(None, None)}
     assert card.mig_current == fake_nvml.NVML_DEVICE_MIG_ENABLE
     assert card.util_gpu is None and card.util_memory is None
     assert "nvmlDeviceGetUtilizationRates" in card.unsupported
@@ -46,6 +51,39 @@ def test_h200_mig_host_reads_mig_devices_and_tolerates_unsupported_utilization()
     ci1 = card.mig_devices[1].uuid
     assert {p.mig_device_uuid for p in card.processes} == {ci1}
     assert {(p.gpu_instance_id, p.compute_instance_id) for p in card.processes} == {(2, 1)}
+
+
+def test_an_unprivileged_agent_sees_mig_processes_through_each_mig_devices_handle():
+    collector, state = collector_for(h200_mig_card("mig", 0))
+    nvml = FakeNvml(state)
+    nvml.nvmlInit()
+    parent = nvml.nvmlDeviceGetHandleByIndex(0)
+    # On the parent card NVML lists MIG processes to privileged callers only.
+    assert nvml.nvmlDeviceGetComputeRunningProcesses_v3(parent) == []
+    poll = collector.poll()
+    assert sorted(p.pid for p in poll.cards[0].processes) == [12249, 12250, 12267]
+    state.privileged = True
+    assert len(nvml.nvmlDeviceGetComputeRunningProcesses_v3(parent)) == 3
+    again = NvmlCollector(FakeNvml(state), "test-host", clock=lambda: 1000.0).poll()
+    # seen on the parent and on the instance's handle: one reading a process
+    assert sorted(p.pid for p in again.cards[0].processes) == [12249, 12250, 12267]
+    assert {p.mig_device_uuid for p in again.cards[0].processes} == {
+        again.cards[0].mig_devices[1].uuid
+    }
+
+
+def test_a_privileged_agent_reads_where_each_gpu_instance_sits():
+    collector, state = collector_for(h200_mig_card("mig", 0))
+    state.privileged = True
+    poll = collector.poll()
+    assert poll.faults == []
+    assert [(m.profile, m.start_slot, m.size_slots) for m in poll.cards[0].mig_devices] == [
+        ("1c.3g.71gb", 4, 4),
+        ("2c.3g.71gb", 4, 4),
+        ("2g.35gb", 0, 2),
+        ("1g.18gb", 2, 1),
+        ("1g.18gb", 3, 1),
+    ]
 
 
 def test_a_lost_card_is_a_fault_and_the_other_cards_keep_reporting():
