@@ -4,38 +4,53 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0024_collector_sequences'),
+        ("inventory", "0024_collector_sequences"),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='migslice',
-            name='mig_unique_device_per_slot',
+            model_name="migslice",
+            name="mig_unique_device_per_slot",
         ),
         migrations.AddField(
-            model_name='gpu',
-            name='mig_layout_at',
+            model_name="gpu",
+            name="mig_layout_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='gpu',
-            name='mig_mode_pending',
-            field=models.CharField(blank=True, choices=[('disabled', 'Disabled'), ('enabled', 'Enabled'), ('unsupported', 'Not supported')], max_length=16),
+            model_name="gpu",
+            name="mig_mode_pending",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("disabled", "Disabled"),
+                    ("enabled", "Enabled"),
+                    ("unsupported", "Not supported"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AddField(
-            model_name='migslice',
-            name='closed_at',
-            field=models.DateTimeField(blank=True, help_text='When a repartition of the card removed the device.', null=True),
+            model_name="migslice",
+            name="closed_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="When a repartition of the card removed the device.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='migslice',
-            name='start_inferred',
+            model_name="migslice",
+            name="start_inferred",
             field=models.BooleanField(default=False),
         ),
         migrations.AddConstraint(
-            model_name='migslice',
-            constraint=models.UniqueConstraint(condition=models.Q(('closed_at__isnull', True)), fields=('gpu', 'start_slot', 'compute_instance_id'), name='mig_unique_device_per_slot'),
+            model_name="migslice",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("closed_at__isnull", True)),
+                fields=("gpu", "start_slot", "compute_instance_id"),
+                name="mig_unique_device_per_slot",
+            ),
         ),
     ]
