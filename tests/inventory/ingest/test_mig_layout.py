@@ -8,10 +8,11 @@ import pytest
 
 from console.core.auditing import Action
 from console.core.auditing.models import AuditEntry
-from console.placement.mig import layout_errors, mig_card_type
+from console.placement.mig import canonical_profile_name, layout_errors, mig_card_type
 from console.placement.problem import MigSlice as PlacedSlice
 from inventory.ingest.writer import ingest_batch
 from inventory.models import Gpu, Host, MigSlice, ProcessSample
+from inventory.placement_state import current_placement
 from inventory.reports.mig import gpu_instances
 from inventory.telemetry import fake_nvml
 from inventory.telemetry.collector import NvmlCollector
@@ -189,3 +190,17 @@ def test_slices_entered_by_hand_without_uuids_are_the_devices_telemetry_names(ho
     by_hand.refresh_from_db()
     assert by_hand.closed_at is None and by_hand.uuid.startswith("MIG-")
     assert gpu.mig_slices.count() == 5
+
+
+def test_placement_plans_the_discovered_instances_not_the_whole_card(host):
+    agent = _Agent(privileged=True)
+    ingest_batch(agent.batch())
+    request, answer = current_placement(host)
+    (card,) = request["gpus"]
+    assert card["mig"] is True
+    (placed,) = answer["cards"]
+    # one entry a GPU instance, by its start
+    assert [
+        (canonical_profile_name(s["profile"]), s["start"], s["size_slots"])
+        for s in placed["mig_slices"]
+    ] == [("2g.35gb", 0, 2), ("1g.18gb", 2, 1), ("1g.18gb", 3, 1), ("3g.71gb", 4, 4)]
