@@ -46,11 +46,14 @@ def wait_for_port(port: int, what: str, timeout: float = 10.0) -> None:
     raise RuntimeError(f"{what} did not start")
 
 
-def start_logged(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """A Python child of the checkout in a session of its own (so a kill takes it whole)."""
+def start_logged(
+    argv: list[str], env: dict[str, str], log: Path, *, program: list | None = None, cwd=BASE_DIR
+) -> subprocess.Popen:
+    """A Python child of the checkout in a session of its own (so a kill takes it whole), or
+    `program` (another interpreter, an installed command) run from `cwd`."""
     return subprocess.Popen(
-        [sys.executable, *argv],
-        cwd=BASE_DIR,
+        [*(program or [sys.executable]), *argv],
+        cwd=cwd,
         env=env,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
@@ -67,6 +70,11 @@ class Processes:
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = self.log_dir / f"{name}.log"
         self.children[name] = start_logged(argv, {**self.env, **(env or {})}, log)
+
+    def start_program(self, name: str, argv: list, env: dict[str, str], cwd: Path) -> None:
+        """A program outside the checkout (an installed agent) with `env` alone, in `cwd`."""
+        log = self.log_dir / f"{name}.log"
+        self.children[name] = start_logged([], env, log, program=argv, cwd=cwd)
 
     def celery_worker(self, name: str, queues: str, env: dict[str, str] | None = None) -> None:
         self.start(

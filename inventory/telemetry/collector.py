@@ -24,6 +24,7 @@ from inventory.telemetry.readings import (
     MigDeviceReading,
     PollResult,
     ProcessReading,
+    TelemetryEvent,
 )
 from inventory.telemetry.xid_events import XidEventReader
 
@@ -175,6 +176,7 @@ class NvmlCollector:
         self._cards: list[_CardStatic | None] = []
         self._names: dict[int, tuple[str | None, str | None]] = {}
         self._last_known: dict[int, tuple[str | None, str | None]] = {}
+        self._lost: set[int] = set()  # cards told lost (an event said so once), by index
         self._xid = XidEventReader(nvml) if watch_xid else None
 
     # public ------------------------------------------------------------------------------
@@ -187,7 +189,7 @@ class NvmlCollector:
         events = []
         if self._ensure_initialized(ctx):
             if self._xid is not None:
-                # before the cards: a card found lost below is forgotten, and its Xid with it
+                # before the cards: an Xid comes out with the poll that finds its card lost
                 events, xid_faults = self._xid.drain(ts)
                 ctx.faults.extend(xid_faults)
             count = self._device_count(ctx)
@@ -199,6 +201,7 @@ class NvmlCollector:
                     ctx.card_index, ctx.card_uuid = index, None
                     cards.append(self._read_card(index, ctx, seen_pids))
                 ctx.card_index = ctx.card_uuid = None
+                events += self._lost_cards(ts, cards, events)
                 if len(self._names) > len(seen_pids):
                     self._names = {p: v for p, v in self._names.items() if p in seen_pids}
         return PollResult(
@@ -210,6 +213,24 @@ class NvmlCollector:
             faults=ctx.faults,
             events=events,
         )
+
+    def _lost_cards(
+        self, ts: float, cards: list[CardReading], xids: list[TelemetryEvent]
+    ) -> list[TelemetryEvent]:
+        """A `gpu_lost` event for a card the first time it answers GpuIsLost (fallen off the
+        bus, lost to a reset): NVML delivers no Xid 79 for every such loss, and without an
+        event the card would only be missing from the samples. An Xid 79 said it already."""
+        told = {e.card_index for e in xids if e.kind == "xid" and e.detail.get("xid") == 79}
+        self._lost |= told
+        events = []
+        for card in cards:
+            if not card.lost:
+                self._lost.discard(card.index)
+            elif card.index not in self._lost:
+                self._lost.add(card.index)
+                detail = {"source": "nvml", "error": "NVMLError_GpuIsLost"}
+                events.append(TelemetryEvent(ts, "gpu_lost", card.index, card.uuid, detail))
+        return events
 
     def close(self) -> None:
         if self._xid is not None:
@@ -258,10 +279,10 @@ class NvmlCollector:
         self._cards = [None] * count
 
     def _forget(self, index: int) -> None:
+        # The Xid reader keeps the card's handle: an Xid the driver queues after the loss
+        # still names its card (a new registration replaces the handle).
         if index < len(self._cards):
             self._cards[index] = None
-        if self._xid is not None:
-            self._xid.forget(index)
 
     # card level --------------------------------------------------------------------------
 

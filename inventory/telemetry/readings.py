@@ -74,6 +74,7 @@ class CollectorFault:
 
 EventKind = Literal[
     "xid",
+    "gpu_lost",
     "oom",
     "mps_server_down",
     "process_restart",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,9 +135,6 @@ class XidEventReader:
         self._uuids[index] = uuid
         return None
 
-    def forget(self, index: int) -> None:
-        self._handles.pop(index, None)
-
     def drain(
         self, ts: float, max_events: int = 256
     ) -> tuple[list[TelemetryEvent], list[CollectorFault]]:
@@ -185,12 +183,23 @@ class XidEventReader:
 
     def _index_of(self, device: Any) -> int | None:
         # Handles of a lost card may not answer nvmlDeviceGetIndex; fall back on the handle we
-        # registered (value equality for the fake, identity for ctypes pointers).
+        # registered (value equality for the fake, the address for ctypes pointers).
         try:
             return int(self._nvml.nvmlDeviceGetIndex(device))
         except (self._nvml.NVMLError, AttributeError):
             pass
+        address = _address(device)
         for index, handle in self._handles.items():
             if handle is device or handle == device:
                 return index
+            if address is not None and _address(handle) == address:
+                return index
         return None
+
+
+def _address(handle: Any) -> int | None:
+    """Where a ctypes pointer points: nvidia-ml-py hands a new pointer object for the same
+    device in every event, equal to the registered one by address alone."""
+    if not isinstance(handle, ctypes._Pointer):
+        return None
+    return ctypes.cast(handle, ctypes.c_void_p).value

@@ -7,9 +7,11 @@ reach (`pip check` in test_agent_install proves them complete).
 
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -49,8 +51,15 @@ def _link_distribution(name: str, site_packages: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def agent_venv(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("agent-install")
+def agent_venv() -> Path:
+    # Not under pytest's own temporary folder (0700): the agent runs as the unit's user too.
+    root = Path(tempfile.mkdtemp(prefix="agent-install-"))
+    root.chmod(0o755)
+    yield from _installed_into(root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _installed_into(root: Path):
     subprocess.run([*PIP, "wheel", "--no-deps", "-q", "-w", root / "wheels", AGENT], check=True)
     (wheel,) = (root / "wheels").glob("gpu_colocation_agent-*.whl")
     venv = root / "venv"
@@ -68,7 +77,7 @@ def agent_venv(tmp_path_factory) -> Path:
     requirements = tomllib.loads((AGENT / "pyproject.toml").read_text())["project"]
     for name in _requirements_closure(requirements["dependencies"]):
         _link_distribution(name, site_packages)
-    return venv
+    yield venv
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -102,11 +102,18 @@ def test_a_lost_card_is_a_fault_and_the_other_cards_keep_reporting():
     assert len(lost_faults) == 1 and lost_faults[0].card_index == 2
     assert lost_faults[0].card_uuid == first.cards[2].uuid
     assert [p.pid for p in poll.cards[3].processes] == [103]
+    # No Xid 79 came: the loss itself is the event, once while it lasts.
+    assert [(e.kind, e.card_index, e.card_uuid) for e in poll.events] == [
+        ("gpu_lost", 2, first.cards[2].uuid)
+    ]
+    assert collector.poll().events == []
     # back from a reset: discovered again, no fault
     state.cards[2].lost = False
     again = collector.poll()
     assert again.faults == [] and not again.cards[2].lost
     assert again.cards[2].processes[0].pid == 102
+    state.cards[2].lost = True  # lost once more: said again
+    assert [e.kind for e in collector.poll().events] == ["gpu_lost"]
 
 
 def test_used_memory_none_stays_none_and_name_failures_are_faulted_once():
