@@ -2,6 +2,7 @@
 NVML host (the fake NVML's H200 MIG capture through the collector and the sampler), re-read
 when the layout changes, old slices closed and kept, processes on their MIG devices."""
 
+import json
 import time
 
 import pytest
@@ -18,6 +19,8 @@ from inventory.telemetry import fake_nvml
 from inventory.telemetry.collector import NvmlCollector
 from inventory.telemetry.fake_nvml import FakeHostState, FakeMigDevice, FakeNvml
 from inventory.telemetry.sampler import IntervalSampler
+from inventory.wire.decoding import decode
+from inventory.wire.schema import FieldsChecked
 from tests.factories import HostFactory
 from tests.inventory.telemetry.conftest import MIB, h200_mig_card
 
@@ -204,3 +207,22 @@ def test_placement_plans_the_discovered_instances_not_the_whole_card(host):
         (canonical_profile_name(s["profile"]), s["start"], s["size_slots"])
         for s in placed["mig_slices"]
     ] == [("2g.35gb", 0, 2), ("1g.18gb", 2, 1), ("1g.18gb", 3, 1), ("3g.71gb", 4, 4)]
+
+
+def test_the_ingest_workers_typed_decoder_keeps_what_a_mig_batch_says(host):
+    agent = _Agent(privileged=True)
+    batch = decode(json.dumps(agent.batch()).encode())
+    assert isinstance(batch, FieldsChecked)  # the worker's fast path, not the whole check
+    ingest_batch(batch)
+    gpu = Gpu.objects.get(host=host)
+    assert gpu.mig_mode == Gpu.MigMode.ENABLED
+    assert [row[3:] for row in _layout(gpu)] == [(4, 4), (4, 4), (0, 2), (2, 1), (3, 1)]
+
+
+def test_the_host_page_says_a_pending_mode_and_an_inferred_start(host, client_as):
+    agent = _Agent()
+    agent.card.mig_pending = fake_nvml.NVML_DEVICE_MIG_DISABLE
+    ingest_batch(agent.batch())
+    text = client_as("oncall").get(f"/hosts/{HOST}/").content.decode()
+    assert "Disabled after a reset" in text
+    assert text.count("(inferred)") == 4  # one a GPU instance
