@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import grp
 import os
 import shutil
 import subprocess
@@ -94,11 +95,33 @@ class JournalReader(_LineReader):
         self.process.stdout.close()
 
 
+# Groups whose members journald lets read the system journal (journalctl(1), "Access").
+JOURNAL_GROUPS = ("systemd-journal", "adm", "wheel")
+UNREADABLE = (
+    "kernel log unreadable: grant CAP_SYSLOG (for /dev/kmsg under kernel.dmesg_restrict=1) or "
+    "the systemd-journal group (for journalctl -k); docs/deploy.md, signals and privileges"
+)
+
+
 def open_journal(journalctl: str = "journalctl") -> _LineReader:
     binary = shutil.which(journalctl)
     if binary is None:
         raise FileNotFoundError(f"{journalctl} not found")
-    return JournalReader([binary, "-k", "-f", "-n", "0", "-o", "cat", "--no-pager"])
+    if os.geteuid() != 0 and not _in_a_journal_group():
+        # journalctl would start, print a hint and follow nothing: say why now instead.
+        raise PermissionError(f"not root nor in a group of {', '.join(JOURNAL_GROUPS)}")
+    directory = os.environ.get("AGENT_JOURNAL_DIR")  # a host's journal mounted in a pod
+    where = ["--directory", directory] if directory else []
+    return JournalReader([binary, "-k", "-f", "-n", "0", "-o", "cat", "--no-pager", *where])
+
+
+def _in_a_journal_group() -> bool:
+    groups = set(os.getgroups()) | {os.getegid()}
+    for name in JOURNAL_GROUPS:
+        with contextlib.suppress(KeyError):
+            if grp.getgrnam(name).gr_gid in groups:
+                return True
+    return False
 
 
 CardByPci = Callable[[str], "tuple[int, str | None] | None"]
@@ -121,10 +144,9 @@ class KernelXidSource:
         if self._reader is None and not self._open():
             if not self._reported:
                 self._reported = True
+                error = "Unreadable" if UNREADABLE in (self._unavailable or "") else "Unavailable"
                 faults.append(
-                    CollectorFault(
-                        None, "kernel_log", "Unavailable", self._unavailable or "", ts=ts
-                    )
+                    CollectorFault(None, "kernel_log", error, self._unavailable or "", ts=ts)
                 )
             return [], faults
         try:
@@ -143,16 +165,19 @@ class KernelXidSource:
         return events, faults
 
     def _open(self) -> bool:
-        reasons = []
+        reasons, errors = [], []
         for opener in self._openers:
             try:
                 self._reader = opener()
             except OSError as error:
                 reasons.append(f"{getattr(opener, '__name__', opener)}: {error}")
+                errors.append(error)
                 continue
             self.via = getattr(opener, "__name__", str(opener))
             return True
         self._unavailable = "; ".join(reasons) or "no kernel log source"
+        if any(isinstance(error, PermissionError) for error in errors):
+            self._unavailable = f"{UNREADABLE} ({self._unavailable})"
         return False
 
     def _event(self, found: dict[str, Any], ts: float) -> TelemetryEvent:

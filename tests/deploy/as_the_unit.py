@@ -1,5 +1,6 @@
 """Run an installed program with what deploy/systemd/gpu-console-agent.service grants it: another
-user than root, no capability in any set, no new privileges (setpriv, on this machine's kernel).
+user than root, the unit's capabilities and groups and nothing more, no new privileges (setpriv,
+on this machine's kernel).
 
 The interpreter must be reachable by that user. Where it lives under a folder only root may
 enter (pyenv under /root, as on the machines the suite runs on), a mount namespace of the
@@ -9,26 +10,64 @@ agent's virtualenv is pointed at it; the program itself runs unchanged.
 
 from __future__ import annotations
 
+import contextlib
+import grp
 import os
 import sys
 from pathlib import Path
 
 UNIT_UID = UNIT_GID = 65534  # nobody: a user that owns nothing of root's
-DROP = ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
 
 
 def _reachable_by_others(path: Path) -> bool:
     return all(os.stat(folder).st_mode & 0o001 for folder in (path, *path.parents))
 
 
-def unit_command(venv: Path, work: Path) -> tuple[list[str], dict[str, str], str]:
+UNIT = Path(__file__).resolve().parents[2] / "deploy" / "systemd" / "gpu-console-agent.service"
+
+
+def unit_grants() -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The agent unit's capabilities ("syslog") and its supplementary groups that exist here."""
+    settings: dict[str, str] = {}
+    for line in UNIT.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith("#"):
+            settings[key] = value
+    capabilities = tuple(
+        name.removeprefix("CAP_").lower() for name in settings["AmbientCapabilities"].split()
+    )
+    assert settings["CapabilityBoundingSet"].split() == settings["AmbientCapabilities"].split()
+    groups = []
+    for name in settings.get("SupplementaryGroups", "").split():
+        with contextlib.suppress(KeyError):
+            groups.append(grp.getgrnam(name).gr_gid)
+    return capabilities, tuple(groups)
+
+
+def unit_command(
+    venv: Path,
+    work: Path,
+    capabilities: tuple[str, ...] | None = None,
+    groups: tuple[int, ...] | None = None,
+) -> tuple[list[str], dict[str, str], str]:
     """(argv that runs the venv's python as the unit's user, environment it needs, who that
-    is). Not root already: the current user is unprivileged, nothing to drop."""
+    is), with `capabilities` ("syslog") in its bounding, inheritable and ambient sets and
+    `groups` as its supplementary groups: by default the unit's own. Not root already: the
+    current user is unprivileged, nothing to drop (nor to grant)."""
+    if capabilities is None or groups is None:
+        unit_capabilities, unit_groups = unit_grants()
+        capabilities = unit_capabilities if capabilities is None else capabilities
+        groups = unit_groups if groups is None else groups
     python = venv / "bin" / "python"
     if os.geteuid() != 0:
         return [str(python)], {}, f"uid {os.geteuid()} (not root)"
-    setpriv = ["setpriv", f"--reuid={UNIT_UID}", f"--regid={UNIT_GID}", "--clear-groups", *DROP]
-    who = f"uid {UNIT_UID}, no capabilities, no new privileges"
+    caps = "".join(f",+{name}" for name in capabilities)
+    setpriv = ["setpriv", f"--reuid={UNIT_UID}", f"--regid={UNIT_GID}",
+               f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups",
+               f"--inh-caps=-all{caps}", f"--bounding-set=-all{caps}",
+               *([f"--ambient-caps=-all{caps}"] if caps else []), "--no-new-privs"]  # fmt: skip
+    granted = ", ".join(f"CAP_{name.upper()}" for name in capabilities) or "no capabilities"
+    who = f"uid {UNIT_UID}, {granted}, no new privileges"
     base = Path(sys.base_prefix)
     if _reachable_by_others(base):
         return [*setpriv, "--", str(python)], {}, who

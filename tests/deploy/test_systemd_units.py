@@ -76,9 +76,13 @@ def test_every_service_scores_as_exposed_as_at_most_2_5_in_systemds_security_ana
     assert result.returncode == 0, "\n".join(scores)
 
 
-def test_the_agent_unit_holds_no_capability_and_reaches_only_its_state_and_the_gpus():
+def test_the_agent_unit_holds_only_cap_syslog_and_reaches_only_its_state_and_the_gpus():
     agent = _unit("gpu-console-agent.service")
-    assert agent["CapabilityBoundingSet"] == [""] and agent["AmbientCapabilities"] == [""]
+    # CAP_SYSLOG for /dev/kmsg's Xids (test_signal_privileges.py), and ProtectKernelLogs=yes
+    # would take that away again; nothing more, and no way to gain more.
+    assert agent["CapabilityBoundingSet"] == ["CAP_SYSLOG"]
+    assert agent["AmbientCapabilities"] == ["CAP_SYSLOG"]
+    assert agent["ProtectKernelLogs"] == ["no"]
     assert agent["NoNewPrivileges"] == ["yes"]
     assert agent["ProtectSystem"] == ["strict"]
     assert agent["DevicePolicy"] == ["closed"]
