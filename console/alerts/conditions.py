@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from console.alerts.evaluation import Crossing
 from inventory.analytics.fragmentation import Status, Thresholds
+from inventory.telemetry.xid_events import xid_class
 
 GIB = 1024**3
 
@@ -284,21 +285,6 @@ def dead_letters(params: Mapping, facts: FleetFact) -> list[Crossing]:
     if facts.dead_letters < minimum:
         return []
     return [_fleet_crossing("dead_letters", {"count": facts.dead_letters})]
-
-
-# Xid codes by what on-call does about them (NVIDIA's Xid catalogue).
-XID_CLASSES = {
-    "application": {13, 31, 43, 45, 69},  # the program faulted; the card is fine
-    "memory": {48, 63, 64, 92, 94, 95},  # ECC, row remapping: watch, drain on repeat
-    "hardware": {61, 62, 74, 79, 119, 120},  # firmware, NVLink, fell off the bus: drain
-}
-
-
-def xid_class(xid: int | None) -> str:
-    for name, codes in XID_CLASSES.items():
-        if xid in codes:
-            return name
-    return "other"
 
 
 def event(params: Mapping, facts: FleetFact) -> list[Crossing]:

@@ -18,7 +18,7 @@ def _expression(rule: AlertRule) -> str | None:
     params = rule.params
     if rule.kind == AlertRule.Kind.HEADROOM_LOW:
         limit = float(params.get("min_gib", 8)) * GIB
-        return f"max by (host) (gpu_console_card_headroom_bytes) < {limit:.0f}"
+        return f"max by (Hostname) (gpu_console_card_headroom_bytes) < {limit:.0f}"
     if rule.kind == AlertRule.Kind.FRAGMENTATION_RED:
         return f"gpu_console_card_fragmentation_index > {settings.FRAGMENTATION_RED}"
     if rule.kind == AlertRule.Kind.KV_DEMAND:
@@ -28,7 +28,7 @@ def _expression(rule: AlertRule) -> str | None:
         return f"gpu_console_collector_last_sample_age_seconds > {limit:g}"
     if rule.kind == AlertRule.Kind.EVENT and params.get("event_kind") == "oom":
         window = int(float(params.get("window_s", 300)))
-        return f"delta(gpu_console_ooms_24h[{window}s]) > 0"
+        return f"increase(gpu_console_oom_events_total[{window}s]) > 0"
     return None
 
 

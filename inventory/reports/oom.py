@@ -1,4 +1,5 @@
-"""OOM events counted over a window: the one count behind the fleet board, /metrics and the gate."""
+"""OOM events counted over a window: the one count behind the fleet board and the gate
+(/metrics counts the whole history: `inventory.reports.event_totals`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Literal
 from inventory.models import Event
 from inventory.timeseries import queries
 
-# "OOMs lately" on the fleet board and in /metrics.
+# "OOMs lately" on the fleet board.
 OOM_WINDOW = dt.timedelta(hours=24)
 
 
@@ -16,5 +17,5 @@ def oom_counts(
     by: Literal["host", "gpu"], ids: list[int], start: dt.datetime, end: dt.datetime
 ) -> dict[int, int]:
     """OOM events per host (or per card) id with `start <= at <= end`; ids without any are
-    left out. The one count behind the fleet board, /metrics and the memory gate."""
+    left out. The one count behind the fleet board and the memory gate."""
     return queries.event_counts(Event.Kind.OOM.value, by, ids, start, end)

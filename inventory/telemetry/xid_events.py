@@ -30,18 +30,24 @@ ACTIONS = {
     "reboot_node": "drain the node and reboot it; check power, PCIe and thermals",
 }
 
-# After NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors): the codes a co-located
-# inference host meets, with the first action the catalogue recommends.
+# After NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors, "Analyzing Xid Errors with
+# the Xid Catalog"): the codes a co-located inference host meets, each with the catalogue's
+# immediate action (RESET_GPU: reset_gpu, or drain where every process on the card is lost;
+# RESTART_BM: reboot_node; RESTART_APP: restart_app; IGNORE: none). Alerts (xid_class) and the
+# Xid triage runbook's table follow this table; a test holds the runbook to it.
 XID_CATALOGUE = {
     8: XidInfo("GPU stopped processing (timeout)", "restart_app", "application"),
     13: XidInfo("graphics engine exception (application fault)", "restart_app", "application"),
     31: XidInfo("GPU memory page fault (application fault)", "restart_app", "application"),
-    32: XidInfo("invalid or corrupted push buffer stream", "reset_gpu", "gpu"),
-    38: XidInfo("driver firmware error", "reset_gpu", "gpu"),
+    # NVIDIA: mostly PCIe link quality, not the application; restarting it is still the first
+    # step, a repeat on one card means testing the card.
+    32: XidInfo("invalid or corrupted push buffer stream", "restart_app", "application"),
+    38: XidInfo("driver firmware error", "none", "gpu"),
     43: XidInfo("GPU stopped processing (application fault)", "restart_app", "application"),
     45: XidInfo(
         "preemptive cleanup after an earlier error or a killed process", "none", "application"
     ),
+    46: XidInfo("GPU stopped processing (GPU timeout)", "reset_gpu", "gpu"),
     48: XidInfo("double bit ECC error", "drain", "gpu"),
     61: XidInfo("internal micro-controller breakpoint or warning", "reset_gpu", "gpu"),
     62: XidInfo("internal micro-controller halt", "reset_gpu", "gpu"),
@@ -58,17 +64,35 @@ XID_CATALOGUE = {
         "application",
     ),
     95: XidInfo("uncontained ECC error (every process on the card is affected)", "drain", "gpu"),
-    109: XidInfo("context switch timeout", "restart_app", "application"),
+    109: XidInfo("context switch timeout", "reset_gpu", "gpu"),
     119: XidInfo("GSP RPC timeout", "reset_gpu", "gpu"),
     120: XidInfo("GSP error", "reset_gpu", "gpu"),
-    121: XidInfo("C2C link error", "reset_gpu", "gpu"),
+    # Corrected errors on the Grace C2C link: no impact now; a reset at a service window
+    # retrains the link.
+    121: XidInfo("C2C link error (corrected)", "none", "gpu"),
     140: XidInfo("unrecovered ECC error", "drain", "gpu"),
     154: XidInfo(
         "GPU recovery action changed (the driver asks for a reset or a reboot)", "drain", "gpu"
     ),
 }
 UNKNOWN_XID = XidInfo("see NVIDIA Xid catalogue", "none", "gpu")
-XID_MEANINGS = {code: info.meaning for code, info in XID_CATALOGUE.items()}
+
+# What an alert calls an Xid, by the catalogue's action: the card out of service (critical),
+# the card to watch and reset at the next drain (warning), an application's own fault or
+# information (info). Codes outside the catalogue are "other".
+XID_CLASS_OF_ACTION = {
+    "drain": "hardware",
+    "reset_gpu": "hardware",
+    "reboot_node": "hardware",
+    "check_row_remapping": "memory",
+    "restart_app": "application",
+    "none": "application",
+}
+
+
+def xid_class(xid: int | None) -> str:
+    info = XID_CATALOGUE.get(xid) if xid is not None else None
+    return XID_CLASS_OF_ACTION[info.action] if info else "other"
 
 
 def xid_detail(xid: int) -> dict[str, str]:

@@ -548,6 +548,43 @@ def event_counts(
     return {row["owner"]: row["n"] for row in rows}
 
 
+class EventTotal(NamedTuple):
+    """How many events of one kind (and Xid code) a card, or a MIG GPU instance of it, has had
+    since the console began: the rows behind /metrics' counters."""
+
+    host: str
+    gpu_index: int | None  # None: an event the host reported without a card
+    uuid: str
+    product_name: str
+    gpu_id: int | None
+    kind: str
+    xid: int | None
+    gpu_instance_id: int | None  # the MIG GPU instance the event names; None: the whole card
+    count: int
+
+
+def event_totals(kinds: list[str], host_ids: list[int]) -> list[EventTotal]:
+    """Every stored event of these kinds counted per card, Xid code and MIG GPU instance.
+
+    Events are never aged out and only ever added, so each count only grows: a counter. The
+    GPU instance is the one the event itself names (NVML's Xid event data); a deployment's
+    current slice is not used, as moving a deployment would move its past events."""
+    rows = _tuples(
+        """
+        SELECT h.name, g.index, coalesce(g.uuid, ''), coalesce(g.product_name, ''), g.id,
+               e.kind, e.xid, (e.detail->>'gpu_instance_id')::int AS gi, count(*)
+        FROM inventory_event e
+        JOIN inventory_host h ON h.id = e.host_id
+        LEFT JOIN inventory_gpu g ON g.id = e.gpu_id
+        WHERE e.kind = ANY(%s) AND e.host_id = ANY(%s)
+        GROUP BY h.name, g.index, g.uuid, g.product_name, g.id, e.kind, e.xid, gi
+        ORDER BY h.name, g.index, e.kind, e.xid, gi
+        """,
+        [kinds, host_ids],
+    )
+    return [EventTotal(*row) for row in rows]
+
+
 def latency_p99_peaks(host_ids: list[int], start: dt.datetime, end: dt.datetime) -> list[dict]:
     """Per host and served model running there: the highest P99 latency (s) over the hourly
     buckets in (start, end], beside the model's SLO (ms)."""

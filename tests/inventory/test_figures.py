@@ -114,13 +114,16 @@ def test_headroom_kv_gap_and_ooms_are_one_number_everywhere(client, client_as, p
     assert check_kv(proposal, timezone.now()).numbers["gap_bytes"] == gap
 
     metrics = _metrics(client, personas)
-    card = (("card", "0"), ("host", host.name))
+    card = (("Hostname", host.name), ("UUID", gpu.uuid), ("device", "nvidia0"), ("gpu", "0"),
+            ("modelName", gpu.product_name))  # fmt: skip
     assert metrics[("gpu_console_card_headroom_bytes", card)] == headroom
-    kv_labels = (("deployment", str(deployment.pk)), ("host", host.name), ("model", "chat"))
+    kv_labels = (("Hostname", host.name), ("deployment", str(deployment.pk)), ("model", "chat"))
     assert metrics[("gpu_console_kv_reservation_gap_bytes", kv_labels)] == gap
 
     assert board.ooms_24h == 1
-    assert metrics[("gpu_console_ooms_24h", (("host", host.name),))] == 1
+    # /metrics counts every stored OOM (a counter), not the board's last 24 hours.
+    whole_card = (("GPU_I_ID", ""), ("GPU_I_PROFILE", ""), *card)
+    assert metrics[("gpu_console_oom_events_total", tuple(sorted(whole_card)))] == 2
     assert _recent_ooms([gpu], timezone.now()) == {str(gpu): 2}  # the gate looks back 7 days
 
 
@@ -192,7 +195,7 @@ def test_kv_per_card_is_one_number_in_the_ledger_the_gate_the_advisor_and_metric
     assert advice.current_per_card_bytes == expected
 
     metrics = _metrics(client, personas)
-    labels = (("basis", "shape"), ("deployment", str(deployment.pk)), ("host", "tp-01"),
+    labels = (("Hostname", "tp-01"), ("basis", "shape"), ("deployment", str(deployment.pk)),
               ("model", "big"))  # fmt: skip
     assert metrics[("gpu_console_kv_reservation_per_card_bytes", labels)] == expected
 

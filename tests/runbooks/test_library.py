@@ -4,6 +4,8 @@ import re
 
 import pytest
 
+from console.alerts.default_rules import DEFAULT_RULES
+from inventory.telemetry.xid_events import XID_CATALOGUE, xid_class
 from runbooks.library import LibraryFormatError, load_library, parse_note
 from runbooks.models import RunbookNote
 
@@ -112,9 +114,18 @@ def test_the_new_operations_notes_cover_their_ground():
     assert "EXCLUSIVE_PROCESS" in _body("mps-setup")
     assert "nvidia-mig-parted apply" in _body("mig-persistence")
     assert "NVMLError_LibRmVersionMismatch" in _body("driver-library-mismatch")
-    xids = set(re.findall(r"^\| (\d+)", _body("xid-triage"), re.MULTILINE))
-    assert {"13", "31", "43", "48", "63", "64", "74", "79", "94", "95"} <= xids
     engines = _body("engine-memory-settings")
     for setting in ("--gpu-memory-utilization", "--mem-fraction-static", "--cuda-memory-fraction",
                     "OLLAMA_GPU_OVERHEAD", "--kv-cache-memory-bytes"):  # fmt: skip
         assert setting in engines
+
+
+def test_the_xid_table_is_the_catalogue_with_the_alert_each_code_raises():
+    severity_of_class = {cls: rule[3] for rule in DEFAULT_RULES
+                         for cls in rule[7].get("xid_classes", ())}  # fmt: skip
+    for language in ("en", "zh-hans"):
+        (note,) = [n for n in load_library(language=language) if n.slug.startswith("xid-triage")]
+        rows = re.findall(r"^\| ([\d, ]+) \|.*\| `(\w+)` \|$", note.body, re.MULTILINE)
+        alerts = {int(code): alert for codes, alert in rows for code in codes.split(",")}
+        assert set(alerts) == set(XID_CATALOGUE), language
+        assert alerts == {code: severity_of_class[xid_class(code)] for code in alerts}, language

@@ -8,8 +8,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext
 
-from console.alerts.conditions import xid_class
 from console.alerts.models import Alert, AlertRule
+from inventory.telemetry.xid_events import xid_class
 
 register = template.Library()
 

@@ -14,9 +14,10 @@ from console.alerts.conditions import (
     headroom_low,
     in_scope,
     silenced_by,
-    xid_class,
 )
+from console.alerts.default_rules import DEFAULT_RULES
 from console.alerts.evaluation import Crossing, OpenAlert, State, Timing, repeat_due, step
+from inventory.telemetry.xid_events import XID_CATALOGUE, xid_class
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 GIB = 1024**3
@@ -95,7 +96,24 @@ def test_event_rules_group_per_card_and_xid_rules_keep_their_classes():
     assert sorted((c.labels["gpu"], c.values["count"]) for c in ooms) == [("0", 2), ("1", 1)]
     (hardware,) = event({"event_kind": "xid", "xid_classes": ["hardware"]}, facts)
     assert hardware.labels["xid_class"] == "hardware" and hardware.values["xid"] == 79
-    assert xid_class(48) == "memory" and xid_class(9999) == "other"
+    assert xid_class(63) == "memory" and xid_class(9999) == "other"
+
+
+def test_each_xid_raises_the_alert_its_catalogue_action_calls_for():
+    # NVIDIA's immediate action decides: a card to drain, reset or reboot is critical; one to
+    # reset at the next drain, a warning; an application's fault or a notice, info.
+    severity = {"drain": "critical", "reset_gpu": "critical", "reboot_node": "critical",
+                "check_row_remapping": "warning", "restart_app": "info",
+                "none": "info"}  # fmt: skip
+    rules = [r for r in DEFAULT_RULES if r[7].get("event_kind") == "xid"]
+    for code, info in XID_CATALOGUE.items():
+        facts = FleetFact(None, 0, events=[_event("xid", code)])
+        raised = [rule[3] for rule in rules if event(rule[7], facts)]
+        assert raised == [severity[info.action]], code
+    unknown = FleetFact(None, 0, events=[_event("xid", 9)])  # outside the catalogue
+    assert [rule[3] for rule in rules if event(rule[7], unknown)] == ["info"]
+    for code in (140, 154, 109, 48, 95):
+        assert xid_class(code) == "hardware", code
 
 
 def test_faults_rise_only_above_the_window_before():

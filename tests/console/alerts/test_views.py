@@ -133,6 +133,9 @@ def test_the_prometheus_rule_file_names_only_metrics_the_console_exports(capsys,
     stale = next(rule for rule in rules if rule["alert"] == "collector-stale")
     assert stale["expr"] == "gpu_console_collector_last_sample_age_seconds > 120"
     assert stale["labels"]["severity"] == "critical"
+    # OOMs are a counter: a rule asks for its increase over the window.
+    oom = next(rule for rule in rules if rule["alert"] == "oom")
+    assert oom["expr"] == "increase(gpu_console_oom_events_total[300s]) > 0"
 
 
 @pytest.mark.parametrize(
