@@ -10,6 +10,7 @@ a host on its first plan and publishes batches to the `ingest` queue (inventory.
 
 import importlib
 import logging
+import os
 import socket
 from pathlib import Path
 
@@ -117,14 +118,20 @@ def real_host_signals(nvml):
     """Kernel-log Xids and the MPS daemon where this host has them (AGENT_KERNEL_LOG,
     AGENT_MPS: auto or off); exits, restarts and engine logs always."""
     from inventory.agent.kernel_log import KernelXidSource, NvmlPciMap, open_journal, open_kmsg
-    from inventory.agent.mps import MpsMonitor
+    from inventory.agent.mps import DEFAULT_PIPE_DIR, MpsMonitors
     from inventory.agent.signals import SignalOptions
 
     options = SignalOptions()
     if env_str("AGENT_KERNEL_LOG", "auto") != "off":
         options.kernel_log = KernelXidSource([open_kmsg, open_journal], NvmlPciMap(nvml))
     if env_str("AGENT_MPS", "auto") != "off":
-        options.mps = MpsMonitor(interval_s=env_float("AGENT_MPS_INTERVAL_S", 5.0, minimum=0.5))
+        # One control daemon per GPU, as the runbooks set MPS up: each pipe directory named
+        # here, and those of the daemons found running.
+        configured = env_str("AGENT_MPS_PIPE_DIRS") or env_str("CUDA_MPS_PIPE_DIRECTORY")
+        options.mps = MpsMonitors(
+            (configured or DEFAULT_PIPE_DIR).split(os.pathsep),
+            interval_s=env_float("AGENT_MPS_INTERVAL_S", 5.0, minimum=0.5),
+        )
         options.mps.start()
     return options
 

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -24,6 +25,8 @@ from inventory.telemetry.readings import CollectorFault, PollResult, TelemetryEv
 
 CONTROL = "nvidia-cuda-mps-control"
 SERVER_NAME = "nvidia-cuda-mps-server"
+DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"
+_STATUSES = ("ACTIVE", "FAULT")
 
 
 class MpsUnavailable(Exception):
@@ -35,7 +38,7 @@ class MpsControl:
         self, binary: str = CONTROL, pipe_dir: str | None = None, timeout_s: float = 2.0
     ) -> None:
         self.binary = binary
-        self.pipe_dir = pipe_dir or os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
+        self.pipe_dir = pipe_dir or os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE_DIR
         self.timeout_s = timeout_s
 
     def ask(self, command: str) -> str:
@@ -57,6 +60,18 @@ class MpsControl:
         if done.returncode != 0:
             raise OSError(f"{command}: exit {done.returncode}: {done.stderr.strip()[:200]}")
         return done.stdout
+
+    def statuses(self, servers) -> dict[int, str | None]:
+        """Server PID -> ACTIVE, or FAULT for a server that took a fatal client fault and
+        refuses new clients (`get_server_status`); None where the daemon does not say."""
+        statuses: dict[int, str | None] = {}
+        for server in servers:
+            try:
+                words = self.ask(f"get_server_status {server}").split()
+            except (OSError, subprocess.SubprocessError):
+                words = []
+            statuses[server] = next((w for w in reversed(words) if w in _STATUSES), None)
+        return statuses
 
     def state(self) -> dict[int, list[int]]:
         """Server PID -> its client PIDs.
@@ -89,6 +104,7 @@ class MpsState:
     servers: dict[int, list[int]] = field(default_factory=dict)
     error: str | None = None
     unavailable: bool = False
+    statuses: dict[int, str | None] = field(default_factory=dict)
 
 
 class MpsMonitor:
@@ -107,7 +123,8 @@ class MpsMonitor:
     def refresh(self) -> MpsState:
         """Ask the daemon now (the thread's work; tests call it directly)."""
         try:
-            state = MpsState(True, self.control.state())
+            servers = self.control.state()
+            state = MpsState(True, servers, statuses=self.control.statuses(servers))
         except MpsUnavailable as error:
             state = MpsState(False, error=str(error), unavailable=True)
         except (OSError, subprocess.SubprocessError, ValueError) as error:
@@ -140,7 +157,8 @@ class MpsMonitor:
         if not state.answered:
             if state.error != self._said:
                 self._said = state.error
-                faults.append(CollectorFault(None, "mps_control", "Unanswered", state.error, ts=ts))
+                message = f"{self.control.pipe_dir}: {state.error}"
+                faults.append(CollectorFault(None, "mps_control", "Unanswered", message, ts=ts))
             if not state.unavailable and not self._daemon_down:
                 self._daemon_down = True
                 events += [
@@ -166,23 +184,32 @@ class MpsMonitor:
                     }
                     for pid in clients
                 ],
+                "status": state.statuses.get(server),
             }
         for pid, known in sorted(self._known.items()):
             if pid not in current and known["clients"]:
                 events.append(self._down(ts, pid, known, "server_exited"))
+        for pid, now in sorted(current.items()):
+            # Alive but refusing new clients after a client's fatal fault: its clients have
+            # failed with it, and a restarted engine cannot join it.
+            before = self._known.get(pid)
+            if now["status"] == "FAULT" and (before is None or before.get("status") != "FAULT"):
+                known = now if now["clients"] or before is None else before
+                events.append(self._down(ts, pid, known, "server_faulted"))
         self._known = current
         self.live = [
             {
                 "server_pid": s["server_pid"],
                 "card_uuids": [uuid for _, uuid in s["cards"] if uuid],
                 "clients": s["clients"],
+                "status": s["status"],
+                "pipe_dir": self.control.pipe_dir,
             }
             for s in current.values()
         ]
         return events, faults
 
-    @staticmethod
-    def _down(ts: float, server: int, known: dict, cause: str) -> TelemetryEvent:
+    def _down(self, ts: float, server: int, known: dict, cause: str) -> TelemetryEvent:
         cards = known["cards"]
         index, uuid = cards[0] if cards else (None, None)
         return TelemetryEvent(
@@ -196,8 +223,130 @@ class MpsMonitor:
                 "card_uuids": [u for _, u in cards if u],
                 "clients": known["clients"],
                 "source": "mps_control",
+                "pipe_dir": self.control.pipe_dir,
             },
         )
+
+
+class MpsMonitors:
+    """Every MPS control daemon of the host, one monitor each: the pipe directories configured
+    (AGENT_MPS_PIPE_DIRS) and those the running daemons were started with, looked for again
+    every `rescan_s` (a daemon per GPU, as the runbooks set MPS up, starts and stops apart)."""
+
+    def __init__(
+        self,
+        configured: list[str],
+        *,
+        interval_s: float = 5.0,
+        proc: str = "/proc",
+        rescan_s: float = 60.0,
+        clock=time.monotonic,
+        binary: str = CONTROL,
+    ) -> None:
+        self.configured = configured
+        self.binary = binary
+        self.interval_s = interval_s
+        self.proc = proc
+        self.rescan_s = rescan_s
+        self._clock = clock
+        self.monitors: dict[str, MpsMonitor] = {}
+        self._scanned_at: float | None = None
+        self._unreadable: set[int] = set()
+        self._started = False
+
+    def start(self) -> None:
+        self._started = True
+        self._rescan()
+
+    def stop(self) -> None:
+        for monitor in self.monitors.values():
+            monitor.stop()
+
+    def refresh(self) -> None:
+        """Every daemon asked now (tests call it; each monitor's thread does otherwise)."""
+        self._rescan()
+        for monitor in self.monitors.values():
+            monitor.refresh()
+
+    def _rescan(self) -> list[CollectorFault]:
+        now = self._clock()
+        if self._scanned_at is not None and now - self._scanned_at < self.rescan_s:
+            return []
+        self._scanned_at = now
+        found, unreadable = running_pipe_dirs(self.proc)
+        faults = [
+            CollectorFault(
+                None,
+                "mps_control",
+                "EnvironUnreadable",
+                f"MPS control daemon pid {pid}: its pipe directory cannot be read "
+                "from its environment (another user's): list it in "
+                "AGENT_MPS_PIPE_DIRS",
+            )
+            for pid in sorted(set(unreadable) - self._unreadable)
+        ]
+        self._unreadable |= set(unreadable)
+        for pipe_dir in dict.fromkeys([*self.configured, *found]):
+            if pipe_dir not in self.monitors:
+                monitor = MpsMonitor(MpsControl(self.binary, pipe_dir), self.interval_s)
+                self.monitors[pipe_dir] = monitor
+                if self._started:
+                    monitor.start()
+        return faults
+
+    def poll(
+        self, ts: float, poll: PollResult, deployments: Mapping[tuple[int, int], str]
+    ) -> tuple[list[TelemetryEvent], list[CollectorFault]]:
+        faults = self._rescan()
+        events: list[TelemetryEvent] = []
+        for monitor in self.monitors.values():
+            found, said = monitor.poll(ts, poll, deployments)
+            events += found
+            faults += said
+        for fault in faults:
+            fault.ts = ts
+        return events, faults
+
+    @property
+    def live(self) -> list[dict]:
+        return [server for monitor in self.monitors.values() for server in monitor.live]
+
+
+def running_pipe_dirs(proc: str = "/proc") -> tuple[list[str], list[int]]:
+    """The pipe directories of the MPS control daemons running here (their
+    CUDA_MPS_PIPE_DIRECTORY, else the default), and the daemons whose environment this user
+    may not read."""
+    found, unreadable = [], []
+    try:
+        entries = list(os.scandir(proc))
+    except OSError:
+        return found, unreadable  # no /proc to look in (a container without it)
+    for entry in entries:
+        if not entry.name.isdecimal():
+            continue
+        try:
+            with open(f"{entry.path}/cmdline", "rb") as cmdline:
+                argv0 = cmdline.read().split(b"\0", 1)[0]
+        except OSError:
+            continue  # gone meanwhile
+        if os.path.basename(argv0).decode(errors="replace") != CONTROL:
+            continue
+        try:
+            with open(f"{entry.path}/environ", "rb") as environ:
+                variables = environ.read().split(b"\0")
+        except OSError:
+            unreadable.append(int(entry.name))
+            continue
+        pipe_dir = next(
+            (
+                v.split(b"=", 1)[1].decode()
+                for v in variables
+                if v.startswith(b"CUDA_MPS_PIPE_DIRECTORY=")
+            ),
+            DEFAULT_PIPE_DIR,
+        )
+        found.append(pipe_dir)
+    return found, unreadable
 
 
 def _cards_of_pids(poll: PollResult) -> dict[int, list[tuple[int, str | None]]]:

@@ -187,6 +187,8 @@ class MpsGroup:
     last_crash: Event | None
     live: bool = False  # from the MPS control daemon's answer, not the declared isolation
     server_pid: int | None = None
+    refusing_clients: bool = False  # the server's status is FAULT: it takes no new client
+    pipe_dir: str = ""  # which control daemon: one per GPU where the runbooks set MPS up
 
 
 # A live state older than this is no longer what runs on the host: fall back to the plan.
@@ -249,6 +251,8 @@ def _live_mps_groups(host: Host, crashes: dict) -> list[MpsGroup]:
                 max(last, key=lambda event: event.at) if last else None,
                 live=True,
                 server_pid=server.get("server_pid"),
+                refusing_clients=server.get("status") == "FAULT",
+                pipe_dir=str(server.get("pipe_dir") or ""),
             )
         )
     return groups

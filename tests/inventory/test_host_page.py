@@ -142,6 +142,16 @@ def test_the_mps_groups_follow_the_live_daemon_state_across_every_card_it_spans(
     assert sorted(group.models) == ["embedder", "small-chat", "unmapped client"]
     assert group.last_crash is not None
     assert "MPS server PID 900" in response.content.decode()
+    assert not group.refusing_clients and "refusing new clients" not in response.content.decode()
+    # The daemon of this GPU says its server took a fatal fault: it refuses new clients.
+    status = CollectorStatus.objects.get(host=mps_host)
+    status.mps_servers[0] |= {"status": "FAULT", "pipe_dir": "/run/nvidia-mps-0"}
+    status.save()
+    page = client_as("oncall").get(f"/hosts/{mps_host.name}/")
+    (group,) = page.context["mps_groups"]
+    assert group.refusing_clients and group.pipe_dir == "/run/nvidia-mps-0"
+    assert "refusing new clients" in page.content.decode()
+    assert "/run/nvidia-mps-0" in page.content.decode()
     CollectorStatus.objects.filter(host=mps_host).update(
         mps_seen_at=timezone.now() - dt.timedelta(hours=1)
     )

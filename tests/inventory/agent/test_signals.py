@@ -9,7 +9,7 @@ import pytest
 
 from inventory.agent.engine_logs import EngineLogs, FileTail
 from inventory.agent.kernel_log import KernelXidSource, NvmlPciMap, open_journal, open_kmsg
-from inventory.agent.mps import MpsControl, MpsMonitor
+from inventory.agent.mps import MpsControl, MpsMonitor, MpsMonitors, running_pipe_dirs
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.signals import SignalOptions
 from inventory.agent.sources import NvmlSource
@@ -368,6 +368,9 @@ class TornAnswers(MpsControl):
         assert command == expected
         return answer
 
+    def statuses(self, servers):
+        return dict.fromkeys(servers)  # a daemon too old to tell
+
 
 def test_a_server_dying_between_the_daemons_two_answers_is_still_down_with_its_clients():
     monitor = MpsMonitor(
@@ -422,6 +425,80 @@ def test_a_daemon_that_stops_answering_takes_its_servers_clients_down_once(mps_h
     assert [d["detail"]["cause"] for d in downs] == ["daemon_not_answering"]
     faults = [f for b in sink for f in b["faults"] if f["call"] == "mps_control"]
     assert faults and "TimeoutExpired" in faults[0]["message"]
+
+
+def test_a_server_that_refuses_new_clients_is_down_with_the_clients_it_took(mps_host):
+    runtime, clock, _, pipe_dir, monitor, sink = mps_host
+    _mps_tick(runtime, clock, monitor)
+    (live,) = monitor.live
+    assert live["status"] == "ACTIVE" and live["pipe_dir"] == str(pipe_dir)
+    # A client's fatal fault: the server stays, listed, but takes no new client.
+    (pipe_dir / "daemon.json").write_text(
+        json.dumps({"servers": {"900": [901, 902]}, "status": {"900": "FAULT"}})
+    )
+    _mps_tick(runtime, clock, monitor)
+    _mps_tick(runtime, clock, monitor)
+    runtime.flush(clock.t)
+    runtime.publish_pending()
+    downs = [e for b in sink for e in b["events"] if e["kind"] == "mps_server_down"]
+    assert [d["detail"]["cause"] for d in downs] == ["server_faulted"]  # once
+    assert [c["pid"] for c in downs[0]["detail"]["clients"]] == [901, 902]
+    assert downs[0]["detail"]["pipe_dir"] == str(pipe_dir)
+    assert monitor.live[0]["status"] == "FAULT"
+
+
+def test_every_control_daemon_is_watched_and_a_crash_names_only_its_own_clients(tmp_path):
+    dirs = [tmp_path / "mps-0", tmp_path / "mps-1"]
+    for pipe_dir, (server, client) in zip(dirs, [(900, 901), (910, 911)], strict=True):
+        pipe_dir.mkdir()
+        _daemon(pipe_dir, {str(server): [client]})
+    monitors = MpsMonitors(
+        [str(d) for d in dirs], proc=str(tmp_path / "no-proc"), binary=FAKE_MPS_CONTROL
+    )
+    clients = [FakeProcess(pid, "python3", GIB, kind="mps") for pid in (901, 911)]
+    servers = [FakeProcess(pid, "nvidia-cuda-mps-server", 300 * MIB) for pid in (900, 910)]
+    cards = [
+        h100_card("h", 0, [servers[0], clients[0]]),
+        h100_card("h", 1, [servers[1], clients[1]]),
+    ]
+    collector = NvmlCollector(nvml_for(*cards), "h", watch_xid=False)
+    monitors.refresh()
+    monitors.poll(1.0, collector.poll(), {})
+    assert sorted((s["pipe_dir"], s["server_pid"]) for s in monitors.live) == [
+        (str(dirs[0]), 900),
+        (str(dirs[1]), 910),
+    ]
+    _daemon(dirs[1], {})  # the second GPU's daemon loses its server
+    monitors.refresh()
+    (down,), _ = monitors.poll(2.0, collector.poll(), {})
+    assert down.detail["pipe_dir"] == str(dirs[1]) and down.card_index == 1
+    assert [c["pid"] for c in down.detail["clients"]] == [911]
+
+
+def test_the_running_daemons_pipe_directories_come_from_their_environment(tmp_path):
+    def process(pid: int, argv0: str, environ: bytes | None) -> None:
+        folder = tmp_path / str(pid)
+        folder.mkdir()
+        (folder / "cmdline").write_bytes(argv0.encode() + b"\0-d\0")
+        if environ is None:
+            (folder / "environ").mkdir()  # unreadable, as another user's environment is
+        else:
+            (folder / "environ").write_bytes(environ)
+
+    process(10, "/usr/bin/nvidia-cuda-mps-control", b"CUDA_MPS_PIPE_DIRECTORY=/run/mps-0\0X=1\0")
+    process(11, "nvidia-cuda-mps-control", b"HOME=/root\0")  # the default directory
+    process(12, "/usr/bin/nvidia-cuda-mps-control", None)
+    process(13, "/usr/bin/python3", b"CUDA_MPS_PIPE_DIRECTORY=/run/not-a-daemon\0")
+    (tmp_path / "self").mkdir()
+    found, unreadable = running_pipe_dirs(str(tmp_path))
+    assert sorted(found) == ["/run/mps-0", "/tmp/nvidia-mps"] and unreadable == [12]
+    monitors = MpsMonitors(["/run/mps-0"], proc=str(tmp_path))
+    _, faults = monitors.poll(
+        1.0, NvmlCollector(nvml_for(h100_card("h", 0)), "h", watch_xid=False).poll(), {}
+    )
+    assert sorted(monitors.monitors) == ["/run/mps-0", "/tmp/nvidia-mps"]
+    (fault,) = [f for f in faults if f.error == "EnvironUnreadable"]
+    assert "pid 12" in fault.message and "AGENT_MPS_PIPE_DIRS" in fault.message
 
 
 def test_no_mps_daemon_on_a_host_is_one_fault_and_no_event(tmp_path):
