@@ -207,3 +207,12 @@ def test_a_user_the_helper_does_not_name_is_refused(host_with_helper, agent_venv
     assert ran.returncode == 77
     assert ran.stdout.strip() == "refused: uid 65533 is not one of this helper's allowed_users"
     assert not (work / "ran.txt").exists()
+
+
+def test_the_wheel_installs_the_client_the_actions_file_names(agent_venv):
+    ran = subprocess.run(
+        [agent_venv / "bin" / "gpu-console-host-action", "--help"],
+        env=clean_env(), capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "{serve,restart,stop,start,reload_with,mps_restart}" in ran.stdout

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from inventory.agent.actions import parse_actions
 from inventory.agent.host_action_helper import (
     ConfigError,
     Refused,
@@ -36,6 +37,7 @@ log_directory = "/var/log/nvidia-mps-0"
 [mps."1"]
 systemd = "nvidia-mps@1.service"
 """
+CLIENT = "/opt/gpu-console-agent/bin/gpu-console-host-action"
 KUBECTL = ("/usr/bin/kubectl", "--kubeconfig", "/etc/gpu-console/kubeconfig",
            "--namespace", "inference")  # fmt: skip
 
@@ -158,3 +160,19 @@ def test_a_daemon_that_will_not_start_is_retried_then_reported(tmp_path, monkeyp
     answer, runs = _control(tmp_path, "{'-d': 3}")
     assert (answer["state"], answer["exit_code"]) == ("failed", 3)
     assert [run["argv"] for run in runs][:3] == [[], ["-d"], ["-d"]]
+
+
+def test_the_shipped_examples_ask_the_helper_only_for_what_it_lists():
+    deploy = Path(__file__).resolve().parents[3] / "deploy" / "host-actions"
+    helper = parse_config((deploy / "host-actions.toml").read_text().replace("gpu-agent", "root"))
+    agent = parse_actions((deploy / "actions.toml").read_text())
+    values = {"--kv-bytes": ("kv_bytes", 2**30), "--mem-fraction": ("mem_fraction", 0.8)}
+    for name, actions in agent.deployments.items():
+        for action, command in actions.items():
+            client, asked, deployment, *flag = command.argv
+            assert (client, asked, deployment) == (CLIENT, action, name)
+            params = dict([values[flag[0]]]) if flag else {}
+            assert plan(helper, {"action": action, "deployment": name, "params": params}).steps
+    mps = agent.host["mps_restart"].render({"card_index": 1})
+    assert mps == [CLIENT, "mps_restart", "--card", "1"]
+    assert plan(helper, {"action": "mps_restart", "params": {"card_index": 1}}).steps
