@@ -13,12 +13,16 @@ again. A request past its `expires_at` is refused, and a command past its `timeo
     # /etc/gpu-console/actions.toml
     [deployments."llama-70b"]
     restart = { systemd = "vllm-llama70b.service" }
-    reload_with = { argv = ["/usr/local/sbin/vllm-reload", "llama70b", "{kv_bytes}"] }
+    reload_with = { argv = ["/opt/gpu-console-agent/bin/gpu-console-host-action",
+                            "reload_with", "llama-70b", "--kv-bytes", "{kv_bytes}"] }
     [host]
-    mps_restart = { argv = ["/usr/local/sbin/mps-restart", "{card_index}"], timeout_s = 60 }
+    mps_restart = { argv = ["/opt/gpu-console-agent/bin/gpu-console-host-action",
+                            "mps_restart", "--card", "{card_index}"], timeout_s = 60 }
 
-(docs/operations.md has the whole format.) `simulated = true` hands the action to the fleet
-simulator's model of the host instead of running a command.
+(docs/operations.md has the whole format.) What needs root goes through the root helper
+(inventory.agent.host_action_helper): the unprivileged agent cannot restart a unit itself.
+`simulated = true` hands the action to the fleet simulator's model of the host instead of
+running a command.
 """
 
 from __future__ import annotations
