@@ -13,12 +13,16 @@ again. A request past its `expires_at` is refused, and a command past its `timeo
     # /etc/gpu-console/actions.toml
     [deployments."llama-70b"]
     restart = { systemd = "vllm-llama70b.service" }
-    reload_with = { argv = ["/usr/local/sbin/vllm-reload", "llama70b", "{kv_bytes}"] }
+    reload_with = { argv = ["/opt/gpu-console-agent/bin/gpu-console-host-action",
+                            "reload_with", "llama-70b", "--kv-bytes", "{kv_bytes}"] }
     [host]
-    mps_restart = { argv = ["/usr/local/sbin/mps-restart", "{card_index}"], timeout_s = 60 }
+    mps_restart = { argv = ["/opt/gpu-console-agent/bin/gpu-console-host-action",
+                            "mps_restart", "--card", "{card_index}"], timeout_s = 60 }
 
-(docs/operations.md has the whole format.) `simulated = true` hands the action to the fleet
-simulator's model of the host instead of running a command.
+(docs/operations.md has the whole format.) What needs root goes through the root helper
+(inventory.agent.host_action_helper): the unprivileged agent cannot restart a unit itself.
+`simulated = true` hands the action to the fleet simulator's model of the host instead of
+running a command.
 """
 
 from __future__ import annotations
@@ -45,8 +49,12 @@ DEFAULT_TIMEOUT_S = 300.0
 MAX_TIMEOUT_S = 3600.0
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _CONTAINER_RUNTIMES = ("docker", "podman", "nerdctl")
-_SYSTEMD_UNIT = re.compile(r"[A-Za-z0-9@._:-]{1,200}\.(service|target)")
-_CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# A command exiting EX_NOPERM (sysexits.h) refused the action itself, its reason on its last
+# line: the root helper does (gpu-console-host-action), and any host script may.
+REFUSED_EXIT = 77
+# Shared with the root helper (inventory.agent.host_action_helper), which checks its own file.
+SYSTEMD_UNIT = re.compile(r"[A-Za-z0-9@._:-]{1,200}\.(service|target)")
+CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 class ActionsFileError(ValueError):
@@ -170,11 +178,11 @@ def _command(where: str, action: str, spec: Any) -> Command:
         raise ActionsFileError(f"{where}: {action} needs an argv (a reload takes parameters)")
     if "systemd" in spec:
         unit = spec["systemd"]
-        if not isinstance(unit, str) or not _SYSTEMD_UNIT.fullmatch(unit):
+        if not isinstance(unit, str) or not SYSTEMD_UNIT.fullmatch(unit):
             raise ActionsFileError(f"{where}.systemd: expected a unit name such as vllm.service")
         return Command(("/usr/bin/systemctl", action, unit), float(timeout))
     name, runtime = spec["container"], spec.get("runtime", "docker")
-    if not isinstance(name, str) or not _CONTAINER_NAME.fullmatch(name):
+    if not isinstance(name, str) or not CONTAINER_NAME.fullmatch(name):
         raise ActionsFileError(f"{where}.container: expected a container name")
     if runtime not in _CONTAINER_RUNTIMES:
         raise ActionsFileError(f"{where}.runtime: expected one of {_CONTAINER_RUNTIMES}")
@@ -344,6 +352,14 @@ class ActionRunner:
             return ha.outcome_message(
                 request, ha.FAILED, reason_code="cannot_start", detail=str(error), started_at=now
             )
+        if done.returncode == REFUSED_EXIT:
+            lines = done.stdout.strip().splitlines()
+            log.warning("host action %s refused on the host: %s", checked.id, done.stdout)
+            return ha.outcome_message(
+                request, ha.REFUSED, reason_code="host_refused",
+                detail=lines[-1] if lines else "refused on the host", exit_code=done.returncode,
+                output=done.stdout, started_at=now, finished_at=self.clock(),
+            )  # fmt: skip
         return ha.outcome_message(
             request,
             ha.SUCCEEDED if done.returncode == 0 else ha.FAILED,

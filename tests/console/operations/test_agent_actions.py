@@ -161,3 +161,15 @@ def test_outcome_carries_the_output_tail_and_exit_status(tmp_path):
     assert (outcome["state"], outcome["exit_code"]) == ("failed", 3)
     assert 0 < len(outcome["output_tail"]) <= 4000
     assert json.loads(signing.encode(outcome))["request_id"] == outcome["request_id"]
+
+
+def test_a_command_exiting_77_refused_on_the_host_and_its_last_line_says_why(tmp_path):
+    """As the root helper answers (gpu-console-host-action): a refusal, not a failure."""
+    table = parse_actions(
+        f'[deployments."d"]\nrestart = {{ argv = ["{sys.executable}", "-c", '
+        "\"import sys; print('asked'); print('refused: not listed'); sys.exit(77)\"] }"
+    )
+    outcome = _runner(table, []).handle(*_signed(_request(action="restart", deployment="d")))
+    assert (outcome["state"], outcome["reason_code"]) == ("refused", "host_refused")
+    assert outcome["detail"] == "refused: not listed"
+    assert outcome["output_tail"] == "asked\nrefused: not listed\n"
