@@ -51,11 +51,9 @@ def _process(pid: int, name: str, mib: int) -> dict:
 
 
 @pytest.fixture
-def rehearsal(agent_venv, settings, tmp_path):
+def rehearsal(agent_venv, tmp_path):
     if os.uname().machine != "x86_64":
         pytest.skip("the vendored mock NVML is built for x86_64 Linux")
-    settings.AGENT_FLUSH_INTERVAL_S = 2.0
-    settings.COLLECTION_PLAN_INTERVAL_S = 2.0
     host = Host.objects.create(name=HOST, collector=Host.Collector.NVML)
     # The 95% rule at once, not after its 30 s: the timeline measures the signal's path.
     AlertRule.objects.filter(slug="card-memory-95").update(for_s=0)
@@ -84,6 +82,9 @@ def rehearsal(agent_venv, settings, tmp_path):
     processes = Processes(
         {
             "DATABASE_URL": database_url_for_processes(),
+            # The plan beat sends the agent: a batch every 2 s, and the plan itself as often.
+            "AGENT_FLUSH_INTERVAL_S": "2",
+            "COLLECTION_PLAN_INTERVAL_S": "2",
             "ALERT_EVALUATION_INTERVAL_S": "2",
             **broker.env,
         },
