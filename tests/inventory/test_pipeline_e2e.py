@@ -10,15 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from inventory.demo import _create_host
 from inventory.models import CardSample, CollectorStatus, Host, ProcessSample
-from inventory.telemetry.simulator.scenarios import demo_fleet_specs
-from tests.processes import Processes, database_url_for_processes, wait_for
+from tests.processes import (
+    Processes,
+    database_url_for_processes,
+    demo_host_signed,
+    simulator_secrets,
+    wait_for,
+)
 
 REAL_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "nvml-h200"
 MIB = 1024**2
-# The secrets the simulator agent holds, for the hosts the test registers.
-SECRETS = {"infer-01": "infer-01-secret", "mps-l40s": "mps-l40s-secret"}
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -32,25 +34,12 @@ def pipeline(settings, tmp_path, isolated_broker):
     processes = Processes(env, tmp_path)
     processes.celery_worker("central", "celery")
     processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
-    # The simulator agent signs as a real one does: with the secrets of the hosts it will
-    # collect, handed out before it starts (seed_demo --secrets-file does it for the demo).
-    secrets = tmp_path / "secrets.json"
-    secrets.write_text(json.dumps(SECRETS))
-    processes.agent(
-        "simulator",
-        "host.simulator",
-        {"AGENT_SOURCE": "simulator", "AGENT_SECRET_FILE": str(secrets)},
-    )
+    # It signs as a real agent does, with the secrets of the hosts the test registers.
+    secrets = simulator_secrets(tmp_path, ["infer-01", "mps-l40s"])
+    processes.agent("simulator", "host.simulator", {"AGENT_SOURCE": "simulator", **secrets})
     processes.beat(tmp_path)
     yield processes
     processes.stop()
-
-
-def _registered(name):
-    """A demo host registered with the secret its agent holds."""
-    host = _create_host(next(spec for spec in demo_fleet_specs() if spec.name == name))
-    Host.objects.filter(pk=host.pk).update(agent_secret=SECRETS[name])
-    return host
 
 
 def _logs(processes):
@@ -61,7 +50,7 @@ def _logs(processes):
 
 
 def test_a_simulated_host_lands_in_postgres_with_its_interval_peaks(pipeline):
-    host = _registered("infer-01")
+    host = demo_host_signed("infer-01")
     wait_for(
         lambda: CardSample.objects.filter(gpu__host=host).values("ts").distinct().count() >= 2,
         timeout=150,
@@ -82,7 +71,7 @@ def test_a_simulated_host_lands_in_postgres_with_its_interval_peaks(pipeline):
     assert status.batches >= 2
 
     # A host added while everything runs is collected without a restart.
-    later = _registered("mps-l40s")
+    later = demo_host_signed("mps-l40s")
     wait_for(
         lambda: CardSample.objects.filter(gpu__host=later).exists(),
         timeout=90,
