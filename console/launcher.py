@@ -35,6 +35,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 OPERATIONS_HOST = operations_scenario.HOST
 OPERATIONS_ACTIONS = BASE_DIR / "inventory/telemetry/simulator/operations_actions.toml"
 OPERATIONS_SECRET = BASE_DIR / "var" / "agent" / f"{OPERATIONS_HOST}.secret"
+# The demo fleet's host secrets, for its simulator agent (seed_demo --secrets-file).
+DEMO_FLEET_SECRETS = BASE_DIR / "var" / "agent" / "demo-fleet.secrets.json"
 OPERATIONS_MPS_CRASH_AFTER_S = 150.0
 SIMULATOR_QUEUE = "host.simulator"  # inventory.collection.SIMULATOR_QUEUE
 PYTHON = sys.executable
@@ -112,7 +114,7 @@ def run() -> int:
             say("bringing the default runbook notes up to date")
             _manage(env, "sync_runbook_library")
             say("loading the demo fleet and demo users")
-            _manage(env, "seed_demo")
+            _manage(env, "seed_demo", "--secrets-file", str(DEMO_FLEET_SECRETS))
             say(f"loading the operations demo host {OPERATIONS_HOST}")
             _manage(env, "seed_operations_demo")
             _manage(env, "register_host", OPERATIONS_HOST, "--secret-file",
@@ -169,9 +171,10 @@ def run() -> int:
 
 
 def simulator_agents(agent: list[str], now: float) -> list[tuple[str, list[str], dict]]:
-    """(name, argv, environment) of the demo's simulator agents: the demo fleet's, and the
-    operations demo host's own, with its actions file (simulated actions only) and its
-    secret (action requests are signed), on the queue inventory.collection gives that host."""
+    """(name, argv, environment) of the demo's simulator agents: the demo fleet's, with its
+    hosts' secrets, and the operations demo host's own, with its actions file (simulated
+    actions only) and its secret, on the queue inventory.collection gives that host. Each signs
+    its hosts' batches (and the operations agent its outcomes) as a real host's agent does."""
     return [
         (
             "sim",
@@ -179,6 +182,7 @@ def simulator_agents(agent: list[str], now: float) -> list[tuple[str, list[str],
             # The demo's scripted incidents make alerts fire in the first minutes.
             {
                 "AGENT_SOURCE": "simulator",
+                "AGENT_SECRET_FILE": str(DEMO_FLEET_SECRETS),
                 "DEMO_INCIDENTS": os.environ.get("DEMO_INCIDENTS", "true"),
             },
         ),

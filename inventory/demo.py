@@ -16,6 +16,7 @@ from console.core.auditing.changes import open_change, record
 from console.core.roles import APPROVER, MANAGER, ONCALL
 from console.placement.mig_profiles import CATALOGUE as MIG_CATALOGUE
 from inventory.analytics.kv import POLICY_BUFFER_MAX, POLICY_BUFFER_MIN
+from inventory.collection import SIMULATOR_QUEUE, agent_queue
 from inventory.models import Deployment, Gpu, Host, MigSlice, ServedModel
 from inventory.services import do_set_model_priority
 from inventory.telemetry.simulator.catalogue import MIB, device_uuid, gpu_type, mig_uuid
@@ -85,6 +86,17 @@ def ensure_demo_fleet() -> list[str]:
                            f"{host.deployments.count()} deployments")  # fmt: skip
             created.append(spec.name)
     return created
+
+
+def demo_fleet_secrets() -> dict[str, str]:
+    """Host name to secret of every host the demo fleet's simulator agent collects, for its
+    AGENT_SECRET_FILE: it signs their batches as a real agent signs its host's, so the demo
+    passes the same check (inventory.ingest.signatures) that real hosts do."""
+    return {
+        host.name: host.agent_secret
+        for host in Host.objects.filter(collector=Host.Collector.SIMULATED)
+        if agent_queue(host) == SIMULATOR_QUEUE and host.holds_secret
+    }
 
 
 def ensure_operations_host() -> Host | None:

@@ -5,6 +5,7 @@
 They take primary keys or self-contained payloads, are idempotent, and are safe to retry.
 """
 
+import contextlib
 import logging
 
 from celery import current_app, shared_task
@@ -29,14 +30,38 @@ def send_collection_plan(host_id: int) -> None:
         return
     if host.collector == Host.Collector.NONE or host.status == Host.Status.RETIRED:
         return
+    queue = agent_queue(host)
+    if _waiting(queue):
+        # The agent has not taken what was sent last: it is away, and another plan would only
+        # pile up behind it (beat sends one every period, for as long as it is gone). When it
+        # is back, it takes what waits, then the next period's plan.
+        log.info("%s: its agent has not taken its last message; no new plan", host.name)
+        return
     plan = collection_plan(host)
-    # A plan older than two periods is stale: drop it rather than apply it late.
+    # A plan older than two periods is stale: dropped rather than applied late, by the agent
+    # (Celery's expires) and on RabbitMQ by the broker too (Celery sets it as the message's
+    # expiration, a per-message TTL).
     current_app.send_task(
         "agent.apply_plan",
         args=[plan],
-        queue=agent_queue(host),
+        queue=queue,
         expires=2 * plan["flush_interval_s"] + 60,
     )
+
+
+def _waiting(queue: str) -> int:
+    """How many messages wait on `queue` that no consumer has taken; 0 for a queue not there
+    (Redis keeps no empty queue)."""
+    with current_app.connection_for_write() as connection:
+        channel = connection.channel()
+        try:
+            return channel.queue_declare(queue=queue, passive=True).message_count
+        except connection.channel_errors:
+            return 0
+        finally:
+            # A refused passive declare has closed the channel already on AMQP.
+            with contextlib.suppress(*connection.channel_errors, *connection.connection_errors):
+                channel.close()
 
 
 @shared_task(name="inventory.refresh_rollups", time_limit=240, soft_time_limit=230)

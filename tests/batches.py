@@ -138,3 +138,12 @@ def write_history(host, tenants, *, start, minutes, demand, running=None, p99=No
     for offset in range(0, len(batches), 200):
         ingest_batches(batches[offset : offset + 200])
     rollups.refresh_all()
+
+
+def agent_secrets():
+    """An agent's secret_for holding every registered host's secret (read now): what the
+    tests publish is signed as each host's own agent signs it."""
+    from inventory.models import Host
+
+    secrets = dict(Host.objects.values_list("name", "agent_secret"))
+    return lambda host: secrets.get(host) or None

@@ -1,5 +1,6 @@
 """Real worker, agent and beat processes for end-to-end tests, on the test database."""
 
+import json
 import os
 import signal
 import socket
@@ -128,3 +129,24 @@ def wait_for(
         time.sleep(0.5)
     detail = f"\n{logs()}" if logs else ""
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+
+
+def simulator_secrets(directory: Path, names: list[str]) -> dict[str, str]:
+    """The AGENT_SECRET_FILE of a simulator agent that collects the demo hosts `names`, which
+    the test registers once the agent runs (demo_host_signed): written before it starts, as
+    seed_demo --secrets-file writes the demo's."""
+    path = directory / "simulator-secrets.json"
+    path.write_text(json.dumps({name: f"{name}-test-secret" for name in names}))
+    return {"AGENT_SECRET_FILE": str(path)}
+
+
+def demo_host_signed(name: str):
+    """The demo fleet's host `name`, registered with the secret simulator_secrets handed out."""
+    from inventory.demo import _create_host
+    from inventory.models import Host
+    from inventory.telemetry.simulator.scenarios import demo_fleet_specs
+
+    host = _create_host(next(spec for spec in demo_fleet_specs() if spec.name == name))
+    Host.objects.filter(pk=host.pk).update(agent_secret=f"{name}-test-secret")
+    host.refresh_from_db()
+    return host

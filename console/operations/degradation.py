@@ -87,8 +87,11 @@ def operations_user():
 def on_card_over_limit(card_pk: int, *, event_pk: int | None = None) -> DegradationRun | None:
     """Degrade a card past its limit (idempotent: a card already being degraded, or an event
         already handled, starts nothing new; nor does a card refusing new loads until a person
-    clears it). None when the card is within its limit."""
+    clears it). None when the card is within its limit, or its host holds no secret."""
     gpu = Gpu.objects.select_related("host").get(pk=card_pk)
+    if not gpu.host.holds_secret:
+        # Its figures may be anyone's: a forged 98% must not shrink or stop a tenant.
+        return None
     event = Event.objects.filter(pk=event_pk).first() if event_pk else None
     open_run = DegradationRun.objects.filter(
         gpu=gpu,

@@ -27,6 +27,17 @@ class FourEyesError(OperationError):
     pass
 
 
+NO_SECRET = (
+    "this host holds no secret: nothing it reports can be told from a forgery, so no host "
+    "action, standing policy or degradation acts on it"
+)
+
+
+def _require_secret(host: Host) -> None:
+    if not host.holds_secret:
+        raise ValidationError({"host": NO_SECRET}, code="no_secret")
+
+
 def active_policy(host: Host, kind: str) -> StandingPolicy | None:
     return StandingPolicy.objects.filter(host=host, kind=kind, revoked_at__isnull=True).first()
 
@@ -36,6 +47,7 @@ def do_sign_policy(*, acting_user, host: Host, kind: str, params: dict | None = 
     require_permission(acting_user, StandingPolicy, "sign")
     if kind not in StandingPolicy.Kind.values:
         raise ValidationError({"kind": f"not a policy kind: {kind!r}"})
+    _require_secret(host)
     for earlier in StandingPolicy.objects.select_for_update().filter(
         host=host, kind=kind, revoked_at__isnull=True
     ):
@@ -76,6 +88,9 @@ def _target(host: Host, action: str, deployment, params: dict):
 
 
 def _send(action: HostAction, actor) -> None:
+    # Asked for while the host held a secret, approved after it lost it: still not sent.
+    if not action.host.holds_secret:
+        raise OperationError(NO_SECRET)
     with audited(action, Action.HOST_ACTION_SEND, actor, host=action.host):
         now = timezone.now()
         action.state = HostAction.State.SENT
@@ -111,6 +126,7 @@ def do_request_action(
         require_permission(acting_user, HostAction, "add")
     if action not in ha.ACTIONS:
         raise ValidationError({"action": f"not a host action: {action!r}"})
+    _require_secret(host)
     try:
         checked = ha.check_params(action, params or {})
     except ha.RequestInvalid as invalid:

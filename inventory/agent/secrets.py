@@ -19,7 +19,7 @@ def read_secrets(path: str) -> SecretFor:
     if not path:
         log.warning(
             "AGENT_SECRET_FILE is not set: batches go unsigned (ingest takes those only "
-            "for simulated hosts)"
+            "for hosts registered without a secret)"
         )
         return lambda host: None
     text = Path(path).read_text().strip()

@@ -1,9 +1,18 @@
 """Which batches really come from the host they name: the HMAC each carries, checked.
 
-A host collected through NVML signs its batches with its own secret; a batch for it that is
-unsigned, or signed with another key, or changed on the way, is refused. Simulated hosts are
-the console's own demo, driven by the simulator agent, and sign nothing. A batch for a host
-the inventory does not know is left to ingest, which refuses it with that reason.
+Authentication follows the secret, not the collector: a host that holds a secret (every host
+registered since agents sign, simulated ones included: the demo's simulator agents get theirs
+at seeding) takes only batches signed with it; one unsigned, signed with another key, or
+changed on the way, is refused. The collector type is what the inventory says, not proof of
+anything: a check that skipped simulated hosts let anyone who reaches the broker write their
+figures and start automation on them.
+
+A host without a secret has nothing to check a batch against: its unsigned batches are written,
+as telemetry no one can vouch for, and nothing acts on them (console.operations refuses host
+actions, standing policies and degradation for it). A batch that carries a signature for such
+a host is refused: its sender holds a key the console never issued for it.
+A batch for a host the inventory does not know is left to ingest, which refuses it with that
+reason.
 """
 
 from __future__ import annotations
@@ -29,22 +38,24 @@ class Signed:
 def check_signatures(batches: list[Signed]) -> list[BatchRejected | None]:
     """One answer per batch: None where it may go on to ingest, else why it may not."""
     names = {_host(batch.payload) for batch in batches} - {None}
-    secrets = {
-        name: None if collector == Host.Collector.SIMULATED else secret
-        for name, collector, secret in Host.objects.filter(name__in=names).values_list(
-            "name", "collector", "agent_secret"
-        )
-    }
+    secrets = dict(
+        Host.objects.filter(name__in=names).values_list("name", "agent_secret").order_by()
+    )
     return [_check(batch, secrets) for batch in batches]
 
 
-def _check(batch: Signed, secrets: dict[str, str | None]) -> BatchRejected | None:
+def _check(batch: Signed, secrets: dict[str, str]) -> BatchRejected | None:
     host = _host(batch.payload)
-    if host not in secrets or secrets[host] is None or not settings.INGEST_REQUIRE_SIGNATURE:
+    if host not in secrets or not settings.INGEST_REQUIRE_SIGNATURE:
+        return None
+    secret = secrets[host]
+    if not secret:
+        if batch.signature:
+            return BatchRejected("bad_signature", "no_secret", host=host)
         return None
     if not batch.signature:
         return BatchRejected("unsigned", "unsigned", host=host, header=signing.HEADER)
-    if not signing.verify(secrets[host], batch.body, batch.signature):
+    if not signing.verify(secret, batch.body, batch.signature):
         return BatchRejected("bad_signature", "bad_signature", host=host)
     return None
 

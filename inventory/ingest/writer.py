@@ -2,8 +2,11 @@
 
 Batch ids go into IngestedBatch in the same transaction as the rows; a batch seen before
 inserts nothing (its id is looked up first, and a claim lost to another writer meanwhile
-undoes the group, which is written again without it). Many batches (from many hosts) share
-one transaction, so the fixed cost of a write is paid once per group, not per host interval.
+undoes the group, which is written again without it). A batch id is its host's own: the same
+id again for the same host is a redelivery, for another host a clash, refused with that
+reason (dropping it as a redelivery would let one host silence another's batch by its id).
+Many batches (from many hosts) share one transaction, so the fixed cost of a write is paid
+once per group, not per host interval.
 Rows are COPYed straight into the partitioned sample tables (inventory.ingest.samples);
 the rollups follow from the minutes marked dirty (inventory.timeseries.rollups).
 """
@@ -97,18 +100,17 @@ def ingest_batches(
         try:
             with transaction.atomic():
                 group.write()
-        except _ClaimedMeanwhile as raced:
+        except _ClaimedMeanwhile:
             # Another worker wrote some of these batches since they were looked up (the same
-            # redelivery taken twice): undone, and written again without them.
-            written_before |= raced.batch_ids
+            # redelivery taken twice, or a clash): undone, and written again knowing for
+            # which host each was written.
+            written_before = _written_before(payloads)
             continue
         return group.results
 
 
 class _ClaimedMeanwhile(Exception):
-    def __init__(self, batch_ids: set[str]) -> None:
-        super().__init__(f"{len(batch_ids)} batch ids claimed by another writer")
-        self.batch_ids = batch_ids
+    pass
 
 
 def _uuid_text(value) -> str | None:
@@ -124,16 +126,16 @@ def _uuid_text(value) -> str | None:
         return None
 
 
-def _written_before(payloads: list[dict]) -> set[str]:
-    """The group's batch ids already written: a redelivery, or an agent's resend."""
+def _written_before(payloads: list[dict]) -> dict[str, int]:
+    """The group's batch ids already written, with the host each was written for."""
     keys = {_uuid_text(p.get("batch_id")) for p in payloads if isinstance(p, dict)} - {None}
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT batch_id::text FROM inventory_ingestedbatch "
+            "SELECT batch_id::text, host_id FROM inventory_ingestedbatch "
             "WHERE batch_id IN (SELECT json_array_elements_text(%s::json)::uuid)",
             [json_parameter(sorted(keys))],
         )
-        return {row[0] for row in cursor.fetchall()}
+        return dict(cursor.fetchall())
 
 
 def _ensure_partitions(payloads: list[dict], window: Window) -> None:
@@ -160,7 +162,7 @@ class _Group:
     window: Window
     hosts: dict[str, Host]
     cards: dict[str, tuple[int, int]]
-    written_before: set[str]
+    written_before: dict[str, int]
     results: list[IngestResult | BatchRejected | None] = field(init=False)
     known: dict[str, tuple[int, int]] = field(init=False)
 
@@ -180,7 +182,7 @@ class _Group:
             payloads, self.hosts, {key: count for key, (_, _, count) in accepted.items()}
         )
         if len(fresh) < len(accepted):
-            raise _ClaimedMeanwhile(set(accepted) - fresh)
+            raise _ClaimedMeanwhile(f"{len(accepted) - len(fresh)} batch ids claimed meanwhile")
         events, faults = [], []
         for payload in payloads:
             host = self.hosts[payload["host"]]
@@ -204,7 +206,11 @@ class _Group:
                 raise BatchRejected(
                     "unknown_host", "unknown_host", "host", host=repr(payload["host"])
                 )
-            _check_cards(payload, self.hosts[payload["host"]], self.known)
+            host = self.hosts[payload["host"]]
+            key = _uuid_text(payload["batch_id"])
+            if self.written_before.get(key, host.pk) != host.pk:
+                raise BatchRejected("batch_id_clash", "other_host", "batch_id", batch_id=key)
+            _check_cards(payload, host, self.known)
         except BatchRejected as rejected:
             return rejected
         return columns
@@ -253,6 +259,13 @@ class _Group:
                 self.results[position] = outcome
                 continue
             key = _uuid_text(payload["batch_id"])
+            host = self.hosts[payload["host"]]
+            if key in accepted and accepted[key][1].payload["host"] != host.name:
+                # Two hosts' batches with one id in a group: the first one's, as if written.
+                self.results[position] = BatchRejected(
+                    "batch_id_clash", "other_host", "batch_id", batch_id=key
+                )
+                continue
             # The same batch twice in one group, or written before: a redelivery.
             if key in accepted or key in self.written_before:
                 self.results[position] = IngestResult(key, duplicate=True)
@@ -263,7 +276,7 @@ class _Group:
             if payload["schema"] == COLUMNAR_SCHEMA:
                 lists["processes"] = rows_of_wire(payload["processes"]) if lists["events"] else []
             batch = _Accepted({**payload, **lists}, outcome.one_per_process())
-            maps = maps_of[self.hosts[payload["host"]].pk]
+            maps = maps_of[host.pk]
             count, rows = _collect_samples(batch, maps, timestamp(payload["interval_end"]), tables)
             accepted[key] = (position, batch, count)
             yield from rows

@@ -95,6 +95,12 @@ class Host(models.Model):
         ):
             raise ValidationError({"labels": "Labels must be an object of text keys and values."})
 
+    @property
+    def holds_secret(self) -> bool:
+        """Whether its batches and action outcomes can be checked against a secret: nothing
+        acts on the word of a host without one (inventory.ingest.signatures)."""
+        return bool(self.agent_secret)
+
     def isolation_modes(self) -> set[str]:
         return set(
             self.deployments.exclude(status=Deployment.Status.STOPPED).values_list(

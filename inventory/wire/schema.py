@@ -112,6 +112,13 @@ MESSAGES = {
         "the signature does not match {host}'s secret: another sender, an old secret, or a "
         "body changed on its way"
     ),
+    "bad_signature.no_secret": gettext_noop(
+        "{host} holds no secret, yet this batch is signed: with a key the console never "
+        "issued for it"
+    ),
+    "batch_id_clash.other_host": gettext_noop(
+        "batch id {batch_id} was written for another host already: batch ids are each host's own"
+    ),
     "unknown_host.unknown_host": gettext_noop(
         "unknown host {host}: register it in the inventory first"
     ),
@@ -389,6 +396,10 @@ def check_batch(payload: Any, window: Window) -> ProcessColumns:
             _fields(_object(agent, "agent"), _AGENT, "agent")
         if agent.get("mps") is not None:
             _mps_servers(agent["mps"])
+    if payload.get("cards") is None:
+        # A batch says what its host's cards show, if only that there are none; one without
+        # them is no agent's (a forgery, or a sender that lost them on the way).
+        raise BatchRejected("missing", "required", "cards")
     cards = _rows(payload, "cards", _CARD, typed)
     _cards(cards)
     totals = {card["index"]: card.get("total_bytes") for card in cards}

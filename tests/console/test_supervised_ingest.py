@@ -15,7 +15,7 @@ from console.supervisor import RestartPolicy, Supervisor
 from inventory.agent.transport import batch_publisher
 from inventory.models import CardSample
 from inventory.wire.broker import broker_transport_options
-from tests.batches import GIB, batch, card_row
+from tests.batches import GIB, agent_secrets, batch, card_row
 from tests.factories import GpuFactory
 from tests.processes import BASE_DIR, database_url_for_processes, wait_for
 
@@ -62,7 +62,7 @@ def test_an_ingest_worker_killed_with_sigkill_is_restarted_and_writes_the_next_b
 
     options = broker_transport_options()
     publish = batch_publisher(
-        lambda: Connection("filesystem://", transport_options=options), lambda host: None
+        lambda: Connection("filesystem://", transport_options=options), agent_secrets()
     )
     now = time.time()
     card = card_row(gpu, used_max=GIB, used_last=GIB)

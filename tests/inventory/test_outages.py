@@ -9,7 +9,6 @@ import subprocess
 import threading
 import time
 
-import orjson
 import pytest
 from django.db import OperationalError
 from kombu import Connection
@@ -21,8 +20,9 @@ from inventory.ingest import worker as ingest_worker
 from inventory.ingest.redis_groups import GroupTaker
 from inventory.ingest.worker import IngestWorker
 from inventory.models import CardSample, DeadLetter
+from inventory.wire import signing
 from inventory.wire.queue import INGEST_QUEUE
-from tests.batches import GIB, batch, card_row
+from tests.batches import GIB, agent_secrets, batch, card_row
 from tests.factories import GpuFactory
 from tests.inventory.test_agent import MIDNIGHT, Clock, _plan, _run
 from tests.processes import free_port, wait_for_port
@@ -86,8 +86,9 @@ def test_a_broker_outage_is_backfilled_in_order_through_a_real_broker():
 
 
 class Message:
-    def __init__(self):
+    def __init__(self, headers=None):
         self.acked = False
+        self.headers = headers or {}
 
     def ack(self):
         self.acked = True
@@ -95,10 +96,13 @@ class Message:
 
 def _worker_with(*payloads):
     worker = IngestWorker(connection=None, max_group=10, max_wait_s=0)
-    messages = [Message() for _ in payloads]
-    for payload, message in zip(payloads, messages, strict=True):
-        body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-        worker.add(body, message)
+    secret_for = agent_secrets()
+    messages = []
+    for payload in payloads:
+        body = payload if isinstance(payload, bytes) else signing.encode(payload)
+        secret = isinstance(payload, dict) and secret_for(str(payload.get("host")))
+        messages.append(Message({signing.HEADER: signing.sign(secret, body)} if secret else {}))
+        worker.add(body, messages[-1])
     return worker, messages
 
 
@@ -214,7 +218,7 @@ def test_over_redis_the_worker_outlives_a_broker_that_stays_away(caplog):
     redis.start()
     url = f"redis://127.0.0.1:{redis.port}/0"
     gpu = GpuFactory()
-    publish = batch_publisher(lambda: Connection(url), lambda host: None)
+    publish = batch_publisher(lambda: Connection(url), agent_secrets())
     worker = IngestWorker(Connection(url, connect_timeout=1), max_group=10, max_wait_s=0.05)
     running = threading.Thread(target=worker.run, kwargs={"safety_interval": 0.05})
     try:
@@ -249,7 +253,7 @@ def test_over_redis_a_group_is_taken_in_one_call_and_a_killed_workers_group_come
     url = f"redis://127.0.0.1:{redis.port}/0"
     gpu = GpuFactory()
     try:
-        publish = batch_publisher(lambda: Connection(url), lambda host: None)
+        publish = batch_publisher(lambda: Connection(url), agent_secrets())
         payloads = [_healthy(gpu) for _ in range(5)]
         for payload in payloads:
             publish(payload)
@@ -300,7 +304,7 @@ def test_over_rabbitmq_a_group_is_acked_in_one_frame_and_nothing_stays_unacked(m
     with Connection(url) as conn:
         INGEST_QUEUE(conn.default_channel).declare()
         INGEST_QUEUE(conn.default_channel).purge()
-    publish = batch_publisher(lambda: Connection(url), lambda host: None)
+    publish = batch_publisher(lambda: Connection(url), agent_secrets())
     for _ in range(7):
         publish(_healthy(gpu))
     publish({"schema": "gpu-telemetry-batch/1", "host": "poison"})  # a dead letter, acked too

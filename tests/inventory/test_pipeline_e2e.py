@@ -10,10 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from inventory.demo import _create_host
 from inventory.models import CardSample, CollectorStatus, Host, ProcessSample
-from inventory.telemetry.simulator.scenarios import demo_fleet_specs
-from tests.processes import Processes, database_url_for_processes, wait_for
+from tests.processes import (
+    Processes,
+    database_url_for_processes,
+    demo_host_signed,
+    simulator_secrets,
+    wait_for,
+)
 
 REAL_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "nvml-h200"
 MIB = 1024**2
@@ -30,14 +34,12 @@ def pipeline(settings, tmp_path, isolated_broker):
     processes = Processes(env, tmp_path)
     processes.celery_worker("central", "celery")
     processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
-    processes.agent("simulator", "host.simulator", {"AGENT_SOURCE": "simulator"})
+    # It signs as a real agent does, with the secrets of the hosts the test registers.
+    secrets = simulator_secrets(tmp_path, ["infer-01", "mps-l40s"])
+    processes.agent("simulator", "host.simulator", {"AGENT_SOURCE": "simulator", **secrets})
     processes.beat(tmp_path)
     yield processes
     processes.stop()
-
-
-def _spec(name):
-    return next(spec for spec in demo_fleet_specs() if spec.name == name)
 
 
 def _logs(processes):
@@ -48,7 +50,7 @@ def _logs(processes):
 
 
 def test_a_simulated_host_lands_in_postgres_with_its_interval_peaks(pipeline):
-    host = _create_host(_spec("infer-01"))
+    host = demo_host_signed("infer-01")
     wait_for(
         lambda: CardSample.objects.filter(gpu__host=host).values("ts").distinct().count() >= 2,
         timeout=150,
@@ -69,7 +71,7 @@ def test_a_simulated_host_lands_in_postgres_with_its_interval_peaks(pipeline):
     assert status.batches >= 2
 
     # A host added while everything runs is collected without a restart.
-    later = _create_host(_spec("mps-l40s"))
+    later = demo_host_signed("mps-l40s")
     wait_for(
         lambda: CardSample.objects.filter(gpu__host=later).exists(),
         timeout=90,

@@ -1,8 +1,12 @@
+import json
+from pathlib import Path
+
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from console.core.auditing.changes import open_change
-from inventory.demo import ensure_demo_fleet, ensure_demo_users, fleet_seeded
+from console.core.private_files import write_private_file
+from inventory.demo import demo_fleet_secrets, ensure_demo_fleet, ensure_demo_users, fleet_seeded
 from inventory.tasks import backfill_demo_history
 
 
@@ -16,12 +20,20 @@ class Command(BaseCommand):
             default=settings.DEMO_HISTORY_DAYS,
             help="days of simulated history to write in the background (0: none)",
         )
+        parser.add_argument(
+            "--secrets-file",
+            type=Path,
+            help="write the demo fleet's host secrets (a JSON object, mode 0600) here, for its "
+            "simulator agent's AGENT_SECRET_FILE",
+        )
 
-    def handle(self, *args, history_days, **options):
+    def handle(self, *args, history_days, secrets_file, **options):
         with open_change():  # one change id for the whole seed
             users = ensure_demo_users(settings.DEMO_PASSWORD)
             hosts = ensure_demo_fleet()
         fleet_seeded.send(sender=Command, hosts=hosts)  # each answer opens changes of its own
+        if secrets_file:
+            write_private_file(secrets_file, json.dumps(demo_fleet_secrets()), replace=True)
         self.stdout.write(
             f"demo users created: {', '.join(users) or 'none (all present)'}; "
             f"demo hosts created: {', '.join(hosts) or 'none (all present)'}"

@@ -14,6 +14,7 @@ from console.core.auditing.models import AuditEntry
 from console.operations.models import DefragPlan, StandingPolicy
 from inventory import collection
 from inventory.agent.actions import read_actions
+from inventory.agent.secrets import read_secrets
 from inventory.demo import _create_host
 from inventory.models import Host, ServedModel
 from inventory.telemetry.simulator.scenarios import a100_host
@@ -88,6 +89,8 @@ def test_the_operations_host_has_a_simulator_agent_of_its_own(personas):
     demo_argv, demo_env = agents["sim"]
     assert queue(demo_argv) == collection.agent_queue(demo_host) == collection.SIMULATOR_QUEUE
     assert "AGENT_ACTIONS_FILE" not in demo_env  # the demo fleet's hosts refuse every action
+    # It signs its hosts' batches (seed_demo --secrets-file writes their secrets there).
+    assert demo_env["AGENT_SECRET_FILE"] == str(launcher.DEMO_FLEET_SECRETS)
     ops_argv, ops_env = agents["sim-operations"]
     assert queue(ops_argv) == collection.agent_queue(host) != collection.SIMULATOR_QUEUE
     assert ops_env["AGENT_SOURCE"] == "simulator"
@@ -103,3 +106,16 @@ def test_the_operations_host_has_a_simulator_agent_of_its_own(personas):
     assert {"reload_with", "stop"} <= set(table.deployments["batch-8b"])
     assert "restart" in table.deployments["code-8b"] and "mps_restart" in table.host
     assert set(table.deployments) == {d.runtime_name for d in host.deployments.all()}
+
+
+def test_the_seed_hands_the_demo_fleets_agent_its_hosts_secrets_only(personas, tmp_path):
+    _seed()
+    demo_host = _create_host(a100_host())
+    path = tmp_path / "agent" / "demo-fleet.secrets.json"
+    call_command("seed_demo", "--history-days", "0", "--secrets-file", str(path),
+                 stdout=io.StringIO())  # fmt: skip
+    secret_for = read_secrets(str(path))
+    assert secret_for(demo_host.name) == demo_host.agent_secret
+    # The operations host has an agent of its own, with its own secret file.
+    assert secret_for(launcher.OPERATIONS_HOST) is None
+    assert oct(path.stat().st_mode & 0o777) == "0o600"

@@ -16,12 +16,17 @@ from console.proposals.loadtest import services as loadtest_services
 from console.proposals.loadtest.plan import Phases, RequestMix
 from console.proposals.models import LoadTest, Proposal
 from console.proposals.transitions import State
-from inventory.demo import _create_host
 from inventory.models import Deployment
-from inventory.telemetry.simulator.scenarios import demo_fleet_specs
 from inventory.timeseries import queries
 from tests.console.proposals.support import create_proposal, english
-from tests.processes import Processes, database_url_for_processes, free_port, wait_for
+from tests.processes import (
+    Processes,
+    database_url_for_processes,
+    demo_host_signed,
+    free_port,
+    simulator_secrets,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -72,6 +77,7 @@ def stack(settings, tmp_path, isolated_broker):
         "host.simulator",
         {
             "AGENT_SOURCE": "simulator",
+            **simulator_secrets(tmp_path, ["infer-00", "infer-01"]),
             "SIMULATOR_ENDPOINTS_PORT": str(port),
             "SIMULATOR_DAY_SHIFT_S": str(_shift_to(SIMULATED_HOUR)),
         },
@@ -91,10 +97,6 @@ def _logs(processes):
     return lambda: "\n".join(
         f"--- {name} ---\n{relevant(name)}" for name in ("central", "ingest", "simulator")
     )
-
-
-def _host(name):
-    return _create_host(next(spec for spec in demo_fleet_specs() if spec.name == name))
 
 
 def _resize_proposal(author, deployment):
@@ -183,7 +185,7 @@ def _run_and_check(stack, personas, proposal, client):
 
 
 def test_shared_cards_fail_gate_4_on_p99_and_grouped_cards_pass(stack, personas, client_as):
-    shared, grouped = _host("infer-00"), _host("infer-01")
+    shared, grouped = demo_host_signed("infer-00"), demo_host_signed("infer-01")
     on_shared = shared.deployments.get(runtime_name="chat-large-r0")
     on_group = grouped.deployments.get(runtime_name="chat-large")
     assert on_shared.isolation_mode == Deployment.Isolation.TIME_SLICING

@@ -3,7 +3,6 @@
 import importlib
 import time
 
-import orjson
 import pytest
 from django.apps import apps
 from django.core.management import CommandError, call_command
@@ -13,6 +12,7 @@ from console.core.reason_text import render_in
 from inventory.ingest.worker import IngestWorker
 from inventory.models import CardSample, DeadLetter, Host, IngestedBatch
 from inventory.services import AlreadyResolved, do_discard_dead_letter, do_replay_dead_letter
+from inventory.wire import signing
 from inventory.wire.schema import BatchRejected, Window, check_batch
 from tests.batches import GIB, batch, card_row
 from tests.factories import GpuFactory
@@ -21,6 +21,9 @@ pytestmark = pytest.mark.django_db
 
 
 class _Message:
+    def __init__(self, headers=None):
+        self.headers = headers or {}
+
     def ack(self):
         pass
 
@@ -32,8 +35,10 @@ def _dead_letter_for_a_host_not_yet_registered():
     payload = batch(gpu.host, start=now - 10, end=now,
                     cards=[card_row(gpu, used_max=3 * GIB, used_last=GIB)])  # fmt: skip
     payload["host"] = "gpu-new"
+    # Signed with the secret the host will be registered with (the agent holds it already).
+    body = signing.encode(payload)
     worker = IngestWorker(connection=None, max_wait_s=0)
-    worker.add(orjson.dumps(payload), _Message())
+    worker.add(body, _Message({signing.HEADER: signing.sign(gpu.host.agent_secret, body)}))
     worker.flush()
     return DeadLetter.objects.get(), gpu
 

@@ -17,7 +17,7 @@ from inventory.models import CardSample, CollectorStatus, DeadLetter, Host
 from inventory.services import AlreadyResolved, do_replay_dead_letter
 from inventory.wire import signing
 from inventory.wire.queue import INGEST_QUEUE
-from tests.batches import GIB, batch, card_row, process_row
+from tests.batches import GIB, agent_secrets, batch, card_row, process_row
 from tests.factories import GpuFactory, HostFactory
 from tests.processes import Processes, database_url_for_processes, wait_for
 
@@ -72,7 +72,20 @@ def worker(tmp_path, isolated_broker):
     processes.stop()
 
 
-def _publish(connect, bodies, headers=None, compression=None):
+def _signature(body: bytes, secret_for) -> dict:
+    """The header the agent of the host a body names would send (none where that host is not
+    registered, or the body names none): a hostile body is refused for what it holds, not for
+    lacking a signature."""
+    try:
+        host = orjson.loads(body).get("host")
+    except (orjson.JSONDecodeError, AttributeError):
+        return {}
+    secret = secret_for(host) if isinstance(host, str) else None
+    return {signing.HEADER: signing.sign(secret, body)} if secret else {}
+
+
+def _publish(connect, bodies, headers=None, compression=None, signed=True):
+    secret_for = agent_secrets()
     with connect() as conn:
         # kombu's folder transport remembers, for the whole process, the queues an earlier
         # test declared in its own folder, and would route nothing in this one.
@@ -84,7 +97,7 @@ def _publish(connect, bodies, headers=None, compression=None):
                 body,
                 content_type="application/json",
                 content_encoding="utf-8",
-                headers=dict(headers or {}),
+                headers={**(_signature(body, secret_for) if signed else {}), **(headers or {})},
                 compression=compression,
                 exchange=INGEST_QUEUE.exchange,
                 routing_key=INGEST_QUEUE.routing_key,
@@ -174,7 +187,7 @@ def test_a_fixed_dead_letter_is_replayed_once_and_an_nvml_host_must_sign(worker,
     processes, connect = worker
     real = GpuFactory(host=HostFactory(name="gpu-07", collector=Host.Collector.NVML))
     body = orjson.dumps(_healthy(real, 1))
-    _publish(connect, [body])  # unsigned: refused
+    _publish(connect, [body], signed=False)  # unsigned: refused
     _publish(connect, [body], {signing.HEADER: signing.sign("a guess", body)})
     logs = lambda: processes.log("ingest")[-4000:]  # noqa: E731
     wait_for(lambda: DeadLetter.objects.count() == 2, 90, "two dead letters", logs)
@@ -187,8 +200,9 @@ def test_a_fixed_dead_letter_is_replayed_once_and_an_nvml_host_must_sign(worker,
     wait_for(lambda: CardSample.objects.count() == 1, 60, "the signed batch", logs)
 
     newcomer = GpuFactory()  # a simulated host's card, its batch naming a host not yet known
-    stray = {**_healthy(newcomer, 1), "host": "gpu-new"}
-    _publish(connect, [orjson.dumps(stray)])
+    stray = orjson.dumps({**_healthy(newcomer, 1), "host": "gpu-new"})
+    # Signed by its agent, with the secret it holds for the host about to be registered.
+    _publish(connect, [stray], {signing.HEADER: signing.sign(newcomer.host.agent_secret, stray)})
     wait_for(lambda: DeadLetter.objects.filter(reason_code="unknown_host").exists(), 60, "it", logs)
     letter = DeadLetter.objects.get(reason_code="unknown_host")
     Host.objects.filter(pk=newcomer.host.pk).update(name="gpu-new")  # the fix: registered

@@ -512,12 +512,40 @@ def test_a_claim_lost_to_another_writer_undoes_the_group_and_writes_the_rest_onc
     taken, fresh = interval(T0), interval(T0 + 10)
     ingest_batch(taken)
     # The other writer commits the first batch after this one looked its id up.
-    monkeypatch.setattr(ingest, "_written_before", lambda payloads: set())
+    _stale_first_look_up(monkeypatch, ingest)
     results = ingest_batches([taken, fresh])
     assert [r.duplicate for r in results] == [True, False]
     assert ProcessSample.objects.count() == CardSample.objects.count() == 2
     assert IngestedBatch.objects.count() == 2
     assert CollectorStatus.objects.get(host=card.host).batches == 2
+
+
+def _stale_first_look_up(monkeypatch, ingest):
+    """The first look-up of the written batch ids finds none, as one made just before another
+    writer committed them would; the look-ups after it are real."""
+    real, calls = ingest._written_before, []
+
+    def stale_first(payloads):
+        calls.append(payloads)
+        return {} if len(calls) == 1 else real(payloads)
+
+    monkeypatch.setattr(ingest, "_written_before", stale_first)
+
+
+def test_a_batch_id_another_host_claimed_meanwhile_is_refused_as_a_clash(card, monkeypatch):
+    from inventory.ingest import writer as ingest
+
+    other = GpuFactory()
+    theirs = batch(other.host, start=T0 - 10, end=T0,
+                   cards=[card_row(other, used_max=GIB, used_last=GIB)])  # fmt: skip
+    ingest_batch(theirs)
+    mine = {**batch(card.host, start=T0 - 10, end=T0,
+                    cards=[card_row(card, used_max=GIB, used_last=GIB)]),
+            "batch_id": theirs["batch_id"]}  # fmt: skip
+    _stale_first_look_up(monkeypatch, ingest)
+    (result,) = ingest_batches([mine])
+    assert result.code == "batch_id_clash"
+    assert not CardSample.objects.filter(gpu=card).exists()
 
 
 @pytest.mark.parametrize(

@@ -87,9 +87,12 @@ def test_one_host_cannot_write_for_another(real_host):
     assert DeadLetter.objects.get().reason_code == "bad_signature"
 
 
-def test_simulated_hosts_sign_nothing_and_the_check_can_be_turned_off(real_host, settings):
-    simulated = GpuFactory()  # the demo fleet's hosts
-    assert _ingest((signing.encode(_payload(simulated)), {})).written == 1
+def test_the_secret_decides_not_the_collector_and_the_check_can_be_turned_off(real_host, settings):
+    simulated = GpuFactory()  # the demo fleet's hosts hold secrets as real ones do
+    assert _ingest((signing.encode(_payload(simulated)), {})).written == 0
+    assert DeadLetter.objects.get().reason_code == "unsigned"
+    payload = _payload(simulated)
+    assert _ingest(_signed(payload, simulated.host.agent_secret)).written == 1
     settings.INGEST_REQUIRE_SIGNATURE = False
     assert _ingest((signing.encode(_payload(real_host)), {})).written == 1
 
