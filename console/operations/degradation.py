@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from fractions import Fraction
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -23,6 +24,7 @@ from console.operations.decisions import degradation as decisions
 from console.operations.models import DegradationRun, HostAction, StandingPolicy
 from console.proposals.models import Proposal
 from console.proposals.services import ProposalError, do_create_proposal
+from inventory.analytics.kv import kv_bytes_per_token_per_card
 from inventory.models import CardRefusal, Deployment, Event, Gpu
 from inventory.timeseries import queries
 
@@ -63,17 +65,32 @@ def card_state(gpu: Gpu, event: Event | None = None) -> decisions.Card | None:
         .select_related("served_model")
         .prefetch_related("gpus")
     ):
+        model = deployment.served_model
+        cards = max(1, len(deployment.gpus.all()))
         tenants.append(
             decisions.Tenant(
                 deployment.pk,
                 deployment.runtime_name,
-                deployment.served_model.priority,
+                model.priority,
                 held.get((gpu.pk, deployment.pk), 0),
                 deployment.kv_reservation_bytes,
-                max(1, len(deployment.gpus.all())),
+                kv_card_share(deployment),
+                model.engine,
+                model.weights_bytes // cards,
             )
         )
     return decisions.Card(int(total), int(used), tuple(tenants))
+
+
+def kv_card_share(deployment: Deployment) -> Fraction:
+    """Of each byte of the deployment's KV reservation, what one of its cards holds: the
+    ledger's per-card figure (kv_reservation_per_card) as a share, exact for any size."""
+    shape = deployment.served_model.kv_shape()
+    tensor, pipeline = deployment.tensor_parallel, max(1, deployment.pipeline_parallel)
+    if shape is None:
+        return Fraction(1, max(1, tensor * pipeline))
+    on_card = Fraction(str(kv_bytes_per_token_per_card(shape, tensor, pipeline)))
+    return on_card / Fraction(str(shape.bytes_per_token()))
 
 
 def operations_user():
@@ -146,7 +163,7 @@ def _start(gpu, event, plan: decisions.Plan, standing) -> DegradationRun:
                 )
                 continue
             if step.kind == decisions.SHRINK_KV:
-                action, params = "reload_with", {"kv_bytes": step.kv_to_bytes}
+                action, params = "reload_with", step.reload
             else:
                 action, params = "stop", {}
             run.actions.add(
@@ -235,14 +252,23 @@ def _record_in_inventory(run: DegradationRun, action: HostAction) -> None:
     if action.state != HostAction.State.SUCCEEDED or action.deployment_id is None:
         return
     deployment = Deployment.objects.select_for_update().get(pk=action.deployment_id)
-    resize = action.action == "reload_with" and "kv_bytes" in action.params
+    # The action speaks the engine's per-GPU terms; the inventory keeps the whole reservation.
+    shrunk = next(
+        (
+            step["kv_to_bytes"]
+            for step in run.plan
+            if step["kind"] == decisions.SHRINK_KV and step["deployment_id"] == deployment.pk
+        ),
+        None,
+    )
+    resize = action.action == "reload_with" and shrunk is not None
     if not resize and action.action != "stop":
         return
     kind = Action.DEPLOYMENT_RESIZE if resize else Action.DEPLOYMENT_STOP
     with audited(deployment, kind, None, host=run.host,
                  comment=f"degradation of {run.gpu} (run {run.pk})"):  # fmt: skip
         if resize:
-            deployment.kv_reservation_bytes = action.params["kv_bytes"]
+            deployment.kv_reservation_bytes = shrunk
         else:
             deployment.status = Deployment.Status.STOPPED
         deployment.save()

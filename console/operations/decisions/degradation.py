@@ -1,8 +1,9 @@
 """What to do with a card past its memory limit, in the deployment policy's priority order.
 
 1. Shrink the KV reservation of the lowest-priority tenant to its floor (a restart with a
-   smaller reservation): what it frees is the reservation given up, on this card. Enough
-   is below the limit; the floor itself is how far the policy lets a reservation go.
+   smaller reservation): what it frees is what this card's share of the reservation gives up
+   (the ledger's share: an MLA model, or TP above the KV heads, holds more than an even split
+   on each card). Enough is below the limit; the floor is how far the policy lets it go.
 2. If that is not enough, evict the lowest-priority tenant (stop it): it frees all it holds.
    Only a tenant less important than another on the card is evicted; the card's most
    important model is never stopped to save itself.
@@ -14,7 +15,11 @@ the highest number; ties go to the tenant holding most.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
+from fractions import Fraction
+
+from inventory.telemetry.host_actions import MEM_FRACTION_RANGE
 
 SHRINK_KV = "shrink_kv"
 EVICT = "evict"
@@ -28,7 +33,11 @@ class Tenant:
     priority: int
     used_bytes: int  # what its process holds on this card now
     kv_reservation_bytes: int  # all its cards together
-    cards: int  # tensor-parallel width: a KV change is spread over this many cards
+    # Of each byte of the reservation, what one card holds (inventory.analytics.kv): 1/TP for
+    # GQA with enough KV heads, 1 for MLA; what a change of the reservation moves per card.
+    kv_card_share: Fraction
+    engine: str = "vllm"
+    weights_per_card_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +63,11 @@ class Step:
     deployment_id: int | None = None
     runtime_name: str = ""
     kv_from_bytes: int | None = None
-    kv_to_bytes: int | None = None
+    kv_to_bytes: int | None = None  # the whole reservation after the step
     frees_bytes: int = 0
+    kv_to_per_card_bytes: int | None = None  # what each card holds after it
+    # How the engine is told (reload_params): vLLM's bytes per GPU, or a memory fraction.
+    reload: dict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,25 +88,62 @@ def _lowest_priority_first(tenants: tuple[Tenant, ...]) -> list[Tenant]:
     return sorted(tenants, key=lambda t: (-t.priority, -t.used_bytes, t.deployment_id))
 
 
-def _shrink(tenant: Tenant, policy: Policy) -> Step | None:
+def per_card(reservation_bytes: int, share: Fraction) -> int:
+    """A reservation's bytes on each card, rounded up as the ledger rounds it."""
+    return math.ceil(reservation_bytes * share)
+
+
+def _shrink(tenant: Tenant, policy: Policy, card_total_bytes: int) -> Step | None:
     floor = max(policy.kv_floor_bytes, int(tenant.kv_reservation_bytes * policy.kv_floor_fraction))
     if tenant.kv_reservation_bytes <= floor:
         return None
-    cards = max(1, tenant.cards)
-    # Whole per-card shares: each shard gives up the same amount.
-    kv_to = floor + (-floor) % cards if floor % cards else floor
-    kv_to = min(kv_to, tenant.kv_reservation_bytes)
-    frees = (tenant.kv_reservation_bytes - kv_to) // cards
+    before = per_card(tenant.kv_reservation_bytes, tenant.kv_card_share)
+    after = per_card(floor, tenant.kv_card_share)
+    frees = min(before - after, tenant.used_bytes)
     if frees <= 0:
         return None
+    reload = reload_params(
+        tenant.engine,
+        kv_per_card_bytes=after,
+        weights_per_card_bytes=tenant.weights_per_card_bytes,
+        held_after_bytes=tenant.used_bytes - frees,
+        card_total_bytes=card_total_bytes,
+    )
     return Step(
         SHRINK_KV,
         tenant.deployment_id,
         tenant.runtime_name,
         tenant.kv_reservation_bytes,
-        kv_to,
-        min(frees, tenant.used_bytes),
+        floor,
+        frees,
+        after,
+        reload,
     )
+
+
+def reload_params(
+    engine: str,
+    *,
+    kv_per_card_bytes: int,
+    weights_per_card_bytes: int,
+    held_after_bytes: int,
+    card_total_bytes: int,
+) -> dict:
+    """The reload's parameter in the engine's own, per-GPU terms.
+
+    - vLLM: `--kv-cache-memory-bytes` is the KV pool of each GPU: the per-card figure.
+    - SGLang: `--mem-fraction-static` is the share of each GPU for weights and the KV pool.
+    - TGI (and any other): `--cuda-memory-fraction` caps what the process takes of each GPU:
+      what it holds there after the shrink.
+    A fraction is rounded down to a thousandth (never more than planned) within the bounds a
+    host action accepts.
+    """
+    if engine == "vllm":
+        return {"kv_bytes": max(1, kv_per_card_bytes)}
+    held = weights_per_card_bytes + kv_per_card_bytes if engine == "sglang" else held_after_bytes
+    low, high = MEM_FRACTION_RANGE
+    fraction = math.floor(held * 1000 / card_total_bytes) / 1000
+    return {"mem_fraction": min(high, max(low, fraction))}
 
 
 def decide(card: Card, policy: Policy = Policy()) -> Plan:
@@ -107,7 +156,7 @@ def decide(card: Card, policy: Policy = Policy()) -> Plan:
     projected = card.used_bytes
     if order:
         lowest = order[0]
-        shrink = _shrink(lowest, policy)
+        shrink = _shrink(lowest, policy, card.total_bytes)
         most_important = min(t.priority for t in order)
         evictable = policy.allow_evict and lowest.priority > most_important
         if shrink is not None and (projected - shrink.frees_bytes < limit or not evictable):

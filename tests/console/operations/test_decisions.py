@@ -1,6 +1,10 @@
 """The pure decisions: degradation order, MPS restart backoff and cap, the off-peak planner."""
 
 import datetime as dt
+import math
+from fractions import Fraction
+
+import pytest
 
 from console.operations.decisions import defrag, mps
 from console.operations.decisions.degradation import (
@@ -12,6 +16,7 @@ from console.operations.decisions.degradation import (
     Tenant,
     decide,
 )
+from inventory.analytics.kv import KvShape, kv_bytes_per_token_per_card, kv_reservation_per_card
 
 GIB = 1024**3
 
@@ -20,8 +25,9 @@ def _card(used_gib, *tenants):
     return Card(80 * GIB, int(used_gib * GIB), tenants)
 
 
-def _tenant(pk, priority, used_gib, kv_gib, cards=1):
-    return Tenant(pk, f"d{pk}", priority, int(used_gib * GIB), int(kv_gib * GIB), cards)
+def _tenant(pk, priority, used_gib, kv_gib, cards=1, **more):
+    share = more.pop("share", Fraction(1, cards))
+    return Tenant(pk, f"d{pk}", priority, int(used_gib * GIB), int(kv_gib * GIB), share, **more)
 
 
 def test_a_card_within_its_limit_gets_no_plan():
@@ -41,6 +47,62 @@ def test_the_lowest_priority_tenant_is_shrunk_first_when_that_is_enough():
 def test_shrinking_spreads_over_a_tensor_parallel_group():
     plan = decide(_card(76, _tenant(1, 1, 40, 10), _tenant(2, 3, 36, 32, cards=4)))
     assert plan.steps[0].frees_bytes == 4 * GIB  # 16 GiB given up over 4 cards
+    assert plan.steps[0].kv_to_bytes == 16 * GIB and plan.steps[0].kv_to_per_card_bytes == 4 * GIB
+
+
+# The three shapes of the issue: TP=1, TP=4 with grouped-query attention (Llama 3 70B: 80
+# layers, 8 KV heads of 128, bf16), TP=8 with MLA (DeepSeek-V3: 61 layers, latent 512 + rope
+# 64, bf16: every card holds the whole cache).
+LLAMA_70B = KvShape(80, 8, 128, 2)
+DEEPSEEK_V3 = KvShape(61, 1, 128, 2, mla=True, kv_lora_rank=512, qk_rope_head_dim=64)
+SHAPES = {
+    "tp1": (LLAMA_70B, 1),
+    "tp4-gqa": (LLAMA_70B, 4),
+    "tp8-mla": (DEEPSEEK_V3, 8),
+}
+
+
+def _shrunk(engine, shape, tp, kv_gib=40, weights_gib=16):
+    share = Fraction(str(kv_bytes_per_token_per_card(shape, tp))) / Fraction(
+        str(shape.bytes_per_token())
+    )
+    per_card = kv_reservation_per_card(int(kv_gib * GIB), shape, tp).bytes
+    used = weights_gib + per_card / GIB + 4  # weights, KV pool, activations and context
+    tenant = _tenant(2, 3, used, kv_gib, share=share, engine=engine,
+                     weights_per_card_bytes=int(weights_gib * GIB))  # fmt: skip
+    plan = decide(_card(79, _tenant(1, 1, 79 - used, 1), tenant))
+    (step,) = [s for s in plan.steps if s.kind == SHRINK_KV]
+    return step, per_card
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_a_vllm_shrink_sends_the_kv_pool_of_each_gpu_never_the_whole_reservation(name):
+    shape, tp = SHAPES[name]
+    step, before = _shrunk("vllm", shape, tp)
+    after = kv_reservation_per_card(step.kv_to_bytes, shape, tp).bytes
+    # --kv-cache-memory-bytes is per GPU: the ledger's per-card figure, smaller than before.
+    assert step.reload == {"kv_bytes": after} and after < before
+    assert step.frees_bytes == before - after
+    if name == "tp4-gqa":
+        assert after == step.kv_to_bytes // 4  # 8 KV heads over 4 cards: a quarter each
+    if name == "tp8-mla":
+        assert after == step.kv_to_bytes  # MLA: the whole latent cache on every card
+
+
+@pytest.mark.parametrize("engine", ["sglang", "tgi"])
+@pytest.mark.parametrize("name", SHAPES)
+def test_sglang_and_tgi_shrink_by_a_memory_fraction_of_each_gpu(engine, name):
+    shape, tp = SHAPES[name]
+    step, before = _shrunk(engine, shape, tp)
+    after = kv_reservation_per_card(step.kv_to_bytes, shape, tp).bytes
+    (fraction,) = step.reload.values()
+    assert list(step.reload) == ["mem_fraction"]
+    if engine == "sglang":  # --mem-fraction-static: weights and the KV pool of one GPU
+        assert fraction == math.floor((16 * GIB + after) * 1000 / (80 * GIB)) / 1000
+    else:  # --cuda-memory-fraction: all the process holds on one GPU after the shrink
+        held = int((16 + before / GIB + 4) * GIB) - step.frees_bytes
+        assert fraction == math.floor(held * 1000 / (80 * GIB)) / 1000
+    assert 0.05 <= fraction < (16 * GIB + before + 4 * GIB) / (80 * GIB)
 
 
 def test_when_shrinking_is_not_enough_the_lowest_priority_tenant_is_evicted():
