@@ -88,7 +88,10 @@ def _catalogue_entry(
         fits = memory_mib is None or memory_mib <= _GH200_96GB_MAX_MIB
         return H100_96GB if fits and size_gb in (None, 96, 480) else None
     if family == "H20":
-        return H100_96GB if size_gb in (None, 96) else None
+        # The 96 GB H20's geometry; the 141 GB H20 (HBM3e, nvidia-smi "NVIDIA H20" too) has
+        # other sizes: its total says which it is, and it stays uncatalogued.
+        fits = memory_mib is None or memory_mib <= _GH200_96GB_MAX_MIB
+        return H100_96GB if size_gb in (None, 96) and fits else None
     if family == "B200":
         return B200_180GB if size_gb in (None, 180) else None
     if family == "GB200":

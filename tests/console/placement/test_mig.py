@@ -143,6 +143,7 @@ def test_catalogue_matches_the_real_captures(capture, card_type_name):
         ("NVIDIA H100 94GB", None, "H100-94GB"),
         ("NVIDIA GH200 480GB", 97280, "H100-96GB"),
         ("NVIDIA H20", None, "H100-96GB"),
+        ("NVIDIA H20", 97871, "H100-96GB"),
         ("NVIDIA H800", 81559, "H100-80GB"),
         ("NVIDIA A800-SXM4-80GB", None, "A100-80GB"),
         ("NVIDIA A800 40GB Active", None, "A100-40GB"),
@@ -171,6 +172,7 @@ def test_uncaptured_cards_say_their_sizes_are_estimates_below_the_nominal():
     ("name", "memory"),
     [
         ("Tesla T4", 15360),
+        ("NVIDIA H20", 143771),  # the 141 GB H20: not the 96 GB card's profiles
         ("", None),
         ("NVIDIA L40S", 46068),
         ("NVIDIA GH200 144G HBM3e", 146000),  # other instance sizes, not in the guide's tables
