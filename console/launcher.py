@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,8 +243,17 @@ def _banner(base: str, env: dict[str, str]) -> None:
 
 def test(pytest_args: list[str]) -> int:
     with database() as url:
-        env = {**os.environ, "DATABASE_URL": url}
+        template, template_url = _suite_template(url)
+        env = {**os.environ, "DATABASE_URL": url, "TEST_DATABASE_TEMPLATE": template}
         steps = [
+            # Migrated once, beside the checks: each pytest worker's test database is then a
+            # copy of it (CREATE DATABASE ... TEMPLATE), not four migrations at once on two
+            # cores (about 28 s a worker).
+            (
+                "migrating the suite's template database",
+                [PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"],
+                {"DATABASE_URL": template_url},
+            ),
             ("ruff check", [PYTHON, "-m", "ruff", "check", "."]),
             ("ruff format --check", [PYTHON, "-m", "ruff", "format", "--check", "."]),
             ("import contracts", [str(Path(PYTHON).parent / "lint-imports")]),
@@ -280,18 +290,47 @@ def test(pytest_args: list[str]) -> int:
             )
         )
         parallel = ["-n", workers, "--dist", "loadgroup"] if workers != "1" else []
-        return subprocess.run(
-            [PYTHON, "-m", "pytest", *parallel, *pytest_args], cwd=BASE_DIR, env=env
-        ).returncode
+        try:
+            return subprocess.run(
+                [PYTHON, "-m", "pytest", *parallel, *pytest_args], cwd=BASE_DIR, env=env
+            ).returncode
+        finally:
+            _drop_database(url, template)
 
 
-def _all_pass(steps: list[tuple[str, list[str]]], env: dict) -> bool:
-    """Run the checks side by side (each is mostly start-up); show each one's output in order."""
-    say("checks: " + ", ".join(label for label, _ in steps))
+def _suite_template(url: str) -> tuple[str, str]:
+    """An empty database for the suite's template, made anew, and its URL."""
+    import psycopg
+
+    parts = urllib.parse.urlsplit(url)
+    name = f"{parts.path.strip('/') or 'postgres'}_suite_template"
+    _drop_database(url, name)
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(
+            psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name))
+        )
+    return name, urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def _drop_database(url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(
+            psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                psycopg.sql.Identifier(name)
+            )
+        )
+
+
+def _all_pass(steps: list[tuple], env: dict) -> bool:
+    """Run the checks side by side (each is mostly start-up); show each one's output in order.
+    A step is (label, argv) or (label, argv, environment of its own over `env`)."""
+    say("checks: " + ", ".join(step[0] for step in steps))
     running = [
-        (label, subprocess.Popen(argv, cwd=BASE_DIR, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True))
-        for label, argv in steps
+        (step[0], subprocess.Popen(step[1], cwd=BASE_DIR, env={**env, **(step[2:] or [{}])[0]},
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        for step in steps
     ]  # fmt: skip
     passed = True
     for label, process in running:

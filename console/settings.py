@@ -90,6 +90,9 @@ DATABASES = {
 # Two test runs on one server need two test databases (default: test_<name>).
 if env_str("TEST_DATABASE_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME")}
+# `make test` migrates one database first and each pytest worker's is a copy of it.
+if env_str("TEST_DATABASE_TEMPLATE"):
+    DATABASES["default"].setdefault("TEST", {})["TEMPLATE"] = env_str("TEST_DATABASE_TEMPLATE")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

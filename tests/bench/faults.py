@@ -339,7 +339,9 @@ class Campaign:
         (self.folder / "logs").mkdir()
         self.children = Children(env, self.folder / "logs")
         self._manage("migrate", "-v", "0")
-        self._manage("seed_demo", "--history-days", "0")
+        # The demo's hosts hold secrets: the simulator agent signs with them, as make run's.
+        self.secrets = self.folder / "demo-secrets.json"
+        self._manage("seed_demo", "--history-days", "0", "--secrets-file", str(self.secrets))
         plans = self._manage("shell", "-c", PLANS)
         self.plans = json.loads(plans.strip().splitlines()[-1])
         self.hosts = [plan["host"] for plan in self.plans]
@@ -394,7 +396,11 @@ class Campaign:
                 "info",
                 *QUIET,
             ],
-            {"AGENT_SOURCE": "simulator", "AGENT_STATE_DIR": str(self.folder / "agent-state")},
+            {
+                "AGENT_SOURCE": "simulator",
+                "AGENT_STATE_DIR": str(self.folder / "agent-state"),
+                "AGENT_SECRET_FILE": str(self.secrets),
+            },
         )
 
     def send_plans(self) -> bool:

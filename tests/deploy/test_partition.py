@@ -23,12 +23,18 @@ from django.db.models import Count
 from kombu import Connection
 
 from inventory.collection import collection_plan
-from inventory.demo import _create_host
 from inventory.models import CardSample, CollectorStatus, IngestedBatch
 from inventory.telemetry.simulator.scenarios import demo_fleet_specs
 from inventory.wire.queue import INGEST_QUEUE
 from tests.deploy.netns import REDIS, SimulatedMachine, namespaces_missing, start_redis
-from tests.processes import BASE_DIR, Processes, database_url_for_processes, wait_for
+from tests.processes import (
+    BASE_DIR,
+    Processes,
+    database_url_for_processes,
+    demo_host_signed,
+    simulator_secrets,
+    wait_for,
+)
 
 CUT_S = float(os.environ.get("PARTITION_CUT_S", "20"))
 REPORT = os.environ.get("PARTITION_REPORT")
@@ -65,19 +71,21 @@ def network(machines, settings, tmp_path):
     )
     processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
     agents = {}
+    # Each host holds a secret and takes only batches signed with it: the agents get theirs.
+    secrets = simulator_secrets(tmp_path, list(machines))["AGENT_SECRET_FILE"]
     for name, machine in machines.items():
         log = (tmp_path / f"agent-{name}.log").open("w")
         agents[name] = subprocess.Popen(
             ["ip", "netns", "exec", machine.namespace, sys.executable, "-m", "inventory.agent",
              "--source", "simulator", "--queue", f"host.{name}",
              "--broker", f"redis://{machine.gateway}:{port}/0",
-             "--state-dir", str(tmp_path / f"state-{name}")],
+             "--state-dir", str(tmp_path / f"state-{name}"), "--secret-file", secrets],
             cwd=BASE_DIR, env=processes.env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
     settings.AGENT_FLUSH_INTERVAL_S = FLUSH_S
     sender = Celery("plans")
-    hosts = {name: _create_host(_spec(name)) for name in HOSTS}
+    hosts = {name: demo_host_signed(name) for name in HOSTS}
     # Through a connection of its own: Celery prefers CELERY_BROKER_URL (CI sets one) to a
     # broker it is given.
     with Connection(local_url) as connection:

@@ -23,7 +23,7 @@ from rest_framework.authtoken.models import Token
 from inventory.models import Deployment, Event, Gpu
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, MigSliceFactory, ServedModelFactory
-from tests.processes import free_port, wait_for_port
+from tests.processes import free_port, wait_for, wait_for_port
 
 DCGM_PAGE = Path(__file__).parents[1] / "fixtures" / "dcgm-exporter" / "metrics.prom"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -145,6 +145,16 @@ class _Prometheus:
             start_new_session=True,
         )  # fmt: skip
         wait_for_port(self.port, "prometheus", timeout=30)
+        # The port opens before the storage is loaded; the API answers 503 until then.
+        wait_for(self._ready, timeout=60, what="prometheus ready",
+                 logs=lambda: (tmp_path / "prometheus.log").read_text())  # fmt: skip
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=5):
+                return True
+        except OSError:  # refused, or 503 (an HTTPError) while it starts
+            return False
 
     def api(self, path: str, **params) -> list:
         url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
