@@ -7,13 +7,13 @@ from django.core.cache import cache
 from django.core.files.uploadedfile import SimpleUploadedFile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from console.placement.schema import MAX_MEMORY_MIB
 from tests.console.proposals.support import create_proposal
 from tests.examples import examples
 from tests.factories import GpuFactory, ServedModelFactory
+from tests.tokens import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -27,8 +27,8 @@ PLACEMENT = {
 @pytest.fixture
 def api(personas):
     client = APIClient()
-    token = Token.objects.create(user=personas["oncall"])
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    token = token_for(personas["oncall"])
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     return client
 
 

@@ -5,11 +5,11 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
-from rest_framework.authtoken.models import Token
 
 from inventory.models import Deployment
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
+from tests.tokens import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -28,8 +28,8 @@ def test_prometheus_reads_fragmentation_headroom_kv_gap_and_ooms(client, persona
                   start=(timezone.now() - dt.timedelta(minutes=20)).timestamp(), minutes=20,
                   demand=lambda m, i: 30 * GIB, running=lambda m, i: 10.0,
                   p99=lambda m, i: 0.3)  # fmt: skip
-    token = Token.objects.create(user=personas["manager"])
-    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Token {token.key}")
+    token = token_for(personas["manager"])
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Token {token}")
     assert response.status_code == 200
     samples = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
