@@ -274,9 +274,11 @@ KV_BUFFER = env_float("KV_BUFFER", 0.20, minimum=0.0)
 FRAGMENTATION_SUSTAINED_SHARE = env_float("FRAGMENTATION_SUSTAINED_SHARE", 0.10, minimum=0.001)
 FRAGMENTATION_MIN_FREE_BYTES = env_int("FRAGMENTATION_MIN_FREE_BYTES", 1024**3, minimum=0)
 
-# The longest solve one API call may ask for; longer ones belong to the command line.
+# The longest and the largest solve one API call may ask for (cards times models: each model
+# costs the greedy pass a walk over the cards); more belongs to the command line.
 PLACEMENT_API_MAX_TIME_S = env_float("PLACEMENT_API_MAX_TIME_S", 30.0, minimum=0.1)
-# In the database, so that every web worker sees it (one exact solve per user at a time).
+PLACEMENT_API_MAX_PAIRS = env_int("PLACEMENT_API_MAX_PAIRS", 250_000, minimum=1)
+# In the database, so that every web worker sees it (one placement solve per user at a time).
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.db.DatabaseCache",
