@@ -1,6 +1,9 @@
-"""Requests the database cannot even be asked about, answered 400 before any view runs."""
+"""What every request goes through before any view: its log context, and a 400 for requests
+the database cannot even be asked about."""
 
 from django.http import HttpResponseBadRequest, JsonResponse
+
+from console.core.auditing.context import start_request
 
 NUL = "\x00"
 
@@ -40,3 +43,14 @@ def _where_nul(request) -> str | None:
 
 
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+class RequestLogContextMiddleware:
+    """Each request's log lines carry the change it opened (console.core.logs)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        start_request()
+        return self.get_response(request)

@@ -13,7 +13,7 @@ import plotly
 
 from console.database import database_settings
 from console.secret_key import secret_key
-from inventory.env import env_bool, env_float, env_int, env_list, env_str, load_env_file
+from inventory.env import EnvError, env_bool, env_float, env_int, env_list, env_str, load_env_file
 from inventory.wire.broker import broker_transport_options, broker_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -47,6 +47,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "console.middleware.RequestLogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "console.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -177,11 +178,30 @@ WHITENOISE_USE_FINDERS = True
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-console@localhost")
 
+# Text lines, or JSON lines (one object a line) for a log collector; console.core.logs.
+LOG_FORMAT = env_str("LOG_FORMAT", "text")
+if LOG_FORMAT not in ("text", "json"):
+    raise EnvError(f"LOG_FORMAT={LOG_FORMAT!r}: expected text or json")
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "filters": {"request_context": {"()": "console.core.logs.RequestContextFilter"}},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(change_id)s] %(message)s"},
+        "json": {"()": "console.core.logs.JsonLinesFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_context"],
+            "formatter": LOG_FORMAT,
+        }
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    # Without Django's own handlers, which would print a refusal's traceback: its lines reach
+    # the one above.
+    "loggers": {"django": {"handlers": [], "level": LOG_LEVEL}},
 }
 
 REST_FRAMEWORK = {
@@ -193,6 +213,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "console.core.pagination.ListPagination",
+    "EXCEPTION_HANDLER": "console.core.api_errors.exception_handler",
     "DEFAULT_PARSER_CLASSES": [
         "console.core.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",

@@ -298,6 +298,14 @@ def test_a_greedy_pass_past_the_time_limit_answers_400_naming_it(api):
     assert "no answer within 0.001 s for 400 cards x 400 models" in error["message"]
 
 
+def test_a_placement_body_over_the_byte_limit_answers_400_naming_it(api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    body = {**PLACEMENT, "about": "x" * 1000}
+    response = post_json(api, "/api/placement/", json.dumps(body))
+    assert response.status_code == 400
+    assert "larger than 1000 bytes" in response.json()["detail"]
+
+
 # Load-test uploads: every malformed file answers the form with the line at fault.
 
 CSV_HEADER = b"model,card,p99_latency_ms,card_peak_gib\n"
