@@ -49,6 +49,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "console.middleware.RequestLogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "console.middleware.ContentSecurityPolicyMiddleware",
     "console.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -177,6 +178,29 @@ WHITENOISE_USE_FINDERS = True
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-console@localhost")
+
+# Everything from the console itself, no inline script or <style>; style attributes are let
+# through (style-src-attr): a few templates size boxes with them, and plotly.js sets them on the
+# SVG it draws. Two <style> elements are allowed, by their hash: an empty one, which plotly.js
+# creates and fills through the CSS object model, and the map stylesheet plotly.js 4.1.1 adds on
+# loading (a plotly upgrade changes it: the browser tests then report the blocked style).
+# Frames: none, in or of the console.
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=' "
+        "'sha256-ji27qzEtxXZW+7dun6UwjHXJ18e6WAin1VvNtkzIE/o='",
+        "style-src-attr 'unsafe-inline'",
+        "img-src 'self' data:",
+        "font-src 'self'",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
 
 # Text lines, or JSON lines (one object a line) for a log collector; console.core.logs.
 LOG_FORMAT = env_str("LOG_FORMAT", "text")
