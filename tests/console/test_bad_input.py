@@ -407,3 +407,17 @@ def test_the_openapi_document_types_the_placement_body_and_the_samples_refusal(a
         p for p in schema["paths"]["/api/hosts/"]["get"]["parameters"] if p["name"] == "page_size"
     ]
     assert (page_size["schema"]["minimum"], page_size["schema"]["maximum"]) == (1, 500)
+
+
+def test_a_samples_window_past_its_bounds_answers_400_naming_it(api, gpu):
+    path = f"/api/hosts/{gpu.host.name}/samples/"
+    long_ago = {"from": "2020-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}
+    assert "the longest retention" in api.get(path, long_ago).json()["from"]
+    fine = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "step": 1}
+    assert "at most 5000 points a series" in api.get(path, fine).json()["step"]
+
+
+def test_a_chart_window_not_offered_answers_400(client_as, gpu):
+    response = client_as("oncall").get(f"/hosts/{gpu.host.name}/charts/", {"window": "2y"})
+    assert response.status_code == 400
+    assert "one of 1h, 24h, 7d, 30d" in response.json()["window"]
