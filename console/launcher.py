@@ -150,7 +150,8 @@ def run() -> int:
                 )
             supervisor.start(
                 "web",
-                [PYTHON, "-m", "gunicorn", "console.wsgi", "-b", f"{bind}:{port}",
+                [PYTHON, "-m", "gunicorn", "console.wsgi", "-c", "python:console.gunicorn_conf",
+                 "-b", f"{bind}:{port}",
                  "--workers", "2", "--threads", "4", "--access-logfile", "-"],
             )  # fmt: skip
             base = f"http://{bind}:{port}"

@@ -1,6 +1,10 @@
-"""Requests the database cannot even be asked about, answered 400 before any view runs."""
+"""What every request goes through: its log context, its answer's Content-Security-Policy,
+and a 400 for requests the database cannot even be asked about."""
 
+from django.conf import settings
 from django.http import HttpResponseBadRequest, JsonResponse
+
+from console.core.auditing.context import start_request
 
 NUL = "\x00"
 
@@ -40,3 +44,28 @@ def _where_nul(request) -> str | None:
 
 
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+class RequestLogContextMiddleware:
+    """Each request's log lines carry the change it opened (console.core.logs)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        start_request()
+        return self.get_response(request)
+
+
+class ContentSecurityPolicyMiddleware:
+    """settings.CONTENT_SECURITY_POLICY on every answer: the pages load scripts, styles and
+    plotly.js from the console itself and run no inline script, so a value that slipped past
+    escaping could not run one either."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        response.headers.setdefault("Content-Security-Policy", settings.CONTENT_SECURITY_POLICY)
+        return response

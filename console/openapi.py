@@ -36,7 +36,9 @@ def document_error_answers(result, generator, request, public):
             responses = operation.setdefault("responses", {})
             content = _error_content(responses)
             for code in codes:
-                responses.setdefault(code, {"description": _REASONS[code], "content": content})
+                # An operation may describe a refusal of its own; the body is the same.
+                answer = responses.setdefault(code, {"description": _REASONS[code]})
+                answer.setdefault("content", content)
     return result
 
 

@@ -13,7 +13,7 @@ import plotly
 
 from console.database import database_settings
 from console.secret_key import secret_key
-from inventory.env import env_bool, env_float, env_int, env_list, env_str, load_env_file
+from inventory.env import EnvError, env_bool, env_float, env_int, env_list, env_str, load_env_file
 from inventory.wire.broker import broker_transport_options, broker_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -33,7 +33,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_filters",
@@ -48,7 +47,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "console.middleware.RequestLogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "console.middleware.ContentSecurityPolicyMiddleware",
     "console.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -181,22 +182,65 @@ WHITENOISE_USE_FINDERS = True
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-console@localhost")
 
+# Everything from the console itself, no inline script or <style>; style attributes are let
+# through (style-src-attr): a few templates size boxes with them, and plotly.js sets them on the
+# SVG it draws. Two <style> elements are allowed, by their hash: an empty one, which plotly.js
+# creates and fills through the CSS object model, and the map stylesheet plotly.js 4.1.1 adds on
+# loading (a plotly upgrade changes it: the browser tests then report the blocked style).
+# Frames: none, in or of the console.
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=' "
+        "'sha256-ji27qzEtxXZW+7dun6UwjHXJ18e6WAin1VvNtkzIE/o='",
+        "style-src-attr 'unsafe-inline'",
+        "img-src 'self' data:",
+        "font-src 'self'",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+# Text lines, or JSON lines (one object a line) for a log collector; console.core.logs.
+LOG_FORMAT = env_str("LOG_FORMAT", "text")
+if LOG_FORMAT not in ("text", "json"):
+    raise EnvError(f"LOG_FORMAT={LOG_FORMAT!r}: expected text or json")
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "filters": {"request_context": {"()": "console.core.logs.RequestContextFilter"}},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(change_id)s] %(message)s"},
+        "json": {"()": "console.core.logs.JsonLinesFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_context"],
+            "formatter": LOG_FORMAT,
+        }
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    # Without Django's own handlers, which would print a refusal's traceback: its lines reach
+    # the one above.
+    "loggers": {"django": {"handlers": [], "level": LOG_LEVEL}},
 }
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "console.core.api_tokens.authentication.DigestTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "console.core.pagination.ListPagination",
+    "EXCEPTION_HANDLER": "console.core.api_errors.exception_handler",
     "DEFAULT_PARSER_CLASSES": [
         "console.core.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
@@ -278,9 +322,11 @@ KV_BUFFER = env_float("KV_BUFFER", 0.20, minimum=0.0)
 FRAGMENTATION_SUSTAINED_SHARE = env_float("FRAGMENTATION_SUSTAINED_SHARE", 0.10, minimum=0.001)
 FRAGMENTATION_MIN_FREE_BYTES = env_int("FRAGMENTATION_MIN_FREE_BYTES", 1024**3, minimum=0)
 
-# The longest solve one API call may ask for; longer ones belong to the command line.
+# The longest and the largest solve one API call may ask for (cards times models: each model
+# costs the greedy pass a walk over the cards); more belongs to the command line.
 PLACEMENT_API_MAX_TIME_S = env_float("PLACEMENT_API_MAX_TIME_S", 30.0, minimum=0.1)
-# In the database, so that every web worker sees it (one exact solve per user at a time).
+PLACEMENT_API_MAX_PAIRS = env_int("PLACEMENT_API_MAX_PAIRS", 250_000, minimum=1)
+# In the database, so that every web worker sees it (one placement solve per user at a time).
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.db.DatabaseCache",

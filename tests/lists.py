@@ -3,8 +3,9 @@
 import html
 import re
 
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from tests.tokens import token_for
 
 NEXT = re.compile(r'<a href="([^"]*)" rel="next">')
 
@@ -26,5 +27,5 @@ def api_page(client, path, params=None) -> dict:
 
 def token_client(user) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client

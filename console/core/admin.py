@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.contrib.admin import helpers
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.shortcuts import render
 from django.utils.translation import gettext_lazy
 from django_celery_beat.models import (
     ClockedSchedule,
@@ -12,8 +13,9 @@ from django_celery_beat.models import (
     PeriodicTask,
     SolarSchedule,
 )
-from rest_framework.authtoken.models import TokenProxy
 
+from console.core.api_tokens.models import ApiToken
+from console.core.api_tokens.services import do_create_token, do_delete_token
 from console.core.auditing import Action, snapshot
 from console.core.auditing.changes import open_change, record
 from console.core.models import AuditEntry
@@ -164,9 +166,40 @@ audit_registered_admin(Group)
 for _schedule_model in (PeriodicTask, IntervalSchedule, CrontabSchedule, SolarSchedule,
                         ClockedSchedule):  # fmt: skip
     audit_registered_admin(_schedule_model)
-# Tokens are recorded when saved or deleted, however made (console.core.auditing.tokens): the admin
-# only opens the change, so the row names who made it.
-audit_registered_admin(TokenProxy, base=ChangeOpeningAdmin)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ChangeOpeningAdmin):
+    """Tokens by fingerprint. Adding one shows its key on the page that answers, once: never
+    through a message, which would keep it in a cookie or the session."""
+
+    list_display = ["user", "fingerprint", "created"]
+    search_fields = ["user__username"]
+    fields = ["user"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        token, obj.key_shown_once = do_create_token(acting_user=request.user, user=obj.user)
+        obj.pk, obj.digest, obj.created = token.pk, token.digest, token.created
+
+    def response_add(self, request, obj, post_url_continue=None):
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext_lazy("API token created"),
+            "token": obj,
+            "key": obj.key_shown_once,
+            "opts": self.opts,
+        }
+        return render(request, "admin/console/apitoken/created.html", context)
+
+    def delete_model(self, request, obj):
+        do_delete_token(acting_user=request.user, token=obj)
+
+    def delete_queryset(self, request, queryset):
+        for token in queryset.select_related("user"):
+            do_delete_token(acting_user=request.user, token=token)
 
 
 @admin.register(AuditEntry)

@@ -12,8 +12,5 @@ class CoreConfig(AppConfig):
     def ready(self) -> None:
         from django.utils.module_loading import autodiscover_modules
 
-        from console.core.auditing import tokens
-
-        tokens.connect()
         # Each app's `reasons` module imports its modules that declare reason codes.
         autodiscover_modules("reasons")

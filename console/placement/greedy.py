@@ -11,17 +11,26 @@ important models are the ones placed.
 
 from __future__ import annotations
 
+import time
+
 from console.placement.mig_profiles import MigProfile
 from console.placement.objective import answer_key
 from console.placement.plan import Plan
 from console.placement.problem import ModelRequest, Problem
 
 
-def greedy_plan(problem: Problem) -> Plan:
+class GreedyTimeLimitExceeded(Exception):
+    """The greedy pass, which every method runs first, did not end within the time limit."""
+
+
+def greedy_plan(problem: Problem, deadline: float | None = None) -> Plan:
+    """`deadline` (a time.perf_counter() value): past it, GreedyTimeLimitExceeded. Each model
+    costs a pass over the fleet, so a request large enough could otherwise hold a CPU for as
+    long as cards times models takes."""
     best: Plan | None = None
     for order in _orders(problem):
         plan = Plan(problem)
-        _place_in_order(plan, order)
+        _place_in_order(plan, order, deadline)
         if len(plan.assignments) == len(problem.models):
             return plan
         if best is None or answer_key(plan) > answer_key(best):
@@ -40,8 +49,10 @@ def fill_in(plan: Plan) -> int:
     return len(plan.assignments) - before
 
 
-def _place_in_order(plan: Plan, order: list[ModelRequest]) -> None:
+def _place_in_order(plan: Plan, order: list[ModelRequest], deadline: float | None = None) -> None:
     for model in order:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise GreedyTimeLimitExceeded
         if model.isolation == "mig":
             _place_in_mig_slice(plan, model)
         else:

@@ -13,12 +13,12 @@ from typing import Any
 
 from console.placement.bounds import cards_lower_bound
 from console.placement.exact import solve_exactly
-from console.placement.greedy import fill_in, greedy_plan
+from console.placement.greedy import GreedyTimeLimitExceeded, fill_in, greedy_plan
 from console.placement.objective import answer_key
 from console.placement.outcome import Outcome
 from console.placement.problem import Problem
 from console.placement.report import build_report
-from console.placement.schema import validate_problem
+from console.placement.schema import FieldError, PlacementInputError, validate_problem
 
 REPORT_RESERVE_S = 0.05
 # Part of the time limit the relaxed packing bound may take before the exact solver runs.
@@ -26,10 +26,19 @@ PACKING_BOUND_SHARE = 0.2
 
 
 def solve(request: dict[str, Any]) -> dict[str, Any]:
-    """Place the request's models on its cards. Raises PlacementInputError on bad input."""
+    """Place the request's models on its cards. Raises PlacementInputError on bad input, and
+    when even the greedy answer takes longer than the time limit (no answer to give)."""
     started = time.perf_counter()
     problem = validate_problem(request)
-    outcome = place(problem, started)
+    try:
+        outcome = place(problem, started)
+    except GreedyTimeLimitExceeded:
+        limit = problem.policy.time_limit_s
+        size = f"{len(problem.cards)} cards x {len(problem.models)} models"
+        raise PlacementInputError(
+            [FieldError("policy.time_limit_s",
+                        f"no answer within {limit:g} s for {size}: send fewer, or allow longer")]
+        ) from None  # fmt: skip
     return build_report(outcome, round((time.perf_counter() - started) * 1000))
 
 
@@ -37,7 +46,7 @@ def place(problem: Problem, started: float) -> Outcome:
     # What follows the solver (filling in, the report) takes milliseconds: leave it that.
     deadline = started + problem.policy.time_limit_s - REPORT_RESERVE_S
     method = problem.policy.method
-    greedy = greedy_plan(problem)
+    greedy = greedy_plan(problem, deadline)
     places_all = len(greedy.assignments) == len(problem.models)
     bound = cards_lower_bound(problem, greedy.placed())
     if places_all and greedy.cards_used() > bound and method != "greedy":

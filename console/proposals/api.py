@@ -8,7 +8,6 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.urls import reverse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import Throttled, ValidationError
@@ -22,7 +21,7 @@ from console.core.api_access import CanView
 from console.core.parsers import MAX_JSON_NUMBER, BoundedJSONParser
 from console.core.reason_text import render_here
 from console.placement import PlacementInputError, solve
-from console.proposals import services
+from console.proposals import placement_schema, services
 from console.proposals.filters import ProposalFilter
 from console.proposals.models import Proposal
 from inventory.models import Deployment, Host, MigSlice, ServedModel
@@ -271,47 +270,65 @@ class Placement(APIView):
     parser_classes = [BoundedJSONParser]
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        responses={200: OpenApiTypes.OBJECT},
+        request=placement_schema.PlacementRequestSerializer,
+        responses={200: placement_schema.PlacementAnswerSerializer},
         summary="Place models on GPU cards",
         description="The request and answer are documented in console/placement/README.md. "
-        "Memory in MiB. Bad input answers 400 with one error per field. One exact (or auto) "
-        "solve per user runs at a time; another answers 429 with Retry-After.",
+        "Memory in MiB. Bad input answers 400 with one error per field, and so do a request "
+        "over the size limit (cards times models, PLACEMENT_API_MAX_PAIRS) and one the greedy "
+        "pass cannot answer within the time limit. One solve per user runs at a time; another "
+        "answers 429 with Retry-After.",
         examples=[OpenApiExample("three A100s", value=_EXAMPLE, request_only=True)],
     )
     def post(self, request):
         body = request.data
         if not isinstance(body, dict):
             raise ValidationError({"errors": [{"field": "", "message": "must be an object"}]})
-        policy = body.get("policy") if isinstance(body.get("policy"), dict) else {}
-        limit = settings.PLACEMENT_API_MAX_TIME_S
-        asked = policy.get("time_limit_s")
-        if isinstance(asked, int | float) and asked > limit:
-            raise ValidationError(
-                {"errors": [{"field": "policy.time_limit_s",
-                             "message": f"at most {limit:g} s over the API"}]}
-            )  # fmt: skip
+        refusal = _over_the_api_limits(body)
+        if refusal:
+            raise ValidationError({"errors": [refusal]})
         try:
-            if policy.get("method") == "greedy":
-                return Response(solve(body))
-            with one_exact_solve_per_user(request.user, limit):
+            with one_solve_per_user(request.user, settings.PLACEMENT_API_MAX_TIME_S):
                 return Response(solve(body))
         except PlacementInputError as invalid:
             raise ValidationError({"errors": invalid.as_dicts()}) from None
 
 
+_SIZED = ("gpus", "models")
+
+
+def _over_the_api_limits(body: dict) -> dict | None:
+    """The limits of a solve over HTTP, checked before the solver reads the body: the time it
+    may ask for, and its size (each model costs the greedy pass one walk over the cards)."""
+    policy = body.get("policy") if isinstance(body.get("policy"), dict) else {}
+    longest = settings.PLACEMENT_API_MAX_TIME_S
+    asked = policy.get("time_limit_s")
+    if isinstance(asked, int | float) and asked > longest:
+        return {"field": "policy.time_limit_s", "message": f"at most {longest:g} s over the API"}
+    cards, models = (len(v) if isinstance(v := body.get(k), list) else 0 for k in _SIZED)
+    most = settings.PLACEMENT_API_MAX_PAIRS
+    if cards * models > most:
+        return {
+            "field": "gpus",
+            "message": f"{cards} cards x {models} models is over the API's size limit of "
+            f"{most:,} card-model pairs (PLACEMENT_API_MAX_PAIRS); larger requests belong to "
+            "manage.py place",
+        }
+    return None
+
+
 @contextmanager
-def one_exact_solve_per_user(user, longest_s: float):
-    """A user's second exact solve while the first runs answers 429: the solver holds a CPU for
-    up to the time limit, and a script looping on the API would hold every worker. The slot is
-    in the shared cache so that all web workers see it, and expires on its own should a worker
-    die holding it."""
-    slot = f"placement-exact-solve:{user.pk}"
+def one_solve_per_user(user, longest_s: float):
+    """A user's second solve while the first runs answers 429: a solve holds a CPU for up to
+    the time limit, and a script looping on the API (greedy solves too) would hold every
+    worker. The slot is in the shared cache so that all web workers see it, and expires on its
+    own should a worker die holding it."""
+    slot = f"placement-solve:{user.pk}"
     retry_after = math.ceil(longest_s)
     if not cache.add(slot, "running", timeout=retry_after + 5):
         raise Throttled(
             wait=retry_after,
-            detail="An exact solve of yours is still running; one at a time per user.",
+            detail="A placement solve of yours is still running; one at a time per user.",
         )
     try:
         yield

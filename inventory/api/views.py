@@ -5,7 +5,7 @@ from itertools import groupby
 
 from django.conf import settings
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -117,7 +117,15 @@ class HostSamples(APIView):
 
     @extend_schema(
         parameters=[SamplesQuerySerializer],
-        responses=SamplesSerializer,
+        responses={
+            200: SamplesSerializer,
+            400: OpenApiResponse(
+                description="Bad input; the body says which field and why. Also a window the "
+                "parameters allow one by one but not together: `from` not before `to`, longer "
+                "than the longest retention (TELEMETRY_1H_RETENTION_DAYS), or a `step` too fine "
+                f"for it (more than {MAX_POINTS} points a series)."
+            ),
+        },
         summary="A host's card and process series",
     )
     def get(self, request, name: str):

@@ -16,7 +16,6 @@ from django.db import close_old_connections
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rest_framework.authtoken.models import Token
 from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import (
@@ -33,6 +32,7 @@ from tests.batches import GIB, batch, card_row, process_row
 from tests.console.proposals.support import create_proposal
 from tests.examples import examples
 from tests.factories import DeploymentFactory, GpuFactory, RunbookNoteFactory
+from tests.tokens import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -99,7 +99,7 @@ def wsgi_app():
 
 
 def test_no_operation_answers_a_server_error_or_an_undocumented_answer(fleet, personas, wsgi_app):
-    auth = {"Authorization": f"Token {Token.objects.create(user=personas['oncall']).key}"}
+    auth = {"Authorization": f"Token {token_for(personas['oncall'])}"}
     schema = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_app, headers=auth)
     failures = {}
     operations = [result.ok() for result in schema.get_all_operations()]

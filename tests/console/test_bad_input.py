@@ -7,13 +7,13 @@ from django.core.cache import cache
 from django.core.files.uploadedfile import SimpleUploadedFile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from console.placement.schema import MAX_MEMORY_MIB
 from tests.console.proposals.support import create_proposal
 from tests.examples import examples
 from tests.factories import GpuFactory, ServedModelFactory
+from tests.tokens import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -27,8 +27,8 @@ PLACEMENT = {
 @pytest.fixture
 def api(personas):
     client = APIClient()
-    token = Token.objects.create(user=personas["oncall"])
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    token = token_for(personas["oncall"])
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     return client
 
 
@@ -248,23 +248,62 @@ def test_a_proposal_form_body_with_a_huge_integer_answers_400(api, gpu):
     assert "less than or equal to 2147483647" in str(response.json()["kv_tokens_per_request"])
 
 
-# One exact solve per user at a time.
+# One solve per user at a time, whatever the method; a size limit and a time limit on each.
 
 
-def test_a_second_exact_solve_of_the_same_user_answers_429(api, personas):
-    slot = f"placement-exact-solve:{personas['oncall'].pk}"
+@pytest.mark.parametrize("method", ["greedy", "exact", "auto"])
+def test_a_second_solve_of_the_same_user_answers_429(api, personas, method):
+    slot = f"placement-solve:{personas['oncall'].pk}"
+    body = json.dumps({**PLACEMENT, "policy": {"method": method}})
     assert cache.add(slot, "running")  # the first solve, still running
     try:
-        busy = post_json(api, "/api/placement/", json.dumps(PLACEMENT))
+        busy = post_json(api, "/api/placement/", body)
         assert busy.status_code == 429
-        assert "An exact solve of yours is still running" in busy.json()["detail"]
+        assert "A placement solve of yours is still running" in busy.json()["detail"]
         assert int(busy["Retry-After"]) >= 1
-        greedy = {**PLACEMENT, "policy": {"method": "greedy"}}
-        assert post_json(api, "/api/placement/", json.dumps(greedy)).status_code == 200
     finally:
         cache.delete(slot)
-    assert post_json(api, "/api/placement/", json.dumps(PLACEMENT)).status_code == 200
+    assert post_json(api, "/api/placement/", body).status_code == 200
     assert cache.get(slot) is None  # released once the solve is done
+
+
+@pytest.mark.parametrize("method", ["greedy", "exact", "auto"])
+def test_a_placement_over_the_size_limit_answers_400_naming_it(api, settings, method):
+    settings.PLACEMENT_API_MAX_PAIRS = 100
+    body = {
+        "gpus": [{"id": f"h:{i}", "host": "h", "memory_mib": 1024} for i in range(11)],
+        "models": [{"name": f"m{i}", "memory_mib": 1} for i in range(10)],
+        "policy": {"method": method},
+    }
+    response = post_json(api, "/api/placement/", json.dumps(body))
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert error["field"] == "gpus"
+    assert "11 cards x 10 models" in error["message"]
+    assert "PLACEMENT_API_MAX_PAIRS" in error["message"]
+    body["gpus"].pop()
+    assert post_json(api, "/api/placement/", json.dumps(body)).status_code == 200
+
+
+def test_a_greedy_pass_past_the_time_limit_answers_400_naming_it(api):
+    body = {
+        "gpus": [{"id": f"h:{i}", "host": "h", "memory_mib": 1024} for i in range(400)],
+        "models": [{"name": f"m{i}", "memory_mib": 2} for i in range(400)],
+        "policy": {"method": "greedy", "time_limit_s": 0.001},
+    }
+    response = post_json(api, "/api/placement/", json.dumps(body))
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert error["field"] == "policy.time_limit_s"
+    assert "no answer within 0.001 s for 400 cards x 400 models" in error["message"]
+
+
+def test_a_placement_body_over_the_byte_limit_answers_400_naming_it(api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    body = {**PLACEMENT, "about": "x" * 1000}
+    response = post_json(api, "/api/placement/", json.dumps(body))
+    assert response.status_code == 400
+    assert "larger than 1000 bytes" in response.json()["detail"]
 
 
 # Load-test uploads: every malformed file answers the form with the line at fault.
@@ -346,3 +385,39 @@ def test_the_openapi_document_lists_the_refusals(api):
     }
     metrics = schema["paths"]["/metrics"]["get"]["responses"]
     assert "text/plain" in metrics["401"]["content"]
+
+
+@pytest.mark.parametrize("page_size", ["null", "0", "-1", "501", "1.5", "many", "9" * 5000])
+def test_a_page_size_that_is_no_page_size_answers_400(api, page_size):
+    response = api.get("/api/hosts/", {"page_size": page_size})
+    assert response.status_code == 400
+    assert response.json() == {"page_size": "A whole number from 1 to 500."}
+
+
+def test_the_openapi_document_types_the_placement_body_and_the_samples_refusal(api):
+    schema = api.get("/api/schema/?format=json").json()
+    body = schema["paths"]["/api/placement/"]["post"]["requestBody"]["content"]
+    request = body["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    assert set(schema["components"]["schemas"][request]["required"]) == {"gpus", "models"}
+    answer = schema["paths"]["/api/placement/"]["post"]["responses"]["200"]
+    assert answer["content"]["application/json"]["schema"]["$ref"].endswith("PlacementAnswer")
+    samples = schema["paths"]["/api/hosts/{name}/samples/"]["get"]["responses"]["400"]
+    assert "longer than the longest retention" in samples["description"]
+    (page_size,) = [
+        p for p in schema["paths"]["/api/hosts/"]["get"]["parameters"] if p["name"] == "page_size"
+    ]
+    assert (page_size["schema"]["minimum"], page_size["schema"]["maximum"]) == (1, 500)
+
+
+def test_a_samples_window_past_its_bounds_answers_400_naming_it(api, gpu):
+    path = f"/api/hosts/{gpu.host.name}/samples/"
+    long_ago = {"from": "2020-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}
+    assert "the longest retention" in api.get(path, long_ago).json()["from"]
+    fine = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "step": 1}
+    assert "at most 5000 points a series" in api.get(path, fine).json()["step"]
+
+
+def test_a_chart_window_not_offered_answers_400(client_as, gpu):
+    response = client_as("oncall").get(f"/hosts/{gpu.host.name}/charts/", {"window": "2y"})
+    assert response.status_code == 400
+    assert "one of 1h, 24h, 7d, 30d" in response.json()["window"]

@@ -2,11 +2,11 @@ import datetime as dt
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from console import health
 from inventory.models import CollectorStatus, DeadLetter
 from tests.factories import HostFactory
+from tests.tokens import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -158,8 +158,8 @@ def test_readyz_details_need_a_role_that_may_see_hosts(client_as, long_running):
 
 
 def test_readyz_details_for_an_api_token(client, personas, long_running):
-    token = Token.objects.create(user=personas["oncall"])
-    response = client.get("/readyz", HTTP_AUTHORIZATION=f"Token {token.key}")
+    token = token_for(personas["oncall"])
+    response = client.get("/readyz", HTTP_AUTHORIZATION=f"Token {token}")
     assert response.json()["database"] == "ok"
     assert client.get("/readyz", HTTP_AUTHORIZATION="Token wrong").status_code == 401
 

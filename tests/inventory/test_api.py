@@ -4,13 +4,13 @@ import datetime as dt
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from inventory.ingest.writer import ingest_batch
 from inventory.timeseries import rollups
 from tests.batches import GIB, batch, card_row, process_row
 from tests.factories import DeploymentFactory, GpuFactory
+from tests.tokens import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def api(personas):
     client = APIClient()
-    token = Token.objects.create(user=personas["manager"])
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    token = token_for(personas["manager"])
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     return client
 
 
@@ -108,8 +108,8 @@ def test_an_unknown_host_is_404(api, telemetry):
 def test_anonymous_gets_401_and_a_role_less_token_403(personas):
     client = APIClient()
     assert client.get("/api/hosts/").status_code == 401
-    token = Token.objects.create(user=personas["outsider"])
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    token = token_for(personas["outsider"])
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.get("/api/hosts/").status_code == 403
 
 

@@ -7,7 +7,6 @@ import math
 import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
-from rest_framework.authtoken.models import Token
 
 from console.proposals.gate_checks import _recent_ooms, check_kv
 from inventory.analytics.stats import percentile
@@ -17,6 +16,7 @@ from tests.batches import GIB, write_history
 from tests.console.proposals.support import create_proposal
 from tests.console.proposals.test_kv_gate import _write_engine_minutes
 from tests.factories import DeploymentFactory, GpuFactory, ServedModelFactory
+from tests.tokens import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -61,8 +61,8 @@ def host():
 
 
 def _metrics(client, personas) -> dict:
-    token = Token.objects.create(user=personas["manager"])
-    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Token {token.key}")
+    token = token_for(personas["manager"])
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Token {token}")
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(response.content.decode())

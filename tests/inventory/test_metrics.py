@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
-from rest_framework.authtoken.models import Token
 
 from inventory.models import Deployment, Event, Gpu
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory, MigSliceFactory, ServedModelFactory
 from tests.processes import free_port, wait_for, wait_for_port
+from tests.tokens import token_for
 
 DCGM_PAGE = Path(__file__).parents[1] / "fixtures" / "dcgm-exporter" / "metrics.prom"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -67,7 +67,7 @@ def _event(gpu: Gpu, kind: str, position: int, hours_ago: float = 1.0, **fields)
 
 def _scrape(client, token) -> tuple[dict, dict]:
     """(value by (name, sorted labels), type by family name) of one scrape."""
-    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Token {token.key}")
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Token {token}")
     assert response.status_code == 200
     families = list(text_string_to_metric_families(response.content.decode()))
     samples = {
@@ -93,7 +93,7 @@ def _key(name, labels):
 @pytest.mark.django_db
 def test_the_figures_carry_dcgm_exporters_labels_and_events_are_counters(client, personas):
     gpu, deployment, mig = _fleet()
-    token = Token.objects.create(user=personas["manager"])
+    token = token_for(personas["manager"])
     samples, types = _scrape(client, token)
 
     card = _card("infer-09", gpu)
@@ -193,11 +193,11 @@ def test_a_real_prometheus_scrapes_the_console_and_joins_it_with_dcgm(
     if not os.path.exists(PROMETHEUS):
         pytest.skip("prometheus is not installed (apt-get install prometheus)")
     gpu, _, mig = _fleet()
-    token = Token.objects.create(user=personas["manager"])
+    token = token_for(personas["manager"])
     console = urllib.parse.urlsplit(live_server.url).netloc
     prometheus = _Prometheus(tmp_path, f"""\
   - job_name: console
-    authorization: {{type: Token, credentials: "{token.key}"}}
+    authorization: {{type: Token, credentials: "{token}"}}
     static_configs: [{{targets: ["{console}"]}}]
   - job_name: dcgm
     metrics_path: /metrics.prom

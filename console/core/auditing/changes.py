@@ -12,7 +12,6 @@ import functools
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,23 +20,9 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from console.core.auditing.actions import Action
+from console.core.auditing.context import OPEN_CHANGE, Change, current_change, note_opened
 from console.core.auditing.diff import changed_fields, snapshot
 from console.core.auditing.models import AuditEntry
-
-
-@dataclass(frozen=True)
-class Change:
-    id: uuid.UUID
-    actor: Any  # the user acting, or None for the system
-    # Set only when the demo replays history: the moment its rows say they happened.
-    at: dt.datetime | None = None
-
-
-_open: ContextVar[Change | None] = ContextVar("audit_change", default=None)
-
-
-def current_change() -> Change | None:
-    return _open.get()
 
 
 @contextmanager
@@ -50,19 +35,20 @@ def open_change(
     discovers a card in the transaction that writes the batch naming it, so a batch rolled
     back leaves no card behind); every user action opens a durable change.
     """
-    joined = _open.get()
+    joined = current_change()
     if joined is not None:
         yield joined
         return
     change = Change(id=uuid.uuid4(), actor=actor, at=at)
+    note_opened(change)
     # durable: a top-level action must commit on its own, never inside a caller's transaction.
     with transaction.atomic(durable=durable):
-        token = _open.set(change)
+        token = OPEN_CHANGE.set(change)
         try:
             yield change
         finally:
             # Closed before the commit, so on-commit work (gate checks) opens changes of its own.
-            _open.reset(token)
+            OPEN_CHANGE.reset(token)
 
 
 def atomic_change(func):
@@ -87,7 +73,7 @@ def record(
     comment: str = "",
 ) -> AuditEntry:
     """One audit row in the open change; outside any, a change of its own."""
-    change = _open.get()
+    change = current_change()
     return AuditEntry.objects.create(
         change_id=change.id if change else uuid.uuid4(),
         at=change.at if change and change.at else timezone.now(),

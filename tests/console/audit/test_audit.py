@@ -10,8 +10,8 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import transaction
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
-from rest_framework.authtoken.models import Token
 
+from console.core.api_tokens.models import ApiToken
 from console.core.auditing import Action
 from console.core.auditing.changes import open_change, record
 from console.core.models import AuditEntry
@@ -238,22 +238,34 @@ def test_a_role_change_shows_on_the_audit_page_with_its_change_id(admin_client):
 
 def test_a_token_made_in_the_admin_names_its_maker_but_never_its_key(admin_client):
     alice = UserFactory(username="alice")
-    response = admin_client.post("/admin/authtoken/tokenproxy/add/", {"user": alice.pk})
-    assert response.status_code == 302, response.content.decode()
+    response = admin_client.post("/admin/console/apitoken/add/", {"user": alice.pk})
+    assert response.status_code == 200, response.content.decode()
+    key = response.context["key"]
     entry = AuditEntry.objects.get(action="token.create")
     assert (entry.actor_name, entry.object_repr) == ("root", "alice")
-    assert Token.objects.get(user=alice).key not in str(entry.after) + entry.object_id
+    assert entry.after["fingerprint"] == ApiToken.objects.get(user=alice).fingerprint
+    assert key not in str(entry.after) + entry.object_id
     assert entry.change_id
 
 
 def test_a_token_made_by_the_command_is_audited_as_the_system():
     alice = UserFactory(username="alice")
-    call_command("drf_create_token", "alice", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("create_api_token", "alice", stdout=out, stderr=io.StringIO())
     entry = AuditEntry.objects.get(action="token.create")
     assert (entry.actor_name, entry.object_id) == ("system", str(alice.pk))
-    call_command("drf_create_token", "alice", "--reset", stdout=io.StringIO())
-    assert AuditEntry.objects.filter(action="token.delete").count() == 1
-    assert AuditEntry.objects.filter(action="token.create").count() == 2
+    assert out.getvalue().strip() not in str(entry.after)
+
+
+def test_a_token_deleted_in_the_admin_is_audited(admin_client):
+    alice = UserFactory(username="alice")
+    admin_client.post("/admin/console/apitoken/add/", {"user": alice.pk})
+    token = ApiToken.objects.get(user=alice)
+    response = admin_client.post(f"/admin/console/apitoken/{token.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    entry = AuditEntry.objects.get(action="token.delete")
+    assert (entry.actor_name, entry.before["fingerprint"]) == ("root", token.fingerprint)
+    assert not ApiToken.objects.exists()
 
 
 def test_periodic_task_edits_and_bulk_actions_are_audited(admin_client):

@@ -1,20 +1,20 @@
 """The JSON API: create a proposal with a token, read its status and gates."""
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from console.proposals.models import Proposal
 from console.proposals.transitions import State
 from tests.console.proposals.support import ready_proposal
 from tests.factories import GIB, GpuFactory, ServedModelFactory
+from tests.tokens import token_for
 
 pytestmark = pytest.mark.django_db
 
 
 def token_client(user) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
 
 
