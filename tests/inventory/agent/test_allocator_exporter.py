@@ -304,9 +304,3 @@ def test_a_forked_worker_keeps_a_snapshot_of_its_own_and_its_exit_removes_only_t
 
 def test_the_exporter_names_itself_as_the_agent_finds_it_in_the_hosts_proc():
     assert allocator_scrape.host_processes({os.getpid()}) == {identity(): os.getpid()}
-
-
-def test_the_vllm_plugin_entry_point_names_the_exporter():
-    text = (Path(__file__).resolve().parents[3] / "pyproject.toml").read_text()
-    assert '[project.entry-points."vllm.general_plugins"]' in text
-    assert 'allocator_exporter = "inventory.agent.allocator_exporter:vllm_plugin"' in text
