@@ -1,16 +1,27 @@
-"""The host agent's side of the allocator exporter: every process of a deployment, its figures.
+"""The host agent's side of the allocator exporter: every serving process, its figures.
 
-The deployment's `allocator_url` names the exporter's first port; each serving process has its
-own port from there on (see inventory.agent.allocator_exporter), so the agent reads the ports
-in turn until one does not answer. It reads the exporter's Prometheus text (`/metrics`) or its
-JSON (`/memory_stats`, also what the simulator serves), whichever the URL names.
+Over HTTP: the deployment's `allocator_url` names the exporter's first port; each serving
+process has its own port from there on (see inventory.agent.allocator_exporter), so the agent
+reads the ports in turn until one does not answer. It reads the exporter's Prometheus text
+(`/metrics`) or its JSON (`/memory_stats`, also what the simulator serves), whichever the URL
+names.
+
+From a snapshot folder (`read_snapshots`): engines in containers, whose 127.0.0.1 and PIDs are
+their own, write `<pid>-<starttime>.json` into a host folder they mount; the agent finds each
+file's process among NVML's host PIDs by the PID its innermost namespace gives it (the last
+NSpid of /proc/<pid>/status) and its start time (/proc/<pid>/stat), and keys the figures by the
+host PID.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Callable
+import stat
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from inventory.agent.allocator_exporter import PORT_SPAN
@@ -36,20 +47,23 @@ _FROM_STATS = {
 def parse(body: str) -> dict[int, dict]:
     """pid -> {reserved_bytes, allocated_bytes, inactive_split_bytes, largest_free_block_bytes},
     summed over the devices a process uses (a process's memory on several cards of its own)."""
-    figures: dict[int, dict] = {}
     if body.lstrip().startswith("["):
-        for row in json.loads(body):
-            into = figures.setdefault(int(row["pid"]), {})
-            for key, name in _FROM_STATS.items():
-                _add(into, name, row["memory_stats"].get(key))
-            _add(
-                into, "largest_free_block_bytes", row.get("largest_free_block_bytes"), biggest=True
-            )
-        return figures
+        return _from_rows(json.loads(body))
+    figures: dict[int, dict] = {}
     for name, pid, _device, value in _SERIES.findall(body):
         if name in _FROM_METRICS:
             into = figures.setdefault(int(pid), {})
             _add(into, _FROM_METRICS[name], int(float(value)), biggest=name.startswith("largest"))
+    return figures
+
+
+def _from_rows(rows: list[dict]) -> dict[int, dict]:
+    figures: dict[int, dict] = {}
+    for row in rows:
+        into = figures.setdefault(int(row["pid"]), {})
+        for key, name in _FROM_STATS.items():
+            _add(into, name, row["memory_stats"].get(key))
+        _add(into, "largest_free_block_bytes", row.get("largest_free_block_bytes"), biggest=True)
     return figures
 
 
@@ -83,3 +97,75 @@ def read(fetch: Fetch, url: str, timeout: float = 2.0) -> dict[int, dict]:
             if failed_in_a_row == 2:
                 break
     return figures
+
+
+SNAPSHOT_MAX_AGE_S = 30.0  # six of the exporter's 5 s writes missed: its process is stuck
+SNAPSHOT_MAX_BYTES = 1 << 20
+_SNAPSHOT_NAME = re.compile(r"(\d+)-(\d+)\.json")
+
+
+def host_processes(pids: Iterable[int], proc: Path = Path("/proc")) -> dict[tuple[int, int], int]:
+    """(PID in the process's innermost PID namespace, start time) -> host PID, for `pids`."""
+    found = {}
+    for pid in pids:
+        try:
+            status = (proc / str(pid) / "status").read_text()
+            started = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            continue  # gone since NVML listed it
+        nspid = re.search(r"^NSpid:\s*(.*)$", status, re.M)
+        inner = int(nspid.group(1).split()[-1]) if nspid else pid
+        found[(inner, int(started.rsplit(")", 1)[1].split()[19]))] = pid
+    return found
+
+
+def read_snapshots(
+    directory: Path,
+    pids: Iterable[int],
+    *,
+    proc: Path = Path("/proc"),
+    now: Callable[[], float] = time.time,
+    max_age_s: float = SNAPSHOT_MAX_AGE_S,
+) -> tuple[dict[int, dict], list[str]]:
+    """Host PID -> figures, from the snapshots in `directory` of the processes among `pids`
+    (NVML's), and what was wrong with the files of live processes. A file of no live process
+    (an engine that crashed, a container's process without a GPU) is passed over."""
+    known = host_processes(pids, proc)
+    figures: dict[int, dict] = {}
+    problems: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return figures, problems  # no engine on this host publishes there
+    except OSError as exc:
+        return figures, [f"{directory}: {type(exc).__name__}: {exc}"]
+    for name in names:
+        match = _SNAPSHOT_NAME.fullmatch(name)
+        host_pid = known.get((int(match[1]), int(match[2]))) if match else None
+        if host_pid is None:
+            continue
+        try:
+            body, modified = _read_regular(directory / name)
+            age = now() - modified
+            if age > max_age_s:
+                problems.append(f"{name} (host pid {host_pid}): not rewritten for {age:.0f} s")
+                continue
+            # one process's rows, under the PID of its own namespace
+            for inside in _from_rows(json.loads(body)["rows"]).values():
+                figures[host_pid] = inside
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{name} (host pid {host_pid}): {type(exc).__name__}: {exc}")
+    return figures, problems
+
+
+def _read_regular(path: Path) -> tuple[bytes, float]:
+    """A plain file's bytes and modification time. The folder is the engines' to write: a link
+    there must not make the agent read its own files (its secret) and report on them."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"not a plain file (mode {info.st_mode:o})")
+        if info.st_size > SNAPSHOT_MAX_BYTES:
+            raise OSError(f"{info.st_size} bytes, more than {SNAPSHOT_MAX_BYTES}")
+        return file.read(SNAPSHOT_MAX_BYTES), info.st_mtime

@@ -104,11 +104,21 @@ def _source_factory():
             from inventory.agent.kubernetes import NodePods
 
             pods = NodePods(this_host, clock=wall_clock)
+        # Engines in containers leave their allocator figures here (docs/deploy.md); "off" for
+        # none. A folder that is not there is a host where no engine does.
+        allocator_dir = env_str("AGENT_ALLOCATOR_DIR", "/run/gpu-console/allocator")
+        allocator_dir = None if allocator_dir == "off" else Path(allocator_dir)
 
         def nvml_source(plan):
             if plan["host"] != this_host or plan.get("collector") != "nvml":
                 return None
-            return NvmlSource(pynvml, wall_clock, real_host_signals(pynvml), pods=pods)
+            return NvmlSource(
+                pynvml,
+                wall_clock,
+                real_host_signals(pynvml),
+                pods=pods,
+                allocator_dir=allocator_dir,
+            )
 
         return nvml_source
     raise ValueError(f"AGENT_SOURCE={kind!r}: expected nvml or simulator")

@@ -28,7 +28,7 @@ from inventory.telemetry.engines import ScrapeTarget, scrape_all
 from inventory.telemetry.outbox import Outbox
 from inventory.telemetry.pod_attribution import attribute_pods
 from inventory.telemetry.process_mapping import map_processes
-from inventory.telemetry.readings import CollectorFault, TelemetryEvent
+from inventory.telemetry.readings import CollectorFault, PollResult, TelemetryEvent
 from inventory.telemetry.sampler import IntervalSampler
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class HostRuntime:
         self.sampler.add_events(self.source.events())
         if now >= self._next_scrape:
             self._next_scrape = now + float(self.plan["scrape_interval_s"])
-            self._scrape(entries)
+            self._scrape(entries, poll)
         if now >= self._next_flush:
             # On a grid too: a batch a flush interval, not one every interval plus a poll.
             flush_every = float(self.plan["flush_interval_s"])
@@ -171,7 +171,7 @@ class HostRuntime:
             log.info("%s: backfilled %d batches", self.host, sent)
         return sent
 
-    def _scrape(self, entries: list[dict]) -> None:
+    def _scrape(self, entries: list[dict], poll: PollResult) -> None:
         targets = [
             ScrapeTarget(e["deployment_id"], e["engine"], e["metrics_url"], e.get("model_name"))
             for e in entries
@@ -186,6 +186,7 @@ class HostRuntime:
         for entry in entries:
             if entry.get("allocator_url"):
                 self._read_allocator(entry)
+        self._read_allocator_snapshots(poll)
 
     def _read_allocator(self, entry: dict) -> None:
         """Per-process caching-allocator figures (torch.cuda.memory_stats()), with the
@@ -205,6 +206,25 @@ class HostRuntime:
                 ]
             )
             return
+        self._keep_allocator(figures)
+
+    def _read_allocator_snapshots(self, poll: PollResult) -> None:
+        """The figures that engines in containers leave in the host's snapshot folder, for
+        the processes NVML lists (the source's `allocator_snapshots`, where it has one)."""
+        read = getattr(self.source, "allocator_snapshots", None)
+        if read is None:
+            return
+        pids = {process.pid for card in poll.cards for process in card.processes}
+        figures, problems = read(pids)
+        self.sampler.add_faults(
+            [
+                CollectorFault(None, "scrape:allocator", "Snapshot", problem, ts=self.source.now())
+                for problem in problems
+            ]
+        )
+        self._keep_allocator(figures)
+
+    def _keep_allocator(self, figures: dict[int, dict]) -> None:
         for pid, now in figures.items():
             before = self._allocator.get(pid) or {}
             for key in ("reserved_bytes", "allocated_bytes"):

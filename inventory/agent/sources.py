@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
+from inventory.agent import allocator_scrape
 from inventory.agent.signals import HostSignals, SignalOptions
 from inventory.telemetry.engines import http_fetch
 from inventory.telemetry.readings import TelemetryEvent
@@ -27,11 +29,14 @@ class NvmlSource:
         clock,
         signal_options: SignalOptions | None = None,
         pods=None,
+        allocator_dir: Path | None = None,
     ) -> None:
         self._nvml = nvml_module
         self.now = clock
         self._signal_options = signal_options
         self.pods = pods  # on a Kubernetes node: this node's pods (inventory.agent.kubernetes)
+        # The host folder engines in containers write their allocator snapshots to.
+        self._allocator_dir = allocator_dir
 
     def nvml(self) -> Any:
         return self._nvml
@@ -41,6 +46,11 @@ class NvmlSource:
 
     def deployments(self, planned: list[dict]) -> list[dict]:
         return planned
+
+    def allocator_snapshots(self, pids: set[int]) -> tuple[dict[int, dict], list[str]]:
+        if self._allocator_dir is None:
+            return {}, []
+        return allocator_scrape.read_snapshots(self._allocator_dir, pids)
 
     def events(self) -> list[TelemetryEvent]:
         return []  # Xids arrive through the collector's NVML event set, the rest via signals()

@@ -50,9 +50,12 @@ def test_the_agent_daemonset_runs_on_gpu_nodes_with_host_pids_and_read_only_host
     assert security["readOnlyRootFilesystem"] is True
     mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
-    for name in ("mps-pipes", "engine-logs", "pod-logs", "secret", "config"):
+    for name in ("mps-pipes", "engine-logs", "pod-logs", "secret", "config", "allocator"):
         assert mounts[name].get("readOnly") is True, name
     assert volumes["mps-pipes"]["hostPath"]["path"] == "/tmp/nvidia-mps"
+    # where the engines' pods leave their allocator snapshots, read where the agent looks
+    assert volumes["allocator"]["hostPath"]["path"] == "/run/gpu-console/allocator"
+    assert mounts["allocator"]["mountPath"] == "/run/gpu-console/allocator"
     assert not mounts["state"].get("readOnly"), "the outbox is written"
     assert "hostPath" in volumes["state"], "the outbox outlives the pod"
     assert volumes["secret"]["secret"]["secretName"] == "gpu-console-agent"

@@ -87,6 +87,8 @@ def test_the_agent_unit_holds_only_cap_syslog_and_reaches_only_its_state_and_the
     assert agent["ProtectSystem"] == ["strict"]
     assert agent["DevicePolicy"] == ["closed"]
     assert set(agent["DeviceAllow"]) == {"char-nvidia-frontend rw", "char-nvidia-caps r"}
+    # engines' allocator snapshots (AGENT_ALLOCATOR_DIR's default), read, never written
+    assert "-/run/gpu-console/allocator" in agent["ReadOnlyPaths"]
     assert agent["StateDirectory"] == ["gpu-console-agent"]
     assert "AGENT_STATE_DIR=%S/gpu-console-agent" in agent["Environment"]
     # The secret arrives as a credential, readable by this service alone.

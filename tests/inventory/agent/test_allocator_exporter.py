@@ -7,6 +7,7 @@ code a real engine runs."""
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from inventory.agent import allocator_scrape
-from inventory.agent.allocator_exporter import prometheus_text
-from inventory.telemetry.engines import http_fetch
-from tests.processes import free_port
+from inventory.agent.allocator_exporter import identity, prometheus_text
+from inventory.telemetry.engines import EngineScrapeError, http_fetch
+from tests.processes import free_port, wait_for
 
 STUB = Path(__file__).with_name("stub_torch")
+CHECKOUT = Path(__file__).resolve().parents[3]
 GIB = 2**30
 STATS = {
     "0": {
@@ -131,7 +133,174 @@ def test_a_process_on_two_devices_sums_its_pools_and_keeps_its_largest_block():
     assert figures["reserved_bytes"] == 80 * GIB and figures["largest_free_block_bytes"] == 9
 
 
-def test_the_vllm_plugin_entry_point_names_the_exporter():
-    text = (Path(__file__).resolve().parents[3] / "pyproject.toml").read_text()
-    assert '[project.entry-points."vllm.general_plugins"]' in text
-    assert 'allocator_exporter = "inventory.agent.allocator_exporter:vllm_plugin"' in text
+# ---- engines in containers: the snapshot folder ------------------------------------------
+
+
+def _snapshot(folder: Path, pid: int, started: int, reserved: int) -> Path:
+    row = {"pid": pid, "device": 0, "largest_free_block_bytes": None,
+           "memory_stats": {**STATS["0"], "reserved_bytes.all.current": reserved}}  # fmt: skip
+    path = folder / f"{pid}-{started}.json"
+    path.write_text(json.dumps({"ns_pid": pid, "starttime": started, "rows": [row]}))
+    return path
+
+
+def _proc_entry(proc: Path, host_pid: int, nspids: str, started: int) -> None:
+    (proc / str(host_pid)).mkdir(parents=True)
+    (proc / str(host_pid) / "status").write_text(f"Name:\tpython3\nNSpid:\t{nspids}\n")
+    # a command name with a space and a ")" of its own: the fields count from its last ")"
+    fields = " ".join(["S", *["0"] * 18, str(started), "0"])
+    (proc / str(host_pid) / "stat").write_text(f"{host_pid} (vllm (wor) ker)) {fields}\n")
+
+
+def test_a_snapshot_is_keyed_by_the_host_pid_of_its_namespaces_pid_and_start_time(tmp_path):
+    proc, folder = tmp_path / "proc", tmp_path / "allocator"
+    folder.mkdir()
+    _proc_entry(proc, 4242, "4242 7", 9000)  # PID 7 in its container
+    _proc_entry(proc, 4243, "4243 1", 9100)
+    _snapshot(folder, 7, 9000, 40 * GIB)
+    _snapshot(folder, 1, 9999, 10 * GIB)  # a PID 1 of another start: not 4243's
+    _snapshot(folder, 8, 9000, 10 * GIB)  # left by an engine gone since
+    figures, problems = allocator_scrape.read_snapshots(folder, {4242, 4243, 5000}, proc=proc)
+    assert figures == {4242: {"reserved_bytes": 40 * GIB, "allocated_bytes": 31 * GIB,
+                              "inactive_split_bytes": 2 * GIB}}  # fmt: skip
+    assert problems == []
+
+
+def test_a_live_processes_stale_garbled_or_linked_snapshot_is_a_problem_not_figures(tmp_path):
+    proc, folder = tmp_path / "proc", tmp_path / "allocator"
+    folder.mkdir()
+    for pid in (11, 12, 13):
+        _proc_entry(proc, 4000 + pid, f"{4000 + pid} {pid}", 500)
+    stale = _snapshot(folder, 11, 500, GIB)
+    os.utime(stale, (time.time() - 120, time.time() - 120))
+    (folder / "12-500.json").write_text('{"ns_pid": 12, "rows": [')
+    secret = tmp_path / "agent.secret"
+    secret.write_text('{"rows": []}')
+    (folder / "13-500.json").symlink_to(secret)  # the engines write here, not the agent
+    figures, problems = allocator_scrape.read_snapshots(folder, {4011, 4012, 4013}, proc=proc)
+    assert figures == {}
+    stale, garbled, linked = sorted(problems)
+    assert stale.startswith("11-500.json (host pid 4011): not rewritten for 12")
+    assert garbled.startswith("12-500.json (host pid 4012): JSONDecodeError")
+    assert linked.startswith("13-500.json (host pid 4013): OSError")
+    assert allocator_scrape.read_snapshots(tmp_path / "absent", {4011}, proc=proc) == ({}, [])
+
+
+def _namespaces_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "PID and network namespaces need root"
+    for program in ("unshare", "nsenter", "ip"):
+        if shutil.which(program) is None:
+            return f"{program} is not installed"
+    probe = subprocess.run(
+        ["unshare", "--pid", "--net", "--fork", "--mount-proc", "true"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode:
+        return f"unshare cannot make PID and network namespaces: {probe.stderr.strip()}"
+    return None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="stub only without torch")
+def test_an_engine_in_its_own_pid_and_network_namespaces_reaches_the_agent_by_the_folder(
+    tmp_path,
+):
+    if missing := _namespaces_missing():
+        pytest.skip(missing)
+    folder, stats = tmp_path / "allocator", tmp_path / "stats.json"
+    folder.mkdir()
+    stats.write_text(json.dumps(STATS))
+    port = free_port()
+    env = {**os.environ, "STUB_TORCH_STATS": str(stats), "ALLOCATOR_EXPORTER_DIR": str(folder),
+           "ALLOCATOR_EXPORTER_INTERVAL_S": "0.2", "ALLOCATOR_EXPORTER_PORT": str(port),
+           "ALLOCATOR_EXPORTER_SEGMENTS": "1",
+           "PYTHONPATH": os.pathsep.join([str(STUB), str(CHECKOUT)])}  # fmt: skip
+    # What vLLM does in each process; then it serves until the test closes its stdin.
+    code = (
+        "import sys, inventory.agent.allocator_exporter as e; "
+        "e.vllm_plugin(); print(e.start(), flush=True); sys.stdin.read()"
+    )
+    engine = subprocess.Popen(
+        ["unshare", "--pid", "--net", "--fork", "--mount-proc", "sh", "-c",
+         'ip link set lo up && exec "$0" -c "$1"', sys.executable, code],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert int(engine.stdout.readline()) == port  # bound inside: its own 127.0.0.1
+        # unshare forks the namespace's PID 1, which became the exporter's Python
+        (host_pid,) = map(
+            int, Path(f"/proc/{engine.pid}/task/{engine.pid}/children").read_text().split()
+        )
+        # Named by its own PID, 1, and the start time the host reads too.
+        ((ns_pid, started),) = allocator_scrape.host_processes({host_pid})
+        assert ns_pid == 1 != host_pid
+        assert [path.name for path in folder.iterdir()] == [f"1-{started}.json"]
+        figures, problems = allocator_scrape.read_snapshots(folder, {host_pid, os.getpid()})
+        assert problems == []
+        assert figures == {host_pid: {"reserved_bytes": 40 * GIB, "allocated_bytes": 31 * GIB,
+                                      "inactive_split_bytes": 2 * GIB,
+                                      "largest_free_block_bytes": 512 * 2**20}}  # fmt: skip
+        # The port answers in the engine's network namespace, and not from the host's.
+        inside = subprocess.run(
+            ["nsenter", "--target", str(host_pid), "--net", sys.executable, "-c",
+             f"import urllib.request; print(urllib.request.urlopen("
+             f"'http://127.0.0.1:{port}/memory_stats', timeout=5).read().decode())"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert json.loads(inside.stdout)[0]["pid"] == 1, inside.stderr
+        with pytest.raises(EngineScrapeError):
+            http_fetch(f"http://127.0.0.1:{port}/memory_stats", 2.0)
+        # The file follows the allocator: rewritten every interval.
+        changed = json.loads(json.dumps(STATS))
+        changed["0"]["reserved_bytes.all.current"] = 10 * GIB
+        stats.write_text(json.dumps(changed))
+        wait_for(
+            lambda: (
+                allocator_scrape.read_snapshots(folder, {host_pid})[0][host_pid]["reserved_bytes"]
+                == 10 * GIB
+            ),
+            10,
+            "the rewritten snapshot",
+        )
+        engine.stdin.close()  # a clean exit takes its file away
+        assert engine.wait(timeout=30) == 0
+        assert list(folder.iterdir()) == []
+    finally:
+        engine.kill()
+        engine.wait()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="stub only without torch")
+def test_a_forked_worker_keeps_a_snapshot_of_its_own_and_its_exit_removes_only_that(tmp_path):
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps(STATS))
+    folder = tmp_path / "allocator"
+    folder.mkdir()
+    # vLLM forks its workers after the plugin loaded in the parent; each loads it again.
+    code = (
+        "import os, sys, json, inventory.agent.allocator_exporter as e\n"
+        "e.publish()\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    e.publish()\n"
+        "    print(json.dumps(sorted(os.listdir(sys.argv[1]))), flush=True)\n"
+        "    sys.exit(0)\n"
+        "os.waitpid(child, 0)\n"
+        "print(json.dumps([os.getpid(), child, sorted(os.listdir(sys.argv[1]))]), flush=True)\n"
+    )
+    env = {**os.environ, "STUB_TORCH_STATS": str(stats), "ALLOCATOR_EXPORTER_DIR": str(folder),
+           "PYTHONPATH": os.pathsep.join([str(STUB), str(CHECKOUT)])}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code, folder], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    in_child, after_child = map(json.loads, result.stdout.splitlines())
+    parent, child, left = after_child
+    assert sorted(name.split("-")[0] for name in in_child) == sorted([str(parent), str(child)])
+    assert [name.split("-")[0] for name in left] == [str(parent)]
+    assert list(folder.iterdir()) == []  # and the parent's exit took its own
+
+
+def test_the_exporter_names_itself_as_the_agent_finds_it_in_the_hosts_proc():
+    assert allocator_scrape.host_processes({os.getpid()}) == {identity(): os.getpid()}

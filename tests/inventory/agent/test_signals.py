@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from inventory.agent import allocator_scrape
 from inventory.agent.engine_logs import EngineLogs, FileTail
 from inventory.agent.kernel_log import KernelXidSource, NvmlPciMap, open_journal, open_kmsg
 from inventory.agent.mps import MpsControl, MpsMonitor, MpsMonitors, running_pipe_dirs
@@ -534,6 +535,31 @@ def test_the_allocator_figures_in_a_batch_keep_the_intervals_peaks():
     first, second = (batch["processes"][0]["allocator"] for batch in sink[:2])
     assert (first["reserved_bytes_max"], first["reserved_bytes"]) == (45 * GIB, 20 * GIB)
     assert second["reserved_bytes_max"] == 20 * GIB  # a new interval, its own peak
+
+
+def test_the_allocator_snapshot_folder_lands_in_the_batch_under_the_nvml_pid(tmp_path):
+    clock = Clock()
+    # This test's own process stands for the engine: NVML lists it, /proc knows it.
+    card = h100_card("gpu-01", 0, [FakeProcess(os.getpid(), "python3", 50 * GIB)])
+    ((ns_pid, started),) = allocator_scrape.host_processes({os.getpid()})
+    row = {"pid": ns_pid, "device": 0, "largest_free_block_bytes": None,
+           "memory_stats": {"reserved_bytes.all.current": 45 * GIB,
+                            "allocated_bytes.all.current": 30 * GIB}}  # fmt: skip
+    (tmp_path / f"{ns_pid}-{started}.json").write_text(json.dumps({"rows": [row]}))
+    (tmp_path / f"{ns_pid + 1}-{started}.json").write_text("{")  # no such process: unread
+    sink = Sink()
+    source = NvmlSource(nvml_for(card), clock, allocator_dir=tmp_path)
+    runtime = HostRuntime("gpu-01", source, sink)
+    runtime.apply_plan({**_plan([_entry(card)]), "scrape_interval_s": 1.0})
+    _tick(runtime, clock, 6)
+    (process,) = sink[0]["processes"]
+    assert process["pid"] == os.getpid()
+    assert process["allocator"]["reserved_bytes_max"] == 45 * GIB
+    assert process["allocator"]["allocated_bytes"] == 30 * GIB
+    (tmp_path / f"{ns_pid}-{started}.json").write_text("{")
+    _tick(runtime, clock, 5)
+    faults = [f for f in sink[1]["faults"] if f["call"] == "scrape:allocator"]
+    assert faults and f"host pid {os.getpid()}" in faults[0]["message"]
 
 
 # ---- engine metrics ---------------------------------------------------------------------
