@@ -72,7 +72,9 @@ def test_an_author_files_through_the_guided_form_and_the_approver_sees_it_arrive
     form.fill("#id_engine_memory_fraction", "0.17")  # gate 5: the engines' shares fit
     form.check("#id_staggered_start")
     form.wait_for_selector("[data-testid=whatif-gate-memory]")
-    form.wait_for_function("document.querySelector('#id_kv_reservation_gib').value !== ''")
+    # Waits are functions, not expressions: Playwright evals an expression in the page, and the
+    # pages' Content-Security-Policy forbids eval.
+    form.wait_for_function("() => document.querySelector('#id_kv_reservation_gib').value !== ''")
     whatif = form.locator("[data-testid=whatif]")
     assert whatif.locator("[data-testid=placement-diagram]").count() == 2
     assert "phi-3-mini (proposed)" in whatif.inner_text()
@@ -105,7 +107,7 @@ def test_an_author_files_through_the_guided_form_and_the_approver_sees_it_arrive
     # Meanwhile another fails gate 1: it arrives in the inbox's other section, unreloaded too.
     failed = checked(create_proposal(people["oncall"]), failing=(Gate.MEMORY,))
     form.wait_for_function(
-        "document.querySelector('#proposal-state').textContent === 'ready for approval'"
+        "() => document.querySelector('#proposal-state').textContent === 'ready for approval'"
     )
     author.screenshot("checked-without-reload")
 
@@ -118,7 +120,8 @@ def test_an_author_files_through_the_guided_form_and_the_approver_sees_it_arrive
     )
     # Said once both tables are in (one poll may bring both, or each its own: "1 new" or "2").
     approver.page.wait_for_function(
-        "/^[12] new since the last look/.test(document.querySelector('#inbox-refresh').textContent)"
+        "() => /^[12] new since the last look/"
+        ".test(document.querySelector('#inbox-refresh').textContent)"
     )
     approver.screenshot("inbox-arrived-without-reload")
     approver.page.locator("#inbox-table a", has_text="phi-3-mini").click()
@@ -146,13 +149,13 @@ def test_the_detail_page_shows_each_gate_as_it_finishes(console_page, people):
         proposal.pk, proposal.revision, GateOutcome(Gate.MEMORY, GateStatus.PASS, "fits")
     )
     page.page.wait_for_function(
-        "document.querySelector('#gate-progress li[data-gate=memory] .verdict')"
+        "() => document.querySelector('#gate-progress li[data-gate=memory] .verdict')"
         ".textContent === 'pass'"
     )
     page.screenshot("gates-in-progress")
     services.do_record_gate_results(proposal.pk, proposal.revision, outcomes())
     page.page.wait_for_function(
-        "document.querySelector('#proposal-state').textContent === 'ready for approval'"
+        "() => document.querySelector('#proposal-state').textContent === 'ready for approval'"
     )
     assert page.page.locator("[data-testid=gate-load_test]").count() == 1
     page.screenshot("gates-finished-without-reload")

@@ -26,9 +26,20 @@ def move_drf_tokens(apps, schema_editor):
         cursor.execute(f"DELETE FROM {DRF_TABLE}")
 
 
+def forget_drf_token_types(apps, schema_editor):
+    """The content types and permissions of the app no longer installed (what Django's
+    remove_stale_contenttypes would do), unless an audit row names one: history keeps it."""
+    ContentType = apps.get_model("contenttypes", "ContentType")
+    AuditEntry = apps.get_model("console", "AuditEntry")
+    stale = ContentType.objects.filter(app_label="authtoken")
+    if not AuditEntry.objects.filter(content_type__in=stale).exists():
+        stale.delete()  # their permissions go with them
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("console", "0007_audit_action_model_priority"),
+        ("contenttypes", "0002_remove_content_type_name"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -49,4 +60,5 @@ class Migration(migrations.Migration):
         ),
         # Irreversible in effect: the keys are gone; going back leaves DRF's table empty.
         migrations.RunPython(move_drf_tokens, migrations.RunPython.noop),
+        migrations.RunPython(forget_drf_token_types, migrations.RunPython.noop),
     ]  # fmt: skip
