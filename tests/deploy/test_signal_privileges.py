@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -92,9 +91,7 @@ def test_the_units_grants_read_the_kernel_logs_xids(agent_venv):
 
 @needs_root_and_restriction
 def test_without_the_grant_the_kernel_log_is_named_unreadable_with_what_to_grant(agent_venv):
-    started = time.monotonic()
     lines, who = _read_as_the_unit(agent_venv, (), 1.0, None)
-    assert time.monotonic() - started < 30
     assert "no capabilities" in who
     (fault,) = [line["fault"] for line in lines if "fault" in line]
     call, error, message = fault
