@@ -1,5 +1,7 @@
 """Every operation of /api/schema/, fuzzed by schemathesis against a fleet with telemetry:
-no 5xx, and only the status codes, media types and shapes the document lists.
+no 5xx, and only the status codes, media types and shapes the document lists: each operation
+alone, in sequences linked by what one answer gives the next (schemathesis' stateful run), and
+with a NUL byte in every input.
 
 Bounded for the suite: a few dozen examples an operation, the whole test in well under a
 minute on two cores. Hypothesis' database is off so that every run draws afresh.
@@ -124,4 +126,77 @@ def test_no_operation_answers_a_server_error_or_an_undocumented_answer(fleet, pe
             call()
         except (Failure, FailureGroup) as failure:
             failures[operation.label] = failure
+    assert not failures, "\n\n".join(f"{label}: {failure}" for label, failure in failures.items())
+
+
+def _stateful_machine(schema, auth):
+    machine = schema.as_state_machine()
+
+    class Linked(machine):
+        def get_call_kwargs(self, case):
+            return {"headers": auth}
+
+        def validate_response(self, response, case, **kwargs):
+            case.validate_response(response, checks=CHECKS)
+
+    return Linked
+
+
+def test_linked_calls_answer_as_documented(fleet, personas, wsgi_app):
+    """Sequences of calls, each taking what the one before answered (a host's name from the
+    host list into its samples and ledger, a proposal's id from its creation into its page)."""
+    auth = {"Authorization": f"Token {token_for(personas['oncall'])}"}
+    schema = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_app, headers=auth)
+    machine = _stateful_machine(schema, auth)
+    # The links schemathesis found in the document: without any, no call would take another's
+    # answer and this would be the stateless test again.
+    links = sum(len(entry.outgoing) for entry in machine._transitions.operations.values())
+    assert links >= 2
+    machine.run(
+        settings=settings(
+            max_examples=examples(EXAMPLES_PER_OPERATION),
+            stateful_step_count=5,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
+
+
+NUL = "gpu\x00host-00"
+
+
+def _body_fields(schema, operation) -> list[str]:
+    """The top-level fields of the operation's JSON body, its schema's $ref followed."""
+    document = schema.raw_schema
+    body = document["paths"][operation.path][operation.method.lower()].get("requestBody", {})
+    definition = body.get("content", {}).get("application/json", {}).get("schema", {})
+    while "$ref" in definition:
+        definition = document["components"]["schemas"][definition["$ref"].rsplit("/", 1)[1]]
+    return list(definition.get("properties", {}))
+
+
+def test_a_nul_byte_in_any_input_is_a_documented_refusal_not_a_server_error(
+    fleet, personas, wsgi_app
+):
+    """PostgreSQL cannot hold a NUL byte in text: every path segment, query parameter and body
+    field of every operation gets one, and each answer is one the document lists."""
+    auth = {"Authorization": f"Token {token_for(personas['oncall'])}"}
+    schema = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_app, headers=auth)
+    sent, failures = 0, {}
+    for operation in (result.ok() for result in schema.get_all_operations()):
+        path = {parameter.name: NUL for parameter in operation.path_parameters}
+        inputs = [{"query": {parameter.name: NUL}} for parameter in operation.query]
+        inputs += [
+            {"body": {field: NUL}, "media_type": "application/json"}
+            for field in _body_fields(schema, operation)
+        ]
+        for given_input in inputs or [{}]:
+            case = schema.make_case(operation=operation, path_parameters=path, **given_input)
+            try:
+                case.call_and_validate(headers=auth, checks=CHECKS)
+            except (Failure, FailureGroup) as failure:
+                failures[f"{operation.label} {given_input}"] = failure
+            sent += 1
+    assert sent >= 40  # every input of every operation, not a handful
     assert not failures, "\n\n".join(f"{label}: {failure}" for label, failure in failures.items())
