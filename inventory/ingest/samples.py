@@ -24,8 +24,8 @@ PROCESS_COLUMNS = (
 ENGINE_COLUMNS = (
     "deployment_id", "ts", "batch_id", "kv_usage_max", "kv_usage_last", "running_max",
     "running_last", "waiting_max", "waiting_last", "vram_bytes_max", "requests",
-    "latency_p50_s", "latency_p95_s", "latency_p99_s", "kv_pool_tokens", "kv_pool_bytes",
-    "memory_fraction",
+    "requests_window_s", "latency_p50_s", "latency_p95_s", "latency_p99_s", "kv_pool_tokens",
+    "kv_pool_bytes", "memory_fraction",
 )  # fmt: skip
 MIG_COLUMNS = ("mig_slice_id", "ts", "batch_id", "total_bytes", "used_max", "used_last", "free_min")
 
@@ -35,8 +35,8 @@ CARD_TYPES = ("int8", "timestamptz", "uuid", "float4", "int2", "bool", "int8", "
 PROCESS_TYPES = ("int8", "timestamptz", "uuid", "int4", "varchar", "text", "int8", "int8", "int8",
                  "int8", "int2", "int8", "int8", "int8", "int8", "float4")  # fmt: skip
 ENGINE_TYPES = ("int8", "timestamptz", "uuid", "float4", "float4", "float4", "float4", "float4",
-                "float4", "int8", "float4", "float4", "float4", "float4", "int8", "int8",
-                "float4")  # fmt: skip
+                "float4", "int8", "float4", "float4", "float4", "float4", "float4", "int8",
+                "int8", "float4")  # fmt: skip
 MIG_TYPES = ("int8", "timestamptz", "uuid", "int8", "int8", "int8", "int8")
 
 _OTHER_TABLES = (

@@ -405,6 +405,17 @@ _CARD_FIGURE_KEYS = ("total_bytes", "used_bytes_max", "used_bytes_last", "reserv
 _CARD_FIGURES = operator.itemgetter(*_CARD_FIGURE_KEYS)
 
 
+def _requests_and_window(latency: dict, interval_s: float) -> tuple[float | None, float | None]:
+    """An interval's request count and the seconds it covers, or neither: a count is only a
+    rate over the time it was counted in. An agent that does not say its window (before
+    window_s) counted since its last flush, the batch's own interval."""
+    count = latency.get("count")
+    window_s = latency.get("window_s", interval_s)
+    if count is None or not window_s or window_s <= 0:
+        return None, None
+    return count, window_s
+
+
 def _collect_samples(
     batch: _Accepted, maps: HostMaps, end: dt.datetime, tables: "_Rows"
 ) -> tuple[int, Iterable[tuple]]:
@@ -442,6 +453,7 @@ def _collect_samples(
         if deployment_id is None:
             continue
         latency = (row.get("latency") or {}).get("e2e") or {}
+        requests, window_s = _requests_and_window(latency, interval_s)
         engine_rows.append(
             (
                 deployment_id,
@@ -454,7 +466,8 @@ def _collect_samples(
                 row.get("requests_waiting_max"),
                 row.get("requests_waiting_last"),
                 row.get("vram_bytes_max"),
-                latency.get("count"),
+                requests,
+                window_s,
                 latency.get("p50_s"),
                 latency.get("p95_s"),
                 latency.get("p99_s"),

@@ -277,6 +277,8 @@ class EngineSample(models.Model):
     waiting_last = models.FloatField(null=True)
     vram_bytes_max = models.BigIntegerField(null=True)
     requests = models.FloatField(null=True)
+    # The seconds `requests` were counted over (scrape to scrape), NULL with no count.
+    requests_window_s = models.FloatField(null=True)
     latency_p50_s = models.FloatField(null=True)
     latency_p95_s = models.FloatField(null=True)
     latency_p99_s = models.FloatField(null=True)

@@ -203,14 +203,17 @@ def latency_quantile(q: float, buckets: tuple[Bucket, ...] | list[Bucket]) -> fl
 
 
 def histogram_delta(
-    later: tuple[Bucket, ...], earlier: tuple[Bucket, ...] | None
-) -> tuple[Bucket, ...]:
-    """Observations between two scrapes of one histogram; a reset (restart) keeps `later`."""
-    if not earlier or [le for le, _ in earlier] != [le for le, _ in later]:
-        return later
-    if later[-1][1] < earlier[-1][1]:
-        return later
-    return tuple((le, max(0.0, c - e)) for (le, c), (_, e) in zip(later, earlier, strict=True))
+    later: tuple[Bucket, ...], earlier: tuple[Bucket, ...]
+) -> tuple[Bucket, ...] | None:
+    """Observations between two scrapes of one histogram, or None where the two cannot be
+    compared: the counters went back (the engine restarted, a replay began again) or the
+    buckets changed. What a restarted engine counted since it started covers a time nobody
+    knows, so it is a new baseline, not an interval."""
+    if not later or [le for le, _ in earlier] != [le for le, _ in later]:
+        return None
+    if any(c < e for (_, c), (_, e) in zip(later, earlier, strict=True)):
+        return None
+    return tuple((le, c - e) for (le, c), (_, e) in zip(later, earlier, strict=True))
 
 
 def _latencies(samples, names: Mapping[str, Iterable[str]], model_name: str | None):

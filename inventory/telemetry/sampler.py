@@ -379,7 +379,7 @@ class IntervalSampler:
                 }
                 for row in self._processes.values()
             ],
-            "engines": [self._engine_row(d, row, now) for d, row in self._engines.items()],
+            "engines": [self._engine_row(d, row) for d, row in self._engines.items()],
             "events": self._events,
             "events_dropped": self._events_dropped,
             "faults": list(self._faults.values()),
@@ -416,18 +416,24 @@ class IntervalSampler:
             "util_memory_last": row.util_memory.last,
         }
 
-    def _engine_row(self, deployment_id: str, row: _EngineRow, now: float) -> dict[str, Any]:
+    def _engine_row(self, deployment_id: str, row: _EngineRow) -> dict[str, Any]:
         latency = {}
         for key, buckets in row.latency_buckets.items():
-            previous, _ = self._previous_buckets.get((deployment_id, key), (None, None))
-            self._previous_buckets[(deployment_id, key)] = (buckets, now)
+            previous, previous_at = self._previous_buckets.get((deployment_id, key), (None, 0.0))
+            self._previous_buckets[(deployment_id, key)] = (buckets, row.last_scrape)
             if previous is None:
                 # The first scrape since the agent started holds everything the engine
                 # served since it started, maybe days: a baseline, not this interval.
                 continue
             interval = histogram_delta(buckets, previous)
+            window_s = row.last_scrape - previous_at
+            if interval is None or window_s <= 0:
+                continue  # a restart is a new baseline; the same scrape again covers no time
             latency[key] = {
-                "count": interval[-1][1] if interval else 0.0,
+                "count": interval[-1][1],
+                # the seconds the count covers, scrape to scrape: a rate is count / window_s
+                # whatever the flush and scrape intervals are
+                "window_s": round(window_s, 3),
                 "p50_s": latency_quantile(0.50, interval),
                 "p95_s": latency_quantile(0.95, interval),
                 "p99_s": latency_quantile(0.99, interval),

@@ -356,6 +356,7 @@ class EngineMinute(NamedTuple):
     running_count: int
     requests: float
     latency_p99_max: float | None
+    requests_s: float | None  # the seconds `requests` were counted over (None: before 0026)
 
 
 def engine_minutes(
@@ -369,7 +370,7 @@ def engine_minutes(
     rows = _tuples(
         """
         SELECT deployment_id, extract(epoch FROM bucket)::float8 AS at, running_max,
-               running_sum, running_count, requests, latency_p99_max
+               running_sum, running_count, requests, latency_p99_max, requests_s
         FROM inventory_engine_rollup_1m
         WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
         ORDER BY deployment_id, bucket
@@ -381,6 +382,23 @@ def engine_minutes(
         deployment_id: list(map(EngineMinute._make, run))
         for deployment_id, run in groupby(rows, key=itemgetter(0))
     }
+
+
+def engine_requests_counted(
+    deployment_ids: list[int], start: dt.datetime, end: dt.datetime
+) -> dict[int, tuple[float, float]]:
+    """Per deployment, the requests its engine's raw samples in (start, end] counted and the
+    seconds they were counted over: the live traffic, before any minute is rolled up."""
+    rows = _tuples(
+        """
+        SELECT deployment_id, sum(requests)::float8, sum(requests_window_s)::float8
+        FROM inventory_engine_sample
+        WHERE deployment_id = ANY(%s) AND ts > %s AND ts <= %s AND requests_window_s > 0
+        GROUP BY deployment_id
+        """,
+        [deployment_ids, start, end],
+    )
+    return {deployment_id: (requests, seconds) for deployment_id, requests, seconds in rows}
 
 
 def _engine_packs(

@@ -47,11 +47,12 @@ GROUP BY 1, 2, 3
 """
 MINUTE_OF_ENGINES = """
 INSERT INTO inventory_engine_rollup_1m (deployment_id, bucket, samples, running_max,
-    running_sum, running_count, waiting_max, kv_usage_max, requests, latency_p50_max,
-    latency_p95_max, latency_p99_max)
+    running_sum, running_count, waiting_max, kv_usage_max, requests, requests_s,
+    latency_p50_max, latency_p95_max, latency_p99_max)
 SELECT deployment_id, date_trunc('minute', ts, 'UTC'), count(*), max(running_max),
     coalesce(sum(running_last), 0), count(running_last), max(waiting_max), max(kv_usage_max),
-    coalesce(sum(requests), 0), max(latency_p50_s), max(latency_p95_s), max(latency_p99_s)
+    coalesce(sum(requests), 0), coalesce(sum(requests_window_s), 0), max(latency_p50_s),
+    max(latency_p95_s), max(latency_p99_s)
 FROM inventory_engine_sample
 WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)
 GROUP BY 1, 2
@@ -81,11 +82,11 @@ GROUP BY 1, 2, 3
 """
 HOUR_OF_ENGINES = """
 INSERT INTO inventory_engine_rollup_1h (deployment_id, bucket, samples, running_max,
-    running_sum, running_count, waiting_max, kv_usage_max, requests, latency_p50_max,
-    latency_p95_max, latency_p99_max)
+    running_sum, running_count, waiting_max, kv_usage_max, requests, requests_s,
+    latency_p50_max, latency_p95_max, latency_p99_max)
 SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), sum(samples), max(running_max),
     sum(running_sum), sum(running_count), max(waiting_max), max(kv_usage_max), sum(requests),
-    max(latency_p50_max), max(latency_p95_max), max(latency_p99_max)
+    sum(requests_s), max(latency_p50_max), max(latency_p95_max), max(latency_p99_max)
 FROM inventory_engine_rollup_1m
 WHERE bucket >= %(first)s AND bucket < %(last)s
   AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)

@@ -281,6 +281,7 @@ _ENGINE = _spec(
 _LATENCY = _spec(
     {
         "count": _GAUGE,
+        "window_s": _SECONDS,  # the seconds `count` covers (absent from agents before it)
         "p50_s": _SECONDS,
         "p95_s": _SECONDS,
         "p99_s": _SECONDS,

@@ -6,9 +6,11 @@ import time
 import pytest
 
 from console.core.models import AuditEntry
+from console.proposals.loadtest.inputs import real_rates
 from inventory.demo import ensure_demo_fleet
-from inventory.demo_history import backfill
+from inventory.demo_history import _simulate, backfill
 from inventory.models import Deployment, Event, Host, IngestedBatch, ProcessSample
+from inventory.telemetry.simulator.scenarios import demo_fleet_specs
 
 pytestmark = pytest.mark.django_db
 
@@ -77,3 +79,25 @@ def test_one_hosts_story_going_wrong_leaves_the_others_their_history(monkeypatch
     written = backfill(days=0.5, now=now, only={"infer-01", "a100-node"})
     assert set(written) == {"a100-node"} and written["a100-node"] > 0
     assert "demo history: infer-01 failed" in caplog.text
+
+
+def test_the_busy_hour_rate_from_history_is_the_traffic_the_simulator_served():
+    # The history flushes every 10 minutes: each minute row holds ten minutes of requests.
+    # Read as a minute's (before the windows were kept), the rate was ten times the traffic
+    # and `loadtest --host infer-01` refused it as a rate no one could drive.
+    ensure_demo_fleet()
+    host = Host.objects.get(name="infer-00")
+    end = (time.time() // 3600 - 1) * 3600  # one whole hour, the only one with history
+    served: dict = {}
+    spec = next(spec for spec in demo_fleet_specs() if spec.name == "infer-00")
+    _simulate(host, spec, end - 3600, end, seed=0, rehearsal=served)
+    deployments = list(host.deployments.select_related("served_model"))
+    rates = real_rates([d.pk for d in deployments], dt.datetime.fromtimestamp(end, tz=dt.UTC))
+    by_model: dict[str, list[float]] = {}
+    for deployment in deployments:
+        by_model.setdefault(deployment.served_model.name, [0.0, 0.0])[0] += rates[deployment.pk]
+    for figures in served.values():
+        by_model[figures["model"]][1] += figures["rate"]
+    for model, (measured, simulated) in by_model.items():
+        # The first scrape is a baseline: the rate is the last 55 minutes' of the hour's 60.
+        assert measured == pytest.approx(simulated, rel=0.15), model

@@ -27,14 +27,24 @@ from inventory.models import Deployment, Gpu, Host
 from inventory.timeseries import queries
 
 HISTORY = dt.timedelta(days=7)
+# Where the engine history has no busy hour yet (a host minutes old), the traffic its engines
+# counted in the last quarter of an hour stands in, and the plan says so.
+LIVE = dt.timedelta(minutes=15)
+LIVE_SOURCE = "live traffic (last 15 min): no engine history yet"
 
 
 def real_rates(deployment_ids: list[int], now: dt.datetime) -> dict[int, float]:
     """Busy-hour requests per second of each deployment, from 7 days of engine minutes."""
     minutes = queries.engine_minutes(deployment_ids, now - HISTORY, now)
     return busy_hour_rates(
-        {key: [(m.at, m.requests) for m in rows] for key, rows in minutes.items()}
+        {key: [(m.at, m.requests, m.requests_s) for m in rows] for key, rows in minutes.items()}
     )
+
+
+def live_rates(deployment_ids: list[int], now: dt.datetime) -> dict[int, float]:
+    """Requests per second each deployment's engine served in the last `LIVE`."""
+    counted = queries.engine_requests_counted(deployment_ids, now - LIVE, now)
+    return {key: requests / seconds for key, (requests, seconds) in counted.items() if requests}
 
 
 def _cotenants(host: Host, gpus: list[Gpu], leaving: set[int]) -> list[Deployment]:
@@ -97,15 +107,21 @@ def plan_for_deployments(
     (a smaller test of the same mix); rates given are taken as they are."""
     now = now or timezone.now()
     measured = real_rates([d.pk for d in deployments], now)
+    unmeasured = [d.pk for d in deployments if not measured.get(d.pk)]
+    live = live_rates(unmeasured, now) if unmeasured else {}
     targets = []
     for deployment in deployments:
         given = (rates or {}).get(deployment.pk)
+        scaled = "" if rate_scale == 1 else f" x {rate_scale:g}"
         if given:
             rate, source = given, "given"
+        elif measured.get(deployment.pk):
+            rate, source = measured[deployment.pk] * rate_scale, "telemetry" + scaled
+        elif live.get(deployment.pk):
+            rate, source = live[deployment.pk] * rate_scale, LIVE_SOURCE + scaled
+            measured[deployment.pk] = live[deployment.pk]
         else:
-            found = measured.get(deployment.pk)
-            rate = None if found is None else found * rate_scale
-            source = "telemetry" if rate_scale == 1 else f"telemetry x {rate_scale:g}"
+            rate, source = None, "telemetry"
         targets.append(_target(deployment, rate, source, [], measured.get(deployment.pk)))
     return LoadTestPlan(
         host=host.name,

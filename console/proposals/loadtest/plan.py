@@ -72,7 +72,7 @@ class Target:
     url: str  # the endpoint's base, without the API path
     api: Api
     rate_rps: float  # busy-hour requests per second of this deployment
-    rate_source: str  # "telemetry", "given" or "proposal"
+    rate_source: str  # "telemetry", live traffic (inputs.LIVE_SOURCE), "given" or "proposal"
     slo_ms: int | None
     cards: tuple[str, ...]
     isolation: str
@@ -193,21 +193,29 @@ class LoadTestPlan:
         )
 
 
-def busy_hour_rates(minutes: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
+def busy_hour_rates(
+    minutes: dict[str, list[tuple[float, float, float | None]]],
+) -> dict[str, float]:
     """Requests per second of each deployment in the busiest hour of them all together.
 
-    ``minutes``: per deployment, (epoch seconds of the minute, requests in it). The hour is
-    the one whose requests, all deployments summed, are highest; each rate is its requests in
-    that hour over the minutes it reported, so the ratio between them is the busy hour's.
+    ``minutes``: per deployment, (epoch seconds of the minute, requests counted in it, the
+    seconds they were counted over). A minute row may hold more or less than a minute's
+    requests (an agent flushing every 10 minutes puts ten minutes in one row), so a rate is
+    always requests over the seconds they cover; a row without its seconds (written before the
+    windows were kept) counts as one minute. The hour is the one whose rates, all deployments
+    summed, are highest.
     """
     per_hour: dict[int, dict[str, list[float]]] = {}
     for key, rows in minutes.items():
-        for at, requests in rows:
-            per_hour.setdefault(int(at // 3600), {}).setdefault(key, []).append(requests)
-    if not per_hour:
+        for at, requests, seconds in rows:
+            counted = per_hour.setdefault(int(at // 3600), {}).setdefault(key, [0.0, 0.0])
+            counted[0] += requests
+            counted[1] += 60.0 if seconds is None else seconds
+    rates_by_hour = [
+        {key: requests / seconds for key, (requests, seconds) in hour.items() if seconds > 0}
+        for _, hour in sorted(per_hour.items())
+    ]
+    rates_by_hour = [rates for rates in rates_by_hour if rates]
+    if not rates_by_hour:
         return {}
-    busiest = max(
-        per_hour.values(),
-        key=lambda hour: sum(sum(values) / len(values) for values in hour.values()),
-    )
-    return {key: sum(values) / (60 * len(values)) for key, values in busiest.items()}
+    return max(rates_by_hour, key=lambda rates: sum(rates.values()))

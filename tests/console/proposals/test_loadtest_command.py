@@ -1,6 +1,7 @@
 """manage.py loadtest: a combined test of a host's deployments, printed."""
 
 import json
+import time
 from io import StringIO
 
 import pytest
@@ -85,3 +86,32 @@ def test_the_start_form_refuses_bad_figures_with_a_400_and_no_endpoint_with_its_
     answer = client.post(url, {"ramp_s": 1, "hold_s": 5, "rate_scale": 1}, follow=True)
     assert "has no inference endpoint to drive" in answer.content.decode()
     assert not proposal.load_tests.exists()
+
+
+@pytest.mark.django_db
+def test_a_host_minutes_old_is_tested_at_its_live_traffic_and_says_so(settings, endpoints):
+    # No minute rolled up yet, no busy hour: the requests its engines counted in the last
+    # quarter hour stand in (the demo's host, minutes after `make run`, had no rate at all).
+    from inventory.ingest.writer import ingest_batches
+    from tests.batches import batch, engine_row
+
+    settings.LOADTEST_FLUSH_WAIT_S = 0
+    gpu = GpuFactory()
+    served = _deployment(gpu, f"{endpoints}/fast")
+    now = time.time()
+    counted = {"latency": {"e2e": {"count": 200.0, "window_s": 10.0, "p99_s": 0.05}}}
+    engines = [engine_row(served, running=2, p99_s=0.05) | counted]
+    ingest_batches(
+        [
+            batch(gpu.host, start=now - 20 + 10 * i, end=now - 10 + 10 * i, seq=i + 1,
+                  engines=engines)
+            for i in range(2)
+        ]
+    )  # fmt: skip
+    out = StringIO()
+    call_command(
+        "loadtest", "--host", gpu.host.name, "--duration", "1", "--ramp", "0.5", stdout=out
+    )
+    printed = out.getvalue()
+    assert f"{served.served_model.name} #{served.pk}: 20 requests/s offered" in printed
+    assert "live traffic (last 15 min): no engine history yet" in printed

@@ -194,14 +194,24 @@ def test_the_plan_ramps_holds_and_goes_past_the_bound():
 
 def test_the_busy_hour_is_the_hour_busiest_for_all_together():
     minutes = {
-        "a": [(0, 60), (60, 60), (3600, 600), (3660, 600)],
-        "b": [(0, 600), (3600, 60)],
+        "a": [(0, 60, 60), (60, 60, 60), (3600, 600, 60), (3660, 600, 60)],
+        "b": [(0, 600, 60), (3600, 60, 60)],
     }
     # Hour 0: 60 + 600 a minute; hour 1: 600 + 60: tied at 660, the first wins.
     rates = busy_hour_rates(minutes)
     assert rates == {"a": 1.0, "b": 10.0}
-    minutes["b"].append((3720, 6000))
+    minutes["b"].append((3720, 6000, 60))
     assert busy_hour_rates(minutes) == {"a": 10.0, "b": pytest.approx((60 + 6000) / 120)}
+
+
+def test_a_rate_is_requests_over_the_seconds_they_were_counted_in():
+    # An agent flushing every 10 minutes puts ten minutes of requests in one minute's row.
+    minutes = {"a": [(0, 6000, 600), (600, 6600, 600)], "b": [(0, 30, 30), (30, 0, 0)]}
+    assert busy_hour_rates(minutes) == {"a": 10.5, "b": 1.0}
+    # rows written before the windows were kept count as a minute each, as they did
+    assert busy_hour_rates({"a": [(0, 120, None), (60, 0, None)]}) == {"a": 1.0}
+    # a deployment with minutes but nothing counted has no rate, not a rate of nothing
+    assert busy_hour_rates({"a": [(0, 0, 0)]}) == {}
 
 
 def test_the_first_bound_is_found_in_time_order_with_the_load_at_that_moment():

@@ -25,7 +25,7 @@ from inventory.models import (
     ProcessSample,
 )
 from inventory.timeseries import partitions, rollups
-from tests.batches import GIB, batch, card_row, process_row
+from tests.batches import GIB, batch, card_row, engine_row, process_row
 from tests.examples import examples
 from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 
@@ -129,6 +129,42 @@ def test_rollups_keep_the_peak_and_add_up_the_rest(card):
     assert minute["used_count"] == 3
     hour = _rollup("inventory_card_rollup_1h", gpu_id=card.pk)[0]
     assert hour["used_max"] == 75 * GIB
+
+
+def test_an_engines_requests_keep_the_seconds_they_were_counted_over(card):
+    deployment = DeploymentFactory(host=card.host, gpus=[card])
+    sampler = "7d3f2c1e-0000-4000-8000-000000000002"
+
+    def engine(latency):
+        return engine_row(deployment, running=4, p99_s=0.5) | {"latency": {"e2e": latency}}
+
+    counted = [
+        {"count": 6000.0, "window_s": 600.0, "p99_s": 0.5},  # a 10-minute flush's requests
+        {"count": 90.0, "p99_s": 0.5},  # an agent from before window_s: its 10 s interval
+        {"count": 5.0, "window_s": 0.0, "p99_s": 0.5},  # counted over no time: no count
+    ]
+    for seq, latency in enumerate(counted, start=1):
+        ingest_batch(
+            batch(
+                card.host,
+                start=T0 + 10 * (seq - 1),
+                end=T0 + 10 * seq,
+                seq=seq,
+                sampler_id=sampler,
+                engines=[engine(latency)],
+            )
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT requests, requests_window_s FROM inventory_engine_sample "
+            "WHERE deployment_id = %s ORDER BY ts",
+            [deployment.pk],
+        )
+        assert cursor.fetchall() == [(6000.0, 600.0), (90.0, 10.0), (None, None)]
+    minute = _rollup("inventory_engine_rollup_1m", deployment_id=deployment.pk)[0]
+    assert (minute["requests"], minute["requests_s"]) == (6090.0, 610.0)
+    hour = _rollup("inventory_engine_rollup_1h", deployment_id=deployment.pk)[0]
+    assert (hour["requests"], hour["requests_s"]) == (6090.0, 610.0)
 
 
 def test_a_late_batch_is_folded_into_a_minute_already_rolled_up(card):

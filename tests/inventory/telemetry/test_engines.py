@@ -146,12 +146,13 @@ def test_latency_quantile_is_none_for_an_interval_without_requests():
     assert latency_quantile(0.5, ()) is None
 
 
-def test_histogram_delta_gives_the_interval_and_survives_a_restart():
+def test_histogram_delta_gives_the_interval_and_none_across_a_restart():
     earlier = ((0.5, 10.0), (math.inf, 20.0))
     later = ((0.5, 15.0), (math.inf, 40.0))
     assert histogram_delta(later, earlier) == ((0.5, 5.0), (math.inf, 20.0))
-    restarted = ((0.5, 1.0), (math.inf, 2.0))
-    assert histogram_delta(restarted, later) == restarted
+    assert histogram_delta(((0.5, 1.0), (math.inf, 2.0)), later) is None  # restarted
+    assert histogram_delta(((0.5, 9.0), (math.inf, 90.0)), earlier) is None  # a bucket went back
+    assert histogram_delta(((1.0, 15.0), (math.inf, 40.0)), earlier) is None  # other buckets
 
 
 def test_scrape_all_turns_every_failure_into_a_fault():

@@ -132,30 +132,51 @@ def test_faults_are_counted_per_kind_and_events_capped():
 def test_engine_rows_keep_peaks_and_report_the_interval_latency_not_the_lifetime():
     sampler = IntervalSampler("h")
 
-    def reading(kv, running, buckets):
+    def reading(at, kv, running, buckets):
         summary = LatencySummary.from_buckets(buckets, buckets[-1][1], 0.0)
-        return EngineReading("vllm", "dep", 1.0, kv, running, 0.0, latency={"e2e": summary})
+        return EngineReading("vllm", "dep", at, kv, running, 0.0, latency={"e2e": summary})
 
     old = ((0.3, 900.0), (1.0, 1000.0), (math.inf, 1000.0))  # lifetime: fast requests
-    sampler.add_engine(reading(0.2, 10, old))
+    sampler.add_engine(reading(1.0, 0.2, 10, old))
     # The agent's first scrape holds the engine's whole life: no interval latency from it.
     assert "e2e" not in sampler.flush(1.0)["engines"][0]["latency"]
     # A flush without a scrape (scrapes are further apart) keeps the baseline
     assert sampler.flush(1.5)["engines"] == []
     new = ((0.3, 900.0), (1.0, 1100.0), (math.inf, 1100.0))  # this interval: all slow
-    sampler.add_engine(reading(0.9, 40, new))
-    sampler.add_engine(reading(0.4, 12, new))
+    sampler.add_engine(reading(1.8, 0.9, 40, new))
+    sampler.add_engine(reading(2.0, 0.4, 12, new))
     row = sampler.flush(2.0)["engines"][0]
     assert (row["kv_cache_usage_max"], row["kv_cache_usage_last"]) == (0.9, 0.4)
     assert (row["requests_running_max"], row["requests_running_last"]) == (40, 12)
     latency = row["latency"]["e2e"]
-    assert latency["count"] == 100.0
+    # counted from the baseline's scrape to the newest, across the flush that had none
+    assert (latency["count"], latency["window_s"]) == (100.0, 1.0)
     assert latency["p50_s"] > 0.3  # the interval's requests all took 0.3-1 s
     # An engine gone for longer than BASELINE_FORGOTTEN_AFTER_S starts from a baseline again.
     later = 2.0 + BASELINE_FORGOTTEN_AFTER_S + 1
     sampler.flush(later)
-    sampler.add_engine(reading(0.4, 12, ((0.3, 950.0), (1.0, 1500.0), (math.inf, 1500.0))))
+    sampler.add_engine(reading(later, 0.4, 12, ((0.3, 950.0), (1.0, 1500.0), (math.inf, 1500.0))))
     assert "e2e" not in sampler.flush(later + 1)["engines"][0]["latency"]
+
+
+def test_a_restarted_engine_is_a_new_baseline_not_an_interval():
+    # What an engine counted since it restarted covers a time nobody knows (the restart could
+    # be a second or a whole scrape interval ago): counting it as this interval had put a
+    # replay's or a restart's requests into one minute.
+    sampler = IntervalSampler("h")
+
+    def scrape(at, buckets):
+        summary = LatencySummary.from_buckets(buckets, buckets[-1][1], 0.0)
+        sampler.add_engine(EngineReading("vllm", "dep", at, 0.1, 1, 0.0, latency={"e2e": summary}))
+        return sampler.flush(at)["engines"][0]["latency"].get("e2e")
+
+    assert scrape(10.0, ((1.0, 500.0), (math.inf, 600.0))) is None  # baseline
+    assert scrape(20.0, ((1.0, 40.0), (math.inf, 50.0))) is None  # counters went back
+    assert scrape(30.0, ((1.0, 70.0), (math.inf, 80.0)))["window_s"] == 10.0
+    # the total grew but a bucket went back: a restart too (Prometheus reads it so)
+    assert scrape(40.0, ((1.0, 60.0), (math.inf, 5000.0))) is None
+    counted = scrape(50.0, ((1.0, 90.0), (math.inf, 5030.0)))
+    assert (counted["count"], counted["window_s"]) == (30.0, 10.0)
 
 
 def test_engine_rows_carry_the_pool_the_engine_reported():

@@ -85,6 +85,11 @@ class Command(BaseCommand):
             "failure_code": executed.failure_code,
             "failure": executed.failure_params or {},
             "window": [moment.isoformat() for moment in executed.window],
+            # what each deployment was offered at the hold, and where that rate came from
+            "offered": [
+                {"deployment": t.deployment, "rate_rps": t.rate_rps, "rate_source": t.rate_source}
+                for t in plan.targets
+            ],
             **executed.result,
         }
         report.pop("series")
@@ -98,6 +103,9 @@ class Command(BaseCommand):
     def _print(self, report: dict) -> None:
         out = self.stdout.write
         out(f"combined test {report['window'][0]} – {report['window'][1]}: {report['status']}")
+        for offered in report["offered"]:
+            out(f"  {offered['deployment']}: {offered['rate_rps']:g} requests/s offered "
+                f"({offered['rate_source']})")  # fmt: skip
         out(f"{'model':<20} {'rate/s':>8} {'TTFT p50/p95/p99 ms':>22} {'E2E p50/p95/p99 ms':>22}"
             f" {'SLO':>6} {'errors':>8}")  # fmt: skip
         for m in report["models"]:
