@@ -65,9 +65,9 @@ def _event(gpu: Gpu, kind: str, position: int, hours_ago: float = 1.0, **fields)
                          **fields)  # fmt: skip
 
 
-def _scrape(client, token) -> tuple[dict, dict]:
+def _scrape(client, token, query="") -> tuple[dict, dict]:
     """(value by (name, sorted labels), type by family name) of one scrape."""
-    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Token {token}")
+    response = client.get("/metrics" + query, HTTP_AUTHORIZATION=f"Token {token}")
     assert response.status_code == 200
     families = list(text_string_to_metric_families(response.content.decode()))
     samples = {
@@ -172,6 +172,39 @@ class _Prometheus:
     def stop(self):
         os.killpg(self.process.pid, signal.SIGTERM)
         self.process.wait(timeout=10)
+
+
+def test_shards_split_the_hosts_each_in_exactly_one_and_the_same_figures(client, personas):
+    _fleet()
+    for index in range(5):
+        GpuFactory(host__name=f"spare-{index}", index=0)
+    token = token_for(personas["manager"])
+    whole, _ = _scrape(client, token)
+
+    def hosts(samples):
+        return {dict(labels)["Hostname"] for _, labels in samples if "Hostname" in dict(labels)}
+
+    shards = [_scrape(client, token, f"?shard={k}/3")[0] for k in range(3)]
+    assert all(hosts(shard) for shard in shards)  # seven hosts over three shards
+    for one, other in [(0, 1), (0, 2), (1, 2)]:
+        assert not hosts(shards[one]) & hosts(shards[other])
+    # together, every series of the whole page with its value
+    together = {key: value for shard in shards for key, value in shard.items()}
+    assert set(together) == set(whole)
+
+    def steady(samples):  # an age grows between two scrapes
+        return {key: value for key, value in samples.items() if "age_seconds" not in key[0]}
+
+    assert steady(together) == steady(whole)
+    assert steady(_scrape(client, token, "?shard=0/1")[0]) == steady(whole)
+
+
+@pytest.mark.parametrize("shard", ["3/3", "1/0", "-1/2", "a/b", "0/2000", "1", "0/2/3", "٠/٢"])
+def test_a_shard_that_is_not_k_of_n_is_a_400_naming_the_form(client, personas, shard):
+    token = token_for(personas["manager"])
+    answer = client.get("/metrics", {"shard": shard}, HTTP_AUTHORIZATION=f"Token {token}")
+    assert answer.status_code == 400
+    assert "K/N" in answer.content.decode()
 
 
 @pytest.fixture
