@@ -109,20 +109,19 @@ def plan_for_deployments(
     measured = real_rates([d.pk for d in deployments], now)
     unmeasured = [d.pk for d in deployments if not measured.get(d.pk)]
     live = live_rates(unmeasured, now) if unmeasured else {}
+    scaled = "" if rate_scale == 1 else f" x {rate_scale:g}"
     targets = []
     for deployment in deployments:
+        real = measured.get(deployment.pk) or live.get(deployment.pk)
         given = (rates or {}).get(deployment.pk)
-        scaled = "" if rate_scale == 1 else f" x {rate_scale:g}"
         if given:
             rate, source = given, "given"
-        elif measured.get(deployment.pk):
-            rate, source = measured[deployment.pk] * rate_scale, "telemetry" + scaled
-        elif live.get(deployment.pk):
-            rate, source = live[deployment.pk] * rate_scale, LIVE_SOURCE + scaled
-            measured[deployment.pk] = live[deployment.pk]
+        elif real:
+            basis = "telemetry" if measured.get(deployment.pk) else LIVE_SOURCE
+            rate, source = real * rate_scale, basis + scaled
         else:
             rate, source = None, "telemetry"
-        targets.append(_target(deployment, rate, source, [], measured.get(deployment.pk)))
+        targets.append(_target(deployment, rate, source, [], real))
     return LoadTestPlan(
         host=host.name,
         targets=(*targets, *extra),
