@@ -171,7 +171,7 @@ def _simulate(
 
 def _replica_totals(simulator: FleetSimulator, host: str) -> dict:
     return {
-        replica.spec.deployment_id: (replica.histogram.copy(), replica.requests_total)
+        replica.spec.deployment_id: (replica.served_histogram.copy(), replica.served_total)
         for replica in simulator.fleet.hosts[host].replicas
     }
 
@@ -180,8 +180,8 @@ def _window_figures(simulator, host: str, at_start: dict, start: float, end: flo
     figures = {}
     for replica in simulator.fleet.hosts[host].replicas:
         histogram, requests = at_start[replica.spec.deployment_id]
-        window = replica.histogram.since(histogram)
-        completed = replica.requests_total - requests
+        window = replica.served_histogram.since(histogram)
+        completed = replica.served_total - requests
         p99 = window.quantile(0.99)
         figures[replica.spec.deployment_id] = {
             "model": replica.spec.workload.model,

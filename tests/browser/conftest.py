@@ -42,10 +42,14 @@ class ConsolePage:
                 else None
             ),
         )
-        self.page.on(
-            "requestfailed",
-            lambda request: self.errors.append(f"request failed: {request.url}"),
-        )
+        self.page.on("requestfailed", self._request_failed)
+
+    def _request_failed(self, request) -> None:
+        # A click that navigates cancels what the page still had in flight (its favicon, say):
+        # Chromium reports those as ERR_ABORTED, which no server fault produces.
+        if request.failure == "net::ERR_ABORTED":
+            return
+        self.errors.append(f"request failed: {request.url} ({request.failure})")
 
     def login(self, username: str, password: str) -> None:
         self.page.goto(f"{self.base_url}/accounts/login/")

@@ -194,6 +194,10 @@ class SimulatedReplica:
     histogram: LatencyHistogram = field(default_factory=LatencyHistogram)
     requests_total: float = 0.0
     generation_tokens_total: float = 0.0
+    # What the replica served across its restarts (the engine's own counters above restart
+    # with it): the truth a rehearsal's figures are checked against.
+    served_histogram: LatencyHistogram = field(default_factory=LatencyHistogram)
+    served_total: float = 0.0
     started_at: float = 0.0
     imbalance: ValueNoise | None = None
     # Requests a load test has in flight on its endpoint (simulator/endpoints.py), on top of
@@ -678,8 +682,10 @@ class SimulatedHost:
                 (missed, completed * (1.0 - _BURST_FRACTION)),
             ):
                 replica.histogram.add(latency, requests)
+                replica.served_histogram.add(latency, requests)
                 window.add(latency, requests)
             replica.requests_total += completed
+            replica.served_total += completed
             replica.generation_tokens_total += completed * workload.tokens_per_request * 0.25
             if interference > self.stats.window_interference_max_s:
                 self.stats.window_interference_max_s = interference
