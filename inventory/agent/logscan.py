@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-ENGINES = ("vllm", "sglang", "tgi", "ollama", "llamacpp", "pytorch", "kernel")
+ENGINES = ("vllm", "sglang", "tgi", "ollama", "llamacpp", "trtllm", "pytorch", "kernel")
 
 # ---- prefixes: what deployments put in front of the engine's own message ----------------
 
@@ -129,6 +129,16 @@ _SIZE_FIGURES = [
     # llama.cpp / ggml
     ("requested_bytes", _size(r"allocating SIZE on device")),
     ("requested_bytes", _size(r"failed to allocate SIZE")),
+    # NCCL
+    ("requested_bytes", _size(r"Failed to CUDA calloc SIZE")),
+]
+# TensorRT-LLM's executor names the unit before the figure: "Total GPU memory (GiB): 140.06"
+_GIB_FIGURES = [
+    ("capacity_bytes", re.compile(r"Total GPU memory \(GiB\): (\d+(?:\.\d+)?)")),
+    (
+        "free_bytes",
+        re.compile(r"Free GPU memory before component creation attempt \(GiB\): ([\d.]+)"),
+    ),
 ]
 _EXACT_FIGURES = [
     ("requested_bytes", re.compile(r"failed to allocate \w+ buffer of size (\d+)")),
@@ -142,7 +152,9 @@ _NUMBER_FIGURES = [
     ("pid", re.compile(r"\bpid=(\d+)")),
     ("max_model_len", re.compile(r"max seq len \((\d+)\)")),
     ("kv_cache_tokens", re.compile(r"stored in KV cache \((\d+)\)")),
-    ("prefill_tokens", re.compile(r"Not enough memory to handle (\d+)")),
+    ("prefill_tokens", re.compile(r"\b(\d+) prefill tokens")),
+    ("prefill_tokens", re.compile(r"Not enough memory to handle (\d+) tokens")),
+    ("total_tokens", re.compile(r"Not enough memory to handle (\d+) total tokens")),
     ("requested_tokens", re.compile(r"Try to allocate (\d+) tokens")),
     ("available_tokens", re.compile(r"Ava(?:il|li)able tokens: (\d+)")),
 ]
@@ -166,6 +178,9 @@ def read_figures(text: str) -> dict[str, Any]:
     for key, pattern in _NUMBER_FIGURES:
         if key not in figures and (match := pattern.search(text)):
             figures[key] = int(match.group(1))
+    for key, pattern in _GIB_FIGURES:
+        if key not in figures and (match := pattern.search(text)):
+            figures[key] = int(float(match.group(1)) * 2**30)
     if match := _VLLM_FREE.search(text):
         if match.group(1) is not None:
             figures["gpu_index"] = int(match.group(1))
@@ -226,6 +241,12 @@ _RULES = [
     _rule("oom", "allocation_exceeds_limit", r"Allocation on device \d+ would exceed allowed"),
     _rule("oom", "ggml_alloc_failed", r"failed to allocate CUDA\d* buffer", follow_on=True),
     _rule("oom", "ggml_alloc_failed", r"unable to allocate CUDA\d* buffer", follow_on=True),
+    # NCCL's own allocations; newer NCCL prints the CUDA error number before its name
+    _rule("oom", "nccl_oom", r"\bCuda failure (?:\d+ )?'out of memory'"),
+    _rule("oom", "nccl_oom", r"\bFailed to CUDA calloc \d+ bytes", follow_on=True),
+    # TensorRT-LLM's C++ runtime; a pasted or wrapped line can carry the call's tail alone
+    _rule("oom", "cuda_malloc_failed", r"\bCUDA runtime error in .*: out of memory"),
+    _rule("oom", "cuda_malloc_failed", r"^\S*\): out of memory \(/\S*tensorrt_llm/"),
     # -- out of memory at start: the engine's memory does not fit
     _rule("oom", "kv_cache_no_room", r"No available memory for the cache blocks", "load"),
     _rule("oom", "free_memory_below_target", r"Free memory on device.*less than desired", "load"),
@@ -252,7 +273,16 @@ _RULES = [
     ),
     _rule("oom", "mem_fraction_static", r"Not enough memory to allocate KV cache", "load"),
     _rule(
-        "oom", "prefill_tokens", r"Not enough memory to handle \d+ (?:prefill )?tokens", "warmup"
+        "oom",
+        "prefill_tokens",
+        r"Not enough memory to handle \d+ (?:prefill |total )?tokens",
+        "warmup",
+    ),
+    _rule(
+        "oom",
+        "executor_no_room",
+        r"Executor creation failed due to insufficient GPU memory",
+        "load",
     ),
     # -- other CUDA faults: not OOMs
     _rule("fault", "illegal_memory_access", r"an illegal memory access was encountered"),
@@ -287,7 +317,15 @@ _RULES = [
     _rule("engine_died", "shard_failed", r"\bError: (?:ShardCannotStart|ShardFailed)\b"),
     _rule("engine_died", "webserver_crashed", r"Webserver Crashed|Error: WebserverFailed"),
     _rule("engine_died", "runner_terminated", r"llama runner (?:process has )?terminated"),
+    # -- the NVIDIA driver lost the card without an Xid line: it could not initialise it, or
+    # its GSP firmware stopped answering. No "NVRM:" in the patterns: journald's short form
+    # ("kernel: NVRM: ...") loses it to the prefix.
+    _rule("driver_fault", "rm_init_failed", r"\bRmInitAdapter failed!"),
+    _rule("driver_fault", "gsp_heartbeat_timeout", r"_kgspRpcRecvPoll: GSP RM heartbeat timed out"),
 ]
+# What the engine repeats of a request (vLLM logs each prompt it receives): the user's words,
+# never the engine's, however much they talk of running out of memory.
+_ECHOED_REQUEST = re.compile(r"\bReceived request \S+: prompt: ")
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\): "
     r"(?P<xid>\d+)(?:, pid=(?P<pid>'?<?\w+>?'?))?(?:, name=(?P<name>[^,]*))?(?:, (?P<text>.*))?"
@@ -295,20 +333,26 @@ _XID = re.compile(
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]+)")
 _GPU_NAMED = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)")
 _FALLEN = re.compile(r"fallen off the bus")
+_DRIVER_GPU = re.compile(r"\bGPU (?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?):")
 _STARTS = re.compile(
     r"Starting vLLM API server|vLLM API server version \S+|The server is fired up and ready "
     r"to roll|text_generation_launcher: Starting shard (?:0\b|rank=0\b)|Listening on \S+ \(version "
     r"|server is listening on (?:http://)?\S+"
 )
 # Lines that belong to the event before them: the help text CUDA and PyTorch print after an
-# error, the C++ frames of a c10::Error, TGI's figures, the shard rank.
+# error, the C++ frames of a c10::Error, TGI's figures, the shard rank, the CUDA error NCCL
+# names after its own (an OOM there makes the NCCL error an OOM), TensorRT-LLM's memory table.
 _CONTINUATION = re.compile(
     r"^\s*(?:CUDA kernel errors might be|For debugging consider passing|Compile with "
     r"`TORCH_USE_CUDA_DSA`|Exception raised from|frame #\d+|Currently allocated|Requested\s*:"
     r"|Device limit|Free \(according to CUDA\)|PyTorch limit|: \d+(?:\.\d+)? GiB|rank=\d+"
     r"|If reserved|See documentation|Search for `cudaError|Device-side assertions? "
     r"|current device: \d+|Try to allocate \d+ tokens|Ava(?:il|li)able tokens:"
-    r"|self\.token_to_kv_pool|self\.tree_cache)"
+    r"|self\.token_to_kv_pool|self\.tree_cache"
+    r"|ncclUnhandledCudaError|Last error:|Cuda failure "
+    r"|The following component could not be created|Total GPU memory \(GiB\)"
+    r"|Free GPU memory before component|Previously created components"
+    r"|[A-Z][\w ()-]*: \d+(?:\.\d+)? / \d+(?:\.\d+)?\s*$)"
 )
 # A traceback's source lines quote the messages they raise: `raise ValueError("No available
 # memory for the cache blocks. "` is code, not the error.
@@ -340,7 +384,8 @@ _PHASES = [
         "load",
         re.compile(
             r"load_model|load_weights|llama_model_load|load_tensors|"
-            r"initialize_cache|init_device|Error when initializing model",
+            r"initialize_cache|init_device|Error when initializing model|"
+            r"load_single_module|creating modelInstanceState|loading failed with error",
             re.I,
         ),
     ),
@@ -371,9 +416,17 @@ _ENGINE_HINTS = [
             re.I,
         ),
     ),
-    ("tgi", re.compile(r"text[_-]generation|ShardCannotStart|shard-manager|Webserver", re.I)),
+    (
+        "tgi",
+        re.compile(
+            r"text[_-]generation|ShardCannotStart|shard-manager|Webserver"
+            r"|max-batch-(?:prefill|total)-tokens|Warmup\(Generation",
+            re.I,
+        ),
+    ),
     ("ollama", re.compile(r"ollama|llama runner|source=\w+\.go:\d+", re.I)),
     ("llamacpp", re.compile(r"\bggml[-_]|\bllama_|\bllm_load|cudaMalloc failed|load_tensors:")),
+    ("trtllm", re.compile(r"TensorRT-LLM|\[TRT-LLM\]|tensorrt_llm|trtllm", re.I)),
     (
         "pytorch",
         re.compile(
@@ -383,7 +436,7 @@ _ENGINE_HINTS = [
         ),
     ),
 ]
-_PRIORITY = {"oom": 3, "fault": 2, "engine_died": 1, "kv_pressure": 0}
+_PRIORITY = {"oom": 3, "fault": 2, "driver_fault": 2, "engine_died": 1, "kv_pressure": 0}
 MERGE_WINDOW_LINES = 40  # the same incident told again by another process, or once per thread
 DEATH_WINDOW_LINES = 3  # one engine death, told in its own words by each of its processes
 _HISTORY_LINES = 30  # the lines before a one-line event: its phase, its engine
@@ -575,6 +628,10 @@ class LogScanner:
             figures = read_figures(text)
             if "gpu_index" in figures:
                 detail["gpu_index"] = figures["gpu_index"]
+        elif rule.kind == "driver_fault" and (match := _DRIVER_GPU.search(text)):
+            detail["pci_bus_id"] = _pci(match.group("pci"))
+            if uuid := self._uuid_by_pci.get(detail["pci_bus_id"]):
+                detail["card_uuid"] = uuid
         if current.state != "line" or current.start != last:
             detail["end_line"] = last
         if pid := re.search(r"\bpid=(\d+)", current.stream):
@@ -665,7 +722,7 @@ def _pci(value: str) -> str:
 
 
 def _match(message: str) -> _Rule | None:
-    if not message or _SOURCE_LINE.match(message):
+    if not message or _SOURCE_LINE.match(message) or _ECHOED_REQUEST.search(message):
         return None
     for rule in _RULES:
         if rule.pattern.search(message):
