@@ -1,6 +1,10 @@
-"""Xids from the kernel log, for hosts where NVML's event set is unavailable or unprivileged.
+"""Xids from the kernel log, for hosts where NVML's event set is unavailable or unprivileged,
+and the driver faults that come with no Xid.
 
 The NVIDIA driver writes every Xid to the kernel log (`NVRM: Xid (PCI:0000:0a:00): 31, ...`).
+Some ways of losing a card print no Xid: the driver could not initialise it (`RmInitAdapter
+failed!`) or its GSP firmware stopped answering (`GSP RM heartbeat timed out`); each is a
+`gpu_lost` event with the `reason` logscan gave, the card being out of service either way.
 `/dev/kmsg` needs CAP_SYSLOG when `kernel.dmesg_restrict=1` (the default on most
 distributions); `journalctl -k` needs root or the `systemd-journal` group. The source tries
 both, in that order, reads only what arrived since it opened (no replay of old Xids after an
@@ -128,7 +132,8 @@ CardByPci = Callable[[str], "tuple[int, str | None] | None"]
 
 
 class KernelXidSource:
-    """Turns the kernel log's NVRM lines into `xid` events with the card they hit."""
+    """Turns the kernel log's NVRM lines into `xid` and `gpu_lost` events with the card they
+    hit."""
 
     def __init__(self, openers: list[Callable[[], _LineReader]], card_by_pci: CardByPci) -> None:
         self._openers = openers
@@ -157,11 +162,16 @@ class KernelXidSource:
             )
             self.close()
             return [], faults
+        found = [event for line in lines for event in self._scanner.feed(line)]
+        # A driver fault's line waits for the next one to be closed; on a quiet kernel log
+        # that could be hours, so what a read leaves open is closed with it.
+        found += self._scanner.flush()
         events: list[TelemetryEvent] = []
-        for line in lines:
-            for found in self._scanner.feed(line):
-                if found.kind == "xid":
-                    events.append(self._event(found.detail, ts))
+        for event in found:
+            if event.kind == "xid":
+                events.append(self._event(event.detail, ts))
+            elif event.kind == "driver_fault":
+                events.append(self._driver_fault(event.detail, ts))
         return events, faults
 
     def _open(self) -> bool:
@@ -182,16 +192,28 @@ class KernelXidSource:
 
     def _event(self, found: dict[str, Any], ts: float) -> TelemetryEvent:
         xid = int(found["xid"])
-        uuid = found.get("card_uuid")
-        index = None
-        pci = found.get("pci_bus_id")
-        if pci is not None and (card := self._card_by_pci(pci)) is not None:
-            index, uuid = card[0], uuid or card[1]
+        index, uuid = self._card(found)
         detail = {"xid": xid, **xid_detail(xid), "source": "kernel"}
         for key in ("pci_bus_id", "pid", "process_name", "message"):
             if key in found:
                 detail[key] = found[key]
         return TelemetryEvent(ts, "xid", index, uuid, detail)
+
+    def _driver_fault(self, found: dict[str, Any], ts: float) -> TelemetryEvent:
+        index, uuid = self._card(found)
+        detail = {"source": "kernel", "reason": found["reason"]}
+        for key in ("pci_bus_id", "message"):
+            if key in found:
+                detail[key] = found[key]
+        return TelemetryEvent(ts, "gpu_lost", index, uuid, detail)
+
+    def _card(self, found: dict[str, Any]) -> tuple[int | None, str | None]:
+        """The card an event names by its PCI address (index, UUID), as far as known."""
+        uuid = found.get("card_uuid")
+        pci = found.get("pci_bus_id")
+        if pci is not None and (card := self._card_by_pci(pci)) is not None:
+            return card[0], uuid or card[1]
+        return None, uuid
 
     def close(self) -> None:
         if self._reader is not None:

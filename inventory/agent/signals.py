@@ -25,7 +25,8 @@ from inventory.telemetry.process_events import LifecycleSettings, ProcessLifecyc
 from inventory.telemetry.readings import CollectorFault, PollResult, TelemetryEvent
 from inventory.telemetry.xid_events import XidDeduplicator
 
-# logscan kind -> event kind; `restart` is left to the process lists, which see the new PID
+# logscan kind -> event kind; `restart` is left to the process lists, which see the new PID,
+# and `driver_fault` to the kernel-log source, which reads the driver's own log
 _EVENT_KIND = {
     "oom": "oom",
     "fault": "engine_fault",
@@ -99,10 +100,12 @@ class HostSignals:
         if (kernel := self.options.kernel_log) is not None:
             kernel_events, kernel_faults = kernel.read(ts)
             faults += kernel_faults
+            # only Xids are told by NVML too; a driver fault without one is the kernel's alone
             events += [
                 e
                 for e in kernel_events
-                if self.xids.admit(
+                if e.kind != "xid"
+                or self.xids.admit(
                     "kernel", e.card_uuid or e.detail.get("pci_bus_id"), e.detail["xid"], ts
                 )
             ]

@@ -768,3 +768,40 @@ def test_a_systemd_units_journal_is_followed_without_blocking(tmp_path, monkeypa
         time.sleep(0.1)
     logs.close()
     assert [(d, e.kind, e.detail["requested_bytes"]) for d, e in found] == [("5", "oom", GIB)]
+
+
+def test_a_driver_fault_without_an_xid_is_a_gpu_lost_event_for_its_card(tmp_path):
+    clock = Clock()
+    card = h100_card("gpu-01", 0)
+    nvml = nvml_for(card)
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    kernel = KernelXidSource([lambda: open_kmsg(str(kmsg))], NvmlPciMap(nvml))
+    sink = Sink()
+    runtime = HostRuntime("gpu-01", NvmlSource(nvml, clock, SignalOptions(kernel_log=kernel)), sink)
+    runtime.apply_plan(_plan([]))
+    _tick(runtime, clock, 2)
+    with kmsg.open("a") as log:
+        log.write(_kmsg_records([
+            "NVRM: GPU 0000:18:00.0: RmInitAdapter failed! (0x24:0x72:1568)",
+            "NVRM: GPU 0000:18:00.0: rm_init_adapter failed, device minor number 0",
+            "NVRM: Xid (PCI:0000:18:00): 31, pid=4242, name=python3, Ch 00000010",
+            "NVRM: _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs 3856513292 "
+            "heartbeat 0 heartbeatWithOffsetMs 0 diff 3856513292 timeout 5200",
+            "NVRM: _kgspRpcRecvPoll: GSP RM heartbeat timed out",
+        ]))  # fmt: skip
+    _tick(runtime, clock, 8)
+    events = [event for batch in sink for event in batch["events"]]
+    assert sorted(
+        (e["kind"], e["detail"].get("reason"), e["detail"].get("xid")) for e in events
+    ) == [
+        ("gpu_lost", "gsp_heartbeat_timeout", None),
+        ("gpu_lost", "rm_init_failed", None),
+        ("xid", None, 31),
+    ]
+    (init_failed,) = [e for e in events if e["detail"].get("reason") == "rm_init_failed"]
+    assert init_failed["card_uuid"] == card.uuid and init_failed["card_index"] == 0
+    assert init_failed["detail"]["source"] == "kernel"
+    assert init_failed["detail"]["pci_bus_id"] == "0000:18:00"
+    (heartbeat,) = [e for e in events if e["detail"].get("reason") == "gsp_heartbeat_timeout"]
+    assert heartbeat.get("card_index") is None  # the line names no card
