@@ -7,13 +7,17 @@ traceback is one event, reported at its `Traceback` line), `kind`, `engine`, the
 `xid` events and the figures the message gave (`requested_bytes`, `allocated_bytes`,
 `reserved_bytes`, `free_bytes`, `capacity_bytes`, ...).
 
-Kinds:
-  oom          the GPU's memory ran out (PyTorch, CUDA, cuBLAS, llama.cpp), or an engine refused
-               to start because its memory does not fit (vLLM cache blocks, SGLang
-               --mem-fraction-static, TGI prefill tokens); `phase` says when
+Kinds (the families of `_RULES`, the one table of rules, and the kernel's Xid lines):
+  oom          the GPU's memory ran out (PyTorch, CUDA, cuBLAS, NCCL, TensorRT-LLM, llama.cpp),
+               or an engine refused to start because its memory does not fit (vLLM cache
+               blocks, SGLang --mem-fraction-static, TGI prefill or total tokens, the
+               TensorRT-LLM executor); `phase` says when
   fault        another CUDA failure: illegal memory access, device-side assert, launch
                failure, NCCL; not an OOM
   xid          an `NVRM: Xid` kernel line (or a card that fell off the bus: Xid 79)
+  driver_fault the NVIDIA driver lost a card without an Xid: `RmInitAdapter failed!` (it could
+               not initialise it) or a GSP heartbeat timeout; `pci_bus_id` where the line names
+               the card
   engine_died  the engine's core, scheduler, shard or runner died
   kv_pressure  the engine ran out of KV cache space and retracted or preempted requests: it
                coped, so this is pressure, not an OOM
@@ -23,7 +27,8 @@ The patterns hold on to the stable parts of each phrasing (the exception names a
 words of the messages), not to whole lines: log prefixes (timestamps, levels, process tags,
 docker-compose and journald columns, ANSI colours) vary from one deployment to the next. A line
 that matches none of them is never an event, and advice that merely mentions running out of
-memory ("If out-of-memory error occurs during cudagraph capture, ...") is not an OOM.
+memory ("If out-of-memory error occurs during cudagraph capture, ...") is not an OOM, nor is a
+request the engine echoes ("Received request ...: prompt: '...out of memory...'").
 """
 
 from __future__ import annotations

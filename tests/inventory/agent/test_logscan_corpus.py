@@ -3,6 +3,8 @@ its `# expect:` lines name, read as the agent reads it (logscan_corpus.scan)."""
 
 import pytest
 
+from inventory.agent.logscan import _RULES
+from tests.conftest import FIXTURES
 from tests.inventory.agent.logscan_corpus import (
     Block,
     corpus_blocks,
@@ -57,3 +59,9 @@ def test_the_runner_counts_right_wrong_and_false_ooms_by_engine(tmp_path):
         "vllm": (2, 0, 2, 1),
     }
     assert list(table(by_engine))[-1].split() == ["all", "3", "1", "2", "1"]
+
+
+def test_docs_list_every_family_of_the_rules_table():
+    signals = (FIXTURES.parent.parent / "docs" / "signals.md").read_text(encoding="utf-8")
+    for rule in _RULES:
+        assert f"`{rule.reason}`" in signals, f"docs/signals.md lacks {rule.kind} {rule.reason}"
