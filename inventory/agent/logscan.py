@@ -142,7 +142,7 @@ _GIB_FIGURES = [
     ("capacity_bytes", re.compile(r"Total GPU memory \(GiB\): (\d+(?:\.\d+)?)")),
     (
         "free_bytes",
-        re.compile(r"Free GPU memory before component creation attempt \(GiB\): ([\d.]+)"),
+        re.compile(r"Free GPU memory before component creation attempt \(GiB\): (\d+(?:\.\d+)?)"),
     ),
 ]
 _EXACT_FIGURES = [
