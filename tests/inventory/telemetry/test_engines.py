@@ -18,6 +18,7 @@ from inventory.telemetry.engines import (
     latency_quantile,
     parse_ollama_ps,
     parse_sglang_metrics,
+    parse_tei_metrics,
     parse_tgi_metrics,
     parse_vllm_metrics,
     scrape,
@@ -115,6 +116,33 @@ def test_sglang_and_tgi_pages_from_the_simulator():
     tgi = parse_tgi_metrics(fleet.fetch("sim://infer-01/embed-small/metrics"))
     assert tgi.requests_running == round(host.replica("embed-small").running)
     assert tgi.kv_cache_usage is None and tgi.latency["e2e"].count > 0
+
+
+def test_an_embedding_model_is_served_by_tei_with_no_kv_cache():
+    # TEI's families (router/src: te_request_count, te_request_duration; core/src/queue.rs:
+    # te_queue_size), written as its exporter writes them.
+    page = (
+        "# TYPE te_queue_size gauge\nte_queue_size 3\n"
+        '# TYPE te_request_count counter\nte_request_count{method="single"} 40\n'
+        'te_request_count{method="batch"} 2\n'
+        "# TYPE te_request_duration histogram\n"
+        'te_request_duration_bucket{le="0.01"} 30\nte_request_duration_bucket{le="+Inf"} 42\n'
+        "te_request_duration_sum 0.9\nte_request_duration_count 42\n"
+    )
+    reading = parse_tei_metrics(page)
+    assert (reading.engine, reading.requests_waiting, reading.latency["e2e"].count) == (
+        "tei",
+        3.0,
+        42.0,
+    )
+    assert reading.kv_cache_usage is None and reading.requests_running is None
+    with pytest.raises(EngineParseError):
+        parse_tei_metrics(fixture("tgi_metrics.txt"))
+    fleet = Fleet(demo_fleet_specs(), seed=2)
+    fleet.advance_to(10 * 3600, max_step_s=60)
+    simulated = fleet.fetch("sim://mig-h200/bge-m3/metrics")
+    assert "te_queue_size" in simulated and "kv_cache" not in simulated
+    assert parse_tei_metrics(simulated).latency["e2e"].count > 0
 
 
 def test_ollama_ps_sample_and_model_filter():
