@@ -219,7 +219,8 @@ def mig_host() -> HostSpec:
     """2 x H200 with MIG: card 0 partitioned exactly as the H200 MIG capture (a 3g.71gb GPU
     instance split in two compute instances, a 2g.35gb, two 1g.18gb), card 1 as a 3g.71gb, a
     2g.35gb and a 1g.18gb (7 of 8 memory slices: a valid MIG geometry). One tenant runs in a
-    container (PID not nameable, memory not reported)."""
+    container: NVML on the host reports its process and used memory, but under a host PID the
+    agent's PID namespace cannot name."""
     card1_layout = (
         MigSlice("3g.71gb", 1, start_slot=0),
         MigSlice("2g.35gb", 3, start_slot=4),
@@ -254,7 +255,6 @@ def mig_host() -> HostSpec:
                 None if model == "qwen2-1.5b-burst" else "queue",
                 mig_slice=mig_slice,
                 containerized=model == "qwen2-1.5b",
-                memory_visible=model != "qwen2-1.5b",
                 metrics_generation="v0" if model == "mistral-7b" else "v1",
             )
         )
