@@ -88,10 +88,14 @@ def _catalogue_entry(
         fits = memory_mib is None or memory_mib <= _GH200_96GB_MAX_MIB
         return H100_96GB if fits and size_gb in (None, 96, 480) else None
     if family == "H20":
-        # The 96 GB H20's geometry; the 141 GB H20 (HBM3e, nvidia-smi "NVIDIA H20" too) has
-        # other sizes: its total says which it is, and it stays uncatalogued.
+        # The 96 GB H20 ("NVIDIA H20", device 0x2329: nvidia-mig-parted's config-default.yaml
+        # lists it with the 96 GB H100's 1g.12gb/2g.24gb/3g.48gb) has that card's geometry. The
+        # 141 GB HBM3e H20 is not that card: NVML names it "NVIDIA H20-3e", and where a name
+        # hides it its total does. Its instance sizes are in no table the catalogue was built
+        # from, so it stays uncatalogued rather than being given the 96 GB card's profiles.
+        hbm3e = "H20-3E" in upper_name or size_gb == 141
         fits = memory_mib is None or memory_mib <= _GH200_96GB_MAX_MIB
-        return H100_96GB if size_gb in (None, 96) and fits else None
+        return H100_96GB if size_gb in (None, 96) and fits and not hbm3e else None
     if family == "B200":
         return B200_180GB if size_gb in (None, 180) else None
     if family == "GB200":

@@ -26,9 +26,9 @@ ECC and driver reservations). Sources, most trusted first:
     2g.20gb, 4g with 3g) has the same memory.
   - where drivers disagree (A100-40GB: R470-era listings show 9.62/19.50/39.25 GiB, later ones
     9.75/19.62/39.38 GiB), the smaller value is used, so a model placed fits on either driver.
-  - cards without a capture (H100 94 GB / NVL, the 96 GB H100 of GH200 and H20, B200, GB200,
-    RTX PRO 6000 / 5000 Blackwell): profile names, slices and placements from the MIG user
-    guide ("Supported MIG Profiles"; names cross-checked with NVIDIA go-nvml's
+  - cards without a capture (H100 94 GB / NVL, the 96 GB H100 of GH200 and the 96 GB H20,
+    B200, GB200, RTX PRO 6000 / 5000 Blackwell): profile names, slices and placements from the
+    MIG user guide ("Supported MIG Profiles"; names cross-checked with NVIDIA go-nvml's
     pkg/nvml/mock/shared/gpus/b200.go for B200). Their memory is an estimate,
     `estimated_instance_mib`: the name's nominal GB as MiB x 0.93, below every captured
     instance's real size (H200 1g.18gb: estimate 15,964, real 16,384 MiB; H100 3g.40gb: 35,475
@@ -175,7 +175,7 @@ def _estimated_eight_slice_card(name: str, one: str, double: str, half: str, who
 
 
 H100_94GB = _estimated_eight_slice_card("H100-94GB", "12gb", "24gb", "47gb", "94gb")
-# The H100 of GH200 and the H20 carry 96 GB and the same profiles.
+# The H100 of GH200 and the 96 GB H20 carry 96 GB and the same profiles (not the 141 GB H20).
 H100_96GB = _estimated_eight_slice_card("H100-96GB", "12gb", "24gb", "48gb", "96gb")
 B200_180GB = _estimated_eight_slice_card("B200-180GB", "23gb", "45gb", "90gb", "180gb")
 GB200_186GB = _estimated_eight_slice_card("GB200-186GB", "23gb", "47gb", "93gb", "186gb")

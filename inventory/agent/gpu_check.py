@@ -167,7 +167,13 @@ def add_smi_figures(rows: list[Row], smi_apps: str) -> None:
 def verdict(rows: list[Row], tolerance_mib: float) -> tuple[bool, str]:
     missing = [row.pid for row in rows if row.nvml_used_mib is None]
     if missing:
-        return False, f"NVML did not report processes {missing} (containers hide host PIDs)"
+        # NVML sees a container's processes and their memory from the host; inside a container
+        # with its own PID namespace it lists them under host PIDs, which are not the PIDs
+        # this check started them as.
+        return False, (
+            f"NVML did not report processes {missing} under these PIDs (run in a container "
+            "with its own PID namespace, NVML lists host PIDs)"
+        )
     excess = [row.excess_mib for row in rows]
     spread = max(excess) - min(excess)
     if min(excess) < 0:

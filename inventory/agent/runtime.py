@@ -175,7 +175,8 @@ class HostRuntime:
         targets = [
             ScrapeTarget(e["deployment_id"], e["engine"], e["metrics_url"], e.get("model_name"))
             for e in entries
-            if e.get("metrics_url") and e.get("engine") in {"vllm", "sglang", "tgi", "ollama"}
+            if e.get("metrics_url")
+            and e.get("engine") in {"vllm", "sglang", "tgi", "tei", "ollama"}
         ]
         readings, faults = scrape_all(targets, self.source.fetch, clock=self.source.now)
         for reading in readings:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from inventory.analytics.context import cuda_context_estimate
+from inventory.analytics.context import cuda_context_estimate, nccl_buffer_estimate
 from inventory.analytics.fragmentation import CardStatus, card_status
 from inventory.analytics.kv import KvPool, engine_kv_pool
 from inventory.analytics.ledger import CardLedger, build_ledger
@@ -163,6 +163,7 @@ def _process(
             weights_bytes=deployment.served_model.weights_bytes // cards,
             kv_reservation_bytes=pool.reserved_by_policy_bytes,
             cuda_context_bytes=cuda_context_estimate(gpu.product_name).bytes,
+            nccl_bytes=nccl_buffer_estimate(cards),
         )
         if pool.pool_bytes is not None:
             kv = EngineKvCache(

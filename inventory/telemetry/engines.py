@@ -1,4 +1,4 @@
-"""Inference engines' own metrics: vLLM, SGLang, TGI (Prometheus text) and Ollama (/api/ps).
+"""Inference engines' own metrics: vLLM, SGLang, TGI, TEI (Prometheus text) and Ollama (/api/ps).
 
 The same parsers read a real engine and the fleet simulator's rendering of one. Prometheus text
 goes through prometheus_client's own parser. Anything that is not what the engine serves raises
@@ -243,6 +243,12 @@ _TGI_LATENCY = {
     "queue": ["tgi_request_queue_duration"],
     "itl": ["tgi_request_mean_time_per_token_duration"],
 }
+# text-embeddings-inference: router/src (server.rs records the request durations) and
+# core/src/queue.rs (te_queue_size), exported by metrics-exporter-prometheus like TGI.
+_TEI_LATENCY = {
+    "e2e": ["te_request_duration"],
+    "queue": ["te_request_queue_duration"],
+}
 
 
 def parse_vllm_metrics(text: str, model_name: str | None = None) -> EngineReading:
@@ -309,6 +315,22 @@ def parse_tgi_metrics(text: str, model_name: str | None = None) -> EngineReading
     )
 
 
+def parse_tei_metrics(text: str, model_name: str | None = None) -> EngineReading:
+    """TEI /metrics (its own port, 9000 by default). An embedding server holds no KV cache and
+    exports no count of the requests in its batch: its queue and its request durations."""
+    samples = _samples_by_name(text)
+    queue = _gauge_sum(samples, ["te_queue_size"], None)
+    requests = _gauge_sum(samples, ["te_request_count"], None)
+    if queue is None and requests is None:
+        raise EngineParseError("no te_queue_size nor te_request_count")
+    return EngineReading(
+        engine="tei",
+        requests_waiting=queue,
+        latency=_latencies(samples, _TEI_LATENCY, None),
+        process_start_time_s=_start_time(samples),
+    )
+
+
 def _int_field(entry: Mapping[str, Any], key: str) -> int:
     value = entry.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -352,6 +374,7 @@ PARSERS: dict[str, Callable[..., EngineReading]] = {
     "vllm": parse_vllm_metrics,
     "sglang": parse_sglang_metrics,
     "tgi": parse_tgi_metrics,
+    "tei": parse_tei_metrics,
     "ollama": parse_ollama_ps,
 }
 

@@ -174,6 +174,27 @@ def test_capacity_counts_what_nvml_sees_outside_the_allocator_as_demand():
     assert [(line.bytes, line.basis.value) for line in context] == [(518 * MIB, "measured")]
 
 
+def test_a_tensor_parallel_deployment_holds_nccl_buffers_on_each_card_a_single_card_none():
+    # NCCL's default buffers, outside PyTorch's allocator: 32 channels x (4 MiB Simple +
+    # 512 KiB LL + 4800 KiB LL128) on each card of the group (inventory.analytics.context).
+    first = GpuFactory(index=0, memory_total_bytes=80 * GIB)
+    second = GpuFactory(host=first.host, index=1, memory_total_bytes=80 * GIB)
+    alone = GpuFactory(host=first.host, index=2, memory_total_bytes=80 * GIB)
+    tp = DeploymentFactory(host=first.host, gpus=[first, second])
+    single = DeploymentFactory(host=first.host, gpus=[alone])
+    start = (timezone.now() - dt.timedelta(minutes=20)).timestamp()
+    write_history(first.host, [(first, tp), (second, tp), (alone, single)], start=start,
+                  minutes=10, demand=lambda minute, index: 30 * GIB, context=900 * MIB)  # fmt: skip
+    views = {view.gpu.index: view.ledger for view in card_views(first.host)}
+    for index in (0, 1):
+        nccl = [line for line in views[index].lines if line.kind.value == "communication_buffers"]
+        assert [(line.bytes, line.basis.value) for line in nccl] == [(294 * MIB, "estimated")]
+        # NVML's 900 MiB beside the allocator pool: NCCL's part, the rest the CUDA context
+        context = [line for line in views[index].lines if line.kind.value == "cuda_context"]
+        assert [line.bytes for line in context] == [900 * MIB - 294 * MIB]
+    assert not [line for line in views[2].lines if line.kind.value == "communication_buffers"]
+
+
 def test_the_ledger_shows_the_engines_pool_in_use_and_the_policy_reservation_apart(client_as):
     # vllm_metrics_live.txt (tests/fixtures/engines): llava-1.5-7b, whose language model has
     # 32 layers and 32 KV heads of 128 in fp16 (2 x 32 x 32 x 128 x 2 = 512 KiB a token),

@@ -2,7 +2,8 @@
 
 Each engine on a card claims a share of it by its own settings, whatever the console reserves:
 
-- vLLM ``--gpu-memory-utilization`` (default 0.9): a per-instance share of the card's total
+- vLLM ``--gpu-memory-utilization`` (its default depends on the version, see
+  ``vllm_default_utilization``): a per-instance share of the card's total
   memory; two instances on one card each take their own share, so they must add up ("set it
   to 0.5 for each of two instances", vLLM docs). ``--kv-cache-memory-bytes`` (per GPU) replaces
   it for the KV pool; the claim is then weights + that pool + context and workspace.
@@ -26,6 +27,7 @@ Reasons are codes with parameters (``MESSAGES``, inventory.analytics.reasons), r
 language.
 """
 
+import re
 from dataclasses import dataclass
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus
@@ -33,7 +35,17 @@ from inventory.analytics.reasons import Reason, gettext_noop, register
 
 RUNBOOK = "engine-memory-settings"
 
-VLLM_DEFAULT_UTILIZATION = 0.9
+# vLLM's --gpu-memory-utilization when it is not given, from the first release that has it:
+# CacheConfig.gpu_memory_utilization in vllm/config/cache.py (EngineArgs in
+# vllm/engine/arg_utils.py takes that default), read in the PyPI wheels; the lines are in
+# tests/fixtures/engines/vllm-cache-config. 0.9 up to 0.19; 0.92 from 0.20.0 through 0.33; from
+# 0.34.0 an unset value means 1.0 with the extensible KV cache, which is on by default on CUDA
+# (``resolved_gpu_memory_utilization``; 0.92 only where it is off).
+VLLM_DEFAULT_UTILIZATION_SINCE: tuple[tuple[tuple[int, ...], float], ...] = (
+    ((0, 34, 0), 1.0),
+    ((0, 20, 0), 0.92),
+    ((0,), 0.9),
+)
 TGI_DEFAULT_FRACTION = 1.0
 # Engine versions known to size their pool correctly when a neighbour loads at the same time.
 SIMULTANEOUS_START_SAFE: dict[str, tuple[int, ...]] = {}
@@ -71,15 +83,35 @@ class EngineSettingsRequest:
     cards: tuple[CardEngines, ...]
 
 
+def _release(version: str) -> tuple[int, ...] | None:
+    """(0, 28, 0) for "0.28.0" or "v0.28.0rc1"; None when no number leads it."""
+    release = []
+    for part in version.strip().lstrip("v").split(".")[:3]:
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        release.append(int(digits.group()))
+    return tuple(release) or None
+
+
 def _version_handles_simultaneous_start(engine: str, version: str) -> bool:
     first = SIMULTANEOUS_START_SAFE.get(engine)
-    if first is None or not version:
-        return False
-    try:
-        parsed = tuple(int(part) for part in version.split(".")[:3])
-    except ValueError:
+    parsed = _release(version)
+    if first is None or parsed is None:
         return False
     return parsed >= first
+
+
+def vllm_default_utilization(version: str) -> tuple[float, str]:
+    """The share of the card a vLLM instance of this version takes when its
+    --gpu-memory-utilization is not set, and the source code of that figure. An unstated or
+    unreadable version takes the newest release's default: a lower guess would let two
+    engines pass that the current vLLM would not fit."""
+    parsed = _release(version)
+    if parsed is None:
+        return VLLM_DEFAULT_UTILIZATION_SINCE[0][1], "vllm_default_version_unstated"
+    # the last entry, (0,), is below every release: the search always ends
+    return next(f for first, f in VLLM_DEFAULT_UTILIZATION_SINCE if parsed >= first), "vllm_default"
 
 
 def engine_claim(
@@ -112,7 +144,7 @@ def engine_claim(
             return claim(memory_fraction, "gpu_memory_utilization")
         if reported_fraction is not None:
             return claim(reported_fraction, "reported_gpu_memory_utilization")
-        return claim(VLLM_DEFAULT_UTILIZATION, "vllm_default")
+        return claim(*vllm_default_utilization(version))
     if engine == "sglang":
         if memory_fraction is not None:
             return claim(memory_fraction, "mem_fraction_static")

@@ -1,6 +1,6 @@
 """Engine metrics pages for simulated deployments, in each engine's own format.
 
-Metric names, labels and bucket bounds follow the engines (vLLM V1 and V0, SGLang, TGI,
+Metric names, labels and bucket bounds follow the engines (vLLM V1 and V0, SGLang, TGI, TEI,
 Ollama /api/ps) and the fixtures in tests/fixtures/engines/, so `inventory.telemetry.engines`
 parses a simulated page with the code it uses on a real one.
 """
@@ -62,6 +62,8 @@ SGLANG_E2E_BUCKETS = (
     math.inf,
 )
 TGI_DURATION_BUCKETS = (*(0.001 * 1.5**i for i in range(35)), math.inf)
+# TEI's router/src/prometheus.rs: 35 bounds from 0.00001 s, each 1.5 times the one before.
+TEI_DURATION_BUCKETS = (*(0.00001 * 1.5**i for i in range(1, 36)), math.inf)
 VLLM_BLOCK_SIZE = 16
 
 
@@ -220,6 +222,24 @@ def render_tgi(replica) -> str:
         "Request duration",
         replica.histogram,
         TGI_DURATION_BUCKETS,
+        {},
+    )
+    return "\n".join(lines) + "\n"
+
+
+def render_tei(replica) -> str:
+    """An embedding server's page: its queue and request counts and durations, no KV pool
+    (TEI keeps no cache between requests)."""
+    lines: list[str] = []
+    _gauge(lines, "te_queue_size", "Number of requests in the queue", round(replica.waiting), {})
+    lines.append("# TYPE te_request_count counter")
+    lines.append(f'te_request_count{{method="single"}} {math.floor(replica.requests_total)}')
+    _histogram(
+        lines,
+        "te_request_duration",
+        "Request duration",
+        replica.histogram,
+        TEI_DURATION_BUCKETS,
         {},
     )
     return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ from inventory.telemetry.fake_nvml import FakeNvml
 from inventory.telemetry.simulator.engine_render import (
     render_ollama_ps,
     render_sglang,
+    render_tei,
     render_tgi,
     render_vllm,
 )
@@ -69,4 +70,6 @@ class Fleet:
             return render_sglang(replica)
         if engine == "tgi":
             return render_tgi(replica)
+        if engine == "tei":
+            return render_tei(replica)
         raise EngineScrapeError(f"GET {url}: {engine} serves no /metrics")

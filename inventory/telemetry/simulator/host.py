@@ -69,6 +69,7 @@ PROCESS_NAMES = {
     "vllm": "/usr/bin/python3",
     "sglang": "/usr/bin/python3",
     "tgi": "/opt/conda/bin/python3.11",
+    "tei": "/usr/local/bin/text-embeddings-router",
     "ollama": "/usr/bin/ollama",
 }
 
@@ -618,7 +619,10 @@ class SimulatedHost:
             spec = replica.spec
             per_request = spec.workload.kv_bytes_per_request
             pool = spec.kv_reservation_bytes
-            if spec.admission == "queue":
+            if per_request == 0:  # no KV cache: nothing to admit requests against
+                replica.running, replica.waiting = replica.concurrency, 0.0
+                spill = 0.0
+            elif spec.admission == "queue":
                 admitted = min(replica.concurrency, pool / per_request)
                 replica.running, replica.waiting = admitted, replica.concurrency - admitted
                 spill = 0.0

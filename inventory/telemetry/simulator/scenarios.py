@@ -219,7 +219,8 @@ def mig_host() -> HostSpec:
     """2 x H200 with MIG: card 0 partitioned exactly as the H200 MIG capture (a 3g.71gb GPU
     instance split in two compute instances, a 2g.35gb, two 1g.18gb), card 1 as a 3g.71gb, a
     2g.35gb and a 1g.18gb (7 of 8 memory slices: a valid MIG geometry). One tenant runs in a
-    container (PID not nameable, memory not reported)."""
+    container: NVML on the host reports its process and used memory, but under a host PID the
+    agent's PID namespace cannot name."""
     card1_layout = (
         MigSlice("3g.71gb", 1, start_slot=0),
         MigSlice("2g.35gb", 3, start_slot=4),
@@ -234,10 +235,9 @@ def mig_host() -> HostSpec:
         (0, capture[1], _small("llama31-8b-b", "sglang", llama, 16e9, 12, 20, 45, 15.0, 0.09)),
         (0, capture[2], _small("mistral-7b", "vllm", llama, 14.5e9, 14, 15, 35, 11.0, 0.08)),
         (0, capture[3], _small("qwen2-1.5b", "vllm", qwen, 3.1e9, 8, 30, 70, 16.0, 0.04)),
-        # bge-m3 is an encoder (XLM-RoBERTa): no KV cache, so no KV reservation. Real fleets
-        # serve it with TEI (text-embeddings-inference); the simulator renders TGI-shaped
-        # queue and batch metrics for it, which carry no KV either.
-        (0, capture[4], _small("bge-m3", "tgi", bert, 1.2e9, 0, 40, 90, 9.0, 0.02, 512)),
+        # bge-m3 is an encoder (XLM-RoBERTa) served by TEI (text-embeddings-inference): no KV
+        # cache, so no KV reservation, and TEI's own metrics (te_queue_size, te_request_*).
+        (0, capture[4], _small("bge-m3", "tei", bert, 1.2e9, 0, 40, 90, 9.0, 0.02, 512)),
         (1, card1_layout[0], _small("qwen25-32b", "vllm", _QWEN_32B, 19e9, 40, 25, 60, 14, 0.16)),
         (1, card1_layout[1], _small("llama31-8b-c", "vllm", llama, 16e9, 10, 30, 80, 14.5, 0.09)),
         (1, card1_layout[2], _small("qwen2-1.5b-burst", "vllm", qwen, 3.1e9, 4, 70, 175, 14, 0.04)),
@@ -255,7 +255,6 @@ def mig_host() -> HostSpec:
                 None if model == "qwen2-1.5b-burst" else "queue",
                 mig_slice=mig_slice,
                 containerized=model == "qwen2-1.5b",
-                memory_visible=model != "qwen2-1.5b",
                 metrics_generation="v0" if model == "mistral-7b" else "v1",
             )
         )
@@ -270,7 +269,7 @@ def mps_host(mps_crash_per_card_day: float = 0.5) -> HostSpec:
         (0, 30, _small("phi3-mini", "vllm", _LLAMA_8B, 7.6e9, 6, 10, 25, 14.0, 0.07)),
         (0, 40, _small("llama32-3b", "sglang", _LLAMA_8B, 6.4e9, 8, 15, 35, 15.0, 0.06)),
         (1, 50, _small("gemma2-2b", "vllm", _LLAMA_8B, 5.2e9, 8, 15, 35, 12.0, 0.05)),
-        (1, 50, _small("bge-m3-mps", "tgi", _BERT_LARGE, 1.2e9, 0, 40, 90, 10.0, 0.02, 512)),
+        (1, 50, _small("bge-m3-mps", "tei", _BERT_LARGE, 1.2e9, 0, 40, 90, 10.0, 0.02, 512)),
     ]
     deployments = tuple(
         DeploymentSpec(w.model, w, (card,), kv, "queue", mps_thread_percentage=pct)

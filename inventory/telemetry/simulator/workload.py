@@ -43,7 +43,7 @@ class Traffic:
 @dataclass(frozen=True, slots=True)
 class Workload:
     model: str
-    engine: str  # "vllm", "sglang", "tgi", "ollama"
+    engine: str  # "vllm", "sglang", "tgi", "tei", "ollama"
     shape: ModelShape
     weights_bytes: int
     workspace_bytes: int  # per process: activations, CUDA graphs, NCCL buffers
@@ -55,6 +55,9 @@ class Workload:
 
     @property
     def kv_bytes_per_request(self) -> int:
+        # An embedding server (TEI) runs each batch through once and keeps no KV cache.
+        if self.engine == "tei":
+            return 0
         return self.tokens_per_request * self.shape.kv_bytes_per_token
 
     def kv_bytes(self, concurrency: float) -> float:

@@ -173,6 +173,9 @@ def test_uncaptured_cards_say_their_sizes_are_estimates_below_the_nominal():
     [
         ("Tesla T4", 15360),
         ("NVIDIA H20", 143771),  # the 141 GB H20: not the 96 GB card's profiles
+        ("NVIDIA H20-3e", None),  # NVML's name for the 141 GB H20, without its total
+        ("NVIDIA H20-3e", 143771),
+        ("NVIDIA H20 141GB", None),
         ("", None),
         ("NVIDIA L40S", 46068),
         ("NVIDIA GH200 144G HBM3e", 146000),  # other instance sizes, not in the guide's tables

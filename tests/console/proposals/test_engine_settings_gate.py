@@ -1,5 +1,8 @@
 """Gate 5: the engines' own memory settings on each card leave room for each other."""
 
+import re
+from pathlib import Path
+
 import pytest
 from django.utils import timezone
 
@@ -10,6 +13,7 @@ from console.proposals.gates.engine_settings import (
     EngineSettingsRequest,
     engine_claim,
     evaluate_engine_settings,
+    vllm_default_utilization,
 )
 from inventory.analytics.reasons import Reason
 from inventory.models import Deployment
@@ -17,6 +21,7 @@ from tests.console.proposals.support import codes_of, create_proposal, english, 
 from tests.factories import GIB, ServedModelFactory
 
 CARD = 80 * GIB
+VLLM_CACHE_CONFIG = Path(__file__).resolve().parents[2] / "fixtures/engines/vllm-cache-config"
 HEADROOM = 4 * GIB  # 5% of the card: the limit is 95%
 
 
@@ -42,18 +47,43 @@ def test_fractions_that_leave_the_headroom_pass():
     assert outcome.summary.code == "gate.engine_settings.fits"
 
 
-def test_two_vllm_engines_at_the_default_take_180_percent_of_a_card():
-    # vLLM's --gpu-memory-utilization defaults to 0.9 of the card, per instance.
-    outcome = evaluate(claim("chat"), claim("code", staggered=True))
+def test_two_vllm_0_28_engines_at_the_default_take_184_percent_of_a_card():
+    # vLLM 0.20-0.33's --gpu-memory-utilization defaults to 0.92 of the card, per instance.
+    outcome = evaluate(
+        claim("chat", version="0.28.0"), claim("code", version="0.28.0", staggered=True)
+    )
     assert outcome.status is GateStatus.FAIL
     (reason,) = outcome.reasons
     assert reason.code == "gate.engine_settings.fractions_exceed"
-    assert reason.params["total"] == pytest.approx(1.8)
+    assert reason.params["total"] == pytest.approx(1.84)
     assert reason.params["claims"][0] == Reason(
-        "gate.engine_settings.claim", {"name": "chat", "fraction": 0.9, "source": "vllm_default"}
+        "gate.engine_settings.claim", {"name": "chat", "fraction": 0.92, "source": "vllm_default"}
     )
-    assert english(reason).startswith("h:0: the engines' memory settings add up to 180%")
+    assert english(reason).startswith("h:0: the engines' memory settings add up to 184%")
     assert outcome.runbook_slug == "engine-memory-settings"
+
+
+@pytest.mark.parametrize("excerpt", sorted(VLLM_CACHE_CONFIG.glob("vllm-*-cache.py.txt")))
+def test_the_vllm_default_is_the_one_in_that_versions_source(excerpt):
+    # tests/fixtures/engines/vllm-cache-config: the lines of vllm/config/cache.py, from the
+    # PyPI wheels, that set CacheConfig.gpu_memory_utilization's default.
+    version = excerpt.name.split("-")[1]
+    text = excerpt.read_text()
+    stated = re.search(r"gpu_memory_utilization: float = Field\(default=([0-9.]+)", text)
+    if stated is None:  # 0.34 on: unset, resolved to 1.0 with the extensible KV cache ...
+        assert "default=None" in text and "return 1.0" in text
+        assert "enabled on CUDA and ROCm" in text  # ... which CUDA has unless told otherwise
+        expected = 1.0
+    else:
+        expected = float(stated.group(1))
+    assert vllm_default_utilization(version) == (expected, "vllm_default")
+    assert claim("chat", version=version).fraction == expected
+
+
+def test_a_vllm_of_no_stated_version_claims_what_the_newest_takes():
+    assert claim("chat").fraction == 1.0 and claim("chat").source == "vllm_default_version_unstated"
+    assert claim("chat", version="nightly").fraction == 1.0
+    assert claim("chat", version="0.19.1").fraction == 0.9
 
 
 def test_a_vllm_pool_in_bytes_claims_weights_pool_and_overhead():
@@ -112,10 +142,11 @@ def test_on_the_seed_host_a_default_vllm_beside_its_tenants_fails_by_card(person
     (row,) = outcome.numbers["cards"]
     assert row["card"] == "a100-node:1"
     # The seed's three tenants at their own sizes (0.32 + 0.25 + 0.19) and the proposal at
-    # vLLM's default 0.9; it also starts with the card's first engine.
+    # the newest vLLM's default, the whole card (it states no version); it also starts with
+    # the card's first engine.
     fractions = {c["name"]: c["fraction"] for c in row["claims"]}
-    assert fractions["phi-3-mini"] == pytest.approx(0.9)
-    assert sum(fractions.values()) == pytest.approx(0.32 + 0.25 + 0.19 + 0.9)
+    assert fractions["phi-3-mini"] == pytest.approx(1.0)
+    assert sum(fractions.values()) == pytest.approx(0.32 + 0.25 + 0.19 + 1.0)
     assert set(codes_of(outcome.reasons)) == {
         "gate.engine_settings.fractions_exceed",
         "gate.engine_settings.simultaneous_start",
@@ -155,5 +186,5 @@ def test_the_proposal_page_shows_each_cards_engines_and_their_sum(personas, clie
     do_record_gate_results(proposal.pk, 1, check(proposal))
     page = client_as("oncall").get(f"/proposals/{proposal.pk}/").content.decode()
     assert 'data-testid="gate-engine_settings"' in page
-    assert "phi-3-mini (vllm) 90%" in page and "vllm_default" in page
+    assert "phi-3-mini (vllm) 100%" in page and "vllm_default_version_unstated" in page
     assert "CUDA context" in page  # the memory gate's new column

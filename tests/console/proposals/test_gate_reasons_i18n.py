@@ -101,8 +101,8 @@ SAYS = {
     Gate.ISOLATION: ("Needs GPU groups, MIG or an acknowledgement", "需要 GPU 组、MIG 或确认"),
     Gate.LOAD_TEST: ("No combined load test: drive big-model at once.", "没有联合压测"),
     Gate.ENGINE_SETTINGS: (
-        "h1:0: the engines&#x27; memory settings add up to 180%",
-        "h1:0：各引擎的显存设置合计占该卡的 180%",
+        "h1:0: the engines&#x27; memory settings add up to 200%",
+        "h1:0：各引擎的显存设置合计占该卡的 200%",
     ),
 }
 

@@ -18,6 +18,7 @@ from inventory.telemetry.engines import (
     latency_quantile,
     parse_ollama_ps,
     parse_sglang_metrics,
+    parse_tei_metrics,
     parse_tgi_metrics,
     parse_vllm_metrics,
     scrape,
@@ -33,13 +34,47 @@ def fixture(name: str) -> str:
     return (ENGINES / name).read_text()
 
 
-def test_vllm_sample_running_waiting_and_cache_config():
-    reading = parse_vllm_metrics(fixture("vllm_metrics.txt"))
-    assert (reading.requests_running, reading.requests_waiting) == (3.0, 1.0)
-    assert reading.cache_config["block_size"] == "16"
-    assert reading.cache_config["num_gpu_blocks"] == "4096"
-    assert reading.cache_config["gpu_memory_utilization"] == "0.9"
-    assert reading.kv_cache_usage is None  # that sample has no KV gauge at all
+def test_vllm_v1_page_per_engine_labels_and_created_gauges():
+    # vllm_v1_metrics.txt: a vLLM 0.10.0 page (engine="0" on every family; prometheus_client
+    # writes each counter's `_created` as a gauge family of its own), see the fixtures README.
+    reading = parse_vllm_metrics(fixture("vllm_v1_metrics.txt"))
+    assert reading.kv_cache_usage == pytest.approx(9.75010481363281e-06)
+    assert (reading.requests_running, reading.requests_waiting) == (1.0, 0.0)
+    assert reading.preemptions_total == 2.0  # the `_total` sample, not the `_created` gauge
+    e2e = reading.latency["e2e"]
+    assert (e2e.count, e2e.sum_s, e2e.buckets[-2]) == (1.0, pytest.approx(96.43), (7680.0, 1.0))
+    assert e2e.p50_s == pytest.approx(60 + 60 * 0.5)  # inside the 60-120 s bucket
+    assert reading.cache_config == {}  # that page shows no vllm:cache_config_info
+
+
+def test_sglang_page_from_its_documentation():
+    # sglang_metrics.txt: the sample page of SGLang's docs/references/production_metrics.md.
+    reading = parse_sglang_metrics(fixture("sglang_metrics.txt"))
+    assert reading.kv_cache_usage == pytest.approx(0.28)  # sglang:token_usage
+    assert (reading.requests_running, reading.requests_waiting) == (162.0, 2826.0)
+    assert reading.latency["e2e"].count == 11228.0 and reading.latency["ttft"].count == 11008.0
+    # most requests of that page took longer than the last finite bucket (60 s): PromQL's
+    # estimate is then that bound, not a made-up tail
+    assert reading.latency["e2e"].p50_s == 60.0
+    assert reading.latency["itl"].count == 7_400_757.0
+    assert reading.kv_pool_tokens is None  # no sglang:max_total_num_tokens on that page
+    one = parse_sglang_metrics(fixture("sglang_metrics.txt"), "meta-llama/Llama-3.1-8B-Instruct")
+    assert one.requests_running == 162.0
+    with pytest.raises(EngineParseError):
+        parse_sglang_metrics(fixture("sglang_metrics.txt"), "another-model")
+
+
+def test_tgi_page_in_its_exporters_format():
+    # tgi_metrics.txt: TGI's router families and duration buckets (35 of them, 0.0001 x 1.5^k),
+    # as metrics-exporter-prometheus writes them: no `_total`, integer counts, blank lines.
+    reading = parse_tgi_metrics(fixture("tgi_metrics.txt"))
+    assert (reading.requests_running, reading.requests_waiting) == (3.0, 2.0)
+    assert reading.cache_config == {"batch_current_max_tokens": "6144"}
+    assert reading.kv_cache_usage is None and reading.process_start_time_s is None
+    e2e = reading.latency["e2e"]
+    assert (e2e.count, e2e.sum_s, len(e2e.buckets)) == (12.0, pytest.approx(25.39), 36)
+    assert 0.9 < e2e.p50_s < 1.4 and reading.latency["queue"].count == 12.0
+    assert 0.01 < reading.latency["itl"].p50_s < 0.02
 
 
 def test_vllm_live_sample_older_kv_name_and_latency_histograms():
@@ -81,6 +116,33 @@ def test_sglang_and_tgi_pages_from_the_simulator():
     tgi = parse_tgi_metrics(fleet.fetch("sim://infer-01/embed-small/metrics"))
     assert tgi.requests_running == round(host.replica("embed-small").running)
     assert tgi.kv_cache_usage is None and tgi.latency["e2e"].count > 0
+
+
+def test_an_embedding_model_is_served_by_tei_with_no_kv_cache():
+    # TEI's families (router/src: te_request_count, te_request_duration; core/src/queue.rs:
+    # te_queue_size), written as its exporter writes them.
+    page = (
+        "# TYPE te_queue_size gauge\nte_queue_size 3\n"
+        '# TYPE te_request_count counter\nte_request_count{method="single"} 40\n'
+        'te_request_count{method="batch"} 2\n'
+        "# TYPE te_request_duration histogram\n"
+        'te_request_duration_bucket{le="0.01"} 30\nte_request_duration_bucket{le="+Inf"} 42\n'
+        "te_request_duration_sum 0.9\nte_request_duration_count 42\n"
+    )
+    reading = parse_tei_metrics(page)
+    assert (reading.engine, reading.requests_waiting, reading.latency["e2e"].count) == (
+        "tei",
+        3.0,
+        42.0,
+    )
+    assert reading.kv_cache_usage is None and reading.requests_running is None
+    with pytest.raises(EngineParseError):
+        parse_tei_metrics(fixture("tgi_metrics.txt"))
+    fleet = Fleet(demo_fleet_specs(), seed=2)
+    fleet.advance_to(10 * 3600, max_step_s=60)
+    simulated = fleet.fetch("sim://mig-h200/bge-m3/metrics")
+    assert "te_queue_size" in simulated and "kv_cache" not in simulated
+    assert parse_tei_metrics(simulated).latency["e2e"].count > 0
 
 
 def test_ollama_ps_sample_and_model_filter():
@@ -133,9 +195,9 @@ def test_ollama_malformed_raises(text):
 
 def test_sglang_and_tgi_reject_pages_of_other_engines():
     with pytest.raises(EngineParseError):
-        parse_sglang_metrics(fixture("vllm_metrics.txt"))
+        parse_sglang_metrics(fixture("vllm_v1_metrics.txt"))
     with pytest.raises(EngineParseError):
-        parse_tgi_metrics(fixture("vllm_metrics.txt"))
+        parse_tgi_metrics(fixture("vllm_v1_metrics.txt"))
 
 
 def test_latency_quantile_is_none_for_an_interval_without_requests():
@@ -156,7 +218,10 @@ def test_histogram_delta_gives_the_interval_and_none_across_a_restart():
 
 
 def test_scrape_all_turns_every_failure_into_a_fault():
-    pages = {"http://a/metrics": fixture("vllm_metrics.txt"), "http://b/metrics": "garbage here\n"}
+    pages = {
+        "http://a/metrics": fixture("vllm_v1_metrics.txt"),
+        "http://b/metrics": "garbage here\n",
+    }
 
     def fetch(url, timeout):
         if url not in pages:
@@ -180,7 +245,7 @@ def test_scrape_all_turns_every_failure_into_a_fault():
 
 
 def test_http_fetch_reads_a_local_endpoint_and_reports_a_dead_one():
-    body = fixture("vllm_metrics.txt").encode()
+    body = fixture("vllm_v1_metrics.txt").encode()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -198,7 +263,7 @@ def test_http_fetch_reads_a_local_endpoint_and_reports_a_dead_one():
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
         reading = scrape(ScrapeTarget("d", "vllm", url), http_fetch, timeout=5)
-        assert reading.requests_running == 3.0
+        assert reading.requests_running == 1.0
     finally:
         thread.join(timeout=5)
         server.server_close()
