@@ -61,9 +61,22 @@ SGLANG_E2E_BUCKETS = (
     800.0,
     math.inf,
 )
-TGI_DURATION_BUCKETS = (*(0.001 * 1.5**i for i in range(35)), math.inf)
-# TEI's router/src/prometheus.rs: 35 bounds from 0.00001 s, each 1.5 times the one before.
-TEI_DURATION_BUCKETS = (*(0.00001 * 1.5**i for i in range(1, 36)), math.inf)
+
+
+def _geometric_bounds(start: float) -> tuple[float, ...]:
+    """TGI's and TEI's duration buckets: 35 bounds, each 1.5 times the one before, from 1.5 x
+    `start`, multiplied in the same order so the `le` labels are the engines' own floats."""
+    bounds, value = [], start
+    for _ in range(35):
+        value *= 1.5
+        bounds.append(value)
+    return (*bounds, math.inf)
+
+
+# TGI router/src/server.rs: from 0.0001 s (0.00015 s to 146 s). TEI router/src/prometheus.rs:
+# from 0.00001 s.
+TGI_DURATION_BUCKETS = _geometric_bounds(0.0001)
+TEI_DURATION_BUCKETS = _geometric_bounds(0.00001)
 VLLM_BLOCK_SIZE = 16
 
 

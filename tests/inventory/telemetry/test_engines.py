@@ -118,6 +118,16 @@ def test_sglang_and_tgi_pages_from_the_simulator():
     assert tgi.kv_cache_usage is None and tgi.latency["e2e"].count > 0
 
 
+def test_the_simulated_tgi_page_has_tgis_own_duration_buckets():
+    fleet = Fleet(demo_fleet_specs(), seed=2)
+    fleet.advance_to(15 * 3600, max_step_s=60)
+    simulated = parse_tgi_metrics(fleet.fetch("sim://infer-01/embed-small/metrics"))
+    real = parse_tgi_metrics(fixture("tgi_metrics.txt"))
+    bounds = [le for le, _ in simulated.latency["e2e"].buckets]
+    assert bounds == [le for le, _ in real.latency["e2e"].buckets]
+    assert bounds[0] == pytest.approx(0.00015) and bounds[-2] == pytest.approx(145.61, abs=0.01)
+
+
 def test_an_embedding_model_is_served_by_tei_with_no_kv_cache():
     # TEI's families (router/src: te_request_count, te_request_duration; core/src/queue.rs:
     # te_queue_size), written as its exporter writes them.
