@@ -331,14 +331,15 @@ _RULES = [
 # What the engine repeats of a request (vLLM logs each prompt it receives): the user's words,
 # never the engine's, however much they talk of running out of memory.
 _ECHOED_REQUEST = re.compile(r"\bReceived request \S+: prompt: ")
+_PCI_ADDRESS = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?"
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\): "
+    rf"NVRM: Xid \((?:PCI:)?(?P<pci>{_PCI_ADDRESS})\): "
     r"(?P<xid>\d+)(?:, pid=(?P<pid>'?<?\w+>?'?))?(?:, name=(?P<name>[^,]*))?(?:, (?P<text>.*))?"
 )
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]+)")
 _GPU_NAMED = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)")
 _FALLEN = re.compile(r"fallen off the bus")
-_DRIVER_GPU = re.compile(r"\bGPU (?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?):")
+_DRIVER_GPU = re.compile(rf"\bGPU (?P<pci>{_PCI_ADDRESS}):")
 _STARTS = re.compile(
     r"Starting vLLM API server|vLLM API server version \S+|The server is fired up and ready "
     r"to roll|text_generation_launcher: Starting shard (?:0\b|rank=0\b)|Listening on \S+ \(version "
