@@ -252,6 +252,9 @@ class MpsMonitors:
         self.monitors: dict[str, MpsMonitor] = {}
         self._scanned_at: float | None = None
         self._unreadable: set[int] = set()
+        # Faults of a rescan wait for the next poll: start() and refresh() rescan too, and
+        # what they found would otherwise never be said (its daemons are marked as told).
+        self._pending: list[CollectorFault] = []
         self._started = False
 
     def start(self) -> None:
@@ -268,13 +271,13 @@ class MpsMonitors:
         for monitor in self.monitors.values():
             monitor.refresh()
 
-    def _rescan(self) -> list[CollectorFault]:
+    def _rescan(self) -> None:
         now = self._clock()
         if self._scanned_at is not None and now - self._scanned_at < self.rescan_s:
-            return []
+            return
         self._scanned_at = now
         found, unreadable = running_pipe_dirs(self.proc)
-        faults = [
+        self._pending += [
             CollectorFault(
                 None,
                 "mps_control",
@@ -292,12 +295,12 @@ class MpsMonitors:
                 self.monitors[pipe_dir] = monitor
                 if self._started:
                     monitor.start()
-        return faults
 
     def poll(
         self, ts: float, poll: PollResult, deployments: Mapping[tuple[int, int], str]
     ) -> tuple[list[TelemetryEvent], list[CollectorFault]]:
-        faults = self._rescan()
+        self._rescan()
+        faults, self._pending = self._pending, []
         events: list[TelemetryEvent] = []
         for monitor in self.monitors.values():
             found, said = monitor.poll(ts, poll, deployments)

@@ -3,6 +3,10 @@ run as the unit's user with exactly the unit's capabilities and groups (setpriv)
 machine's kernel, its real /dev/kmsg and kernel.dmesg_restrict=1. With the grant an NVRM line
 written to the kernel log arrives as an Xid; without it, the source says by name what to grant.
 
+MPS control and engine logs need no grant of the unit's own: as its user, a control daemon
+of the agent's group is found through its environment and asked, a readable engine log's OOM
+arrives; a root-only daemon and log are each named as a fault.
+
 The NVML signals (memory, processes, the event set's Xids, a lost card) are proven as the
 unit's user by the mock NVML rehearsal (test_mock_nvml_rehearsal_e2e.py); docs/deploy.md's
 table "Signals and privileges" lists every signal with its grant and its test.
@@ -10,13 +14,14 @@ table "Signals and privileges" lists every signal with its grant and its test.
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.deploy.as_the_unit import unit_command, unit_grants
+from tests.deploy.as_the_unit import UNIT_GID, UNIT_UID, unit_command, unit_grants
 
 READER = """
 import json, sys, time
@@ -98,3 +103,136 @@ def test_without_the_grant_the_kernel_log_is_named_unreadable_with_what_to_grant
     assert (call, error) == ("kernel_log", "Unreadable")
     assert "grant CAP_SYSLOG" in message and "systemd-journal" in message
     assert "Operation not permitted" in message  # /dev/kmsg under dmesg_restrict
+
+
+# ---- MPS control and engine logs, as the unit's user ------------------------------------
+#
+# The unit grants these two by nothing of its own (no capability, no group beyond its own):
+# the agent reads what the daemon's and the engines' owners leave readable to it. The kernel
+# decides here: the pipe directory's and the log's modes, and whether another user's
+# /proc/<pid>/environ may be read (a daemon's pipe directory is learnt from it). The control
+# binary is the suite's stand-in (tests/inventory/agent/fake_mps), which, like the real one,
+# reaches the daemon only through its pipe directory.
+
+FAKE_CONTROL = Path(__file__).parents[1] / "inventory" / "agent" / "fake_mps"
+OOM_LINE = (
+    "(VllmWorker TP0 pid=4242) ERROR 06-05 06:18:13 [x.py:1] torch.OutOfMemoryError: CUDA out "
+    "of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+    "1.00 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 5.00 GiB "
+    "is reserved by PyTorch but unallocated."
+)
+
+SIGNALS_READER = """
+import json, sys, time
+from inventory.agent.mps import MpsMonitors
+from inventory.agent.signals import HostSignals, SignalOptions
+from inventory.telemetry.readings import PollResult
+log_path, configured, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+mps = MpsMonitors([configured] if configured else [])
+signals = HostSignals(SignalOptions(mps=mps))
+entries = [{"deployment_id": "7", "engine": "vllm", "log_path": log_path}]
+deadline, first = time.time() + seconds, True
+while time.time() < deadline:
+    mps.refresh()
+    poll = PollResult("h", time.time(), 0.0, None, [], [])
+    events, faults = signals.collect(poll, {}, entries, lambda pid: None)
+    for fault in faults:
+        print(json.dumps({"fault": [fault.call, fault.error, fault.message]}), flush=True)
+    for event in events:
+        print(json.dumps({"event": [event.kind, event.detail.get("deployment_id")]}), flush=True)
+    if first:
+        print(json.dumps({"ready": True}), flush=True)
+        first = False
+    time.sleep(0.2)
+print(json.dumps({"live": mps.live}), flush=True)
+"""
+
+
+def _mps_and_engine_log_as_the_unit(agent_venv, *, granted: bool):
+    """The installed agent's signals as the unit's user, against an MPS control daemon's
+    process (argv[0] nvidia-cuda-mps-control, its pipe directory in its environment) and an
+    engine's log, both owned as `granted` says: by the agent's user and group, or by root only.
+    """
+    work = Path(tempfile.mkdtemp(prefix="mps-engine-log-"))
+    work.chmod(0o755)
+    (work / "bin").mkdir(mode=0o755)
+    control = work / "bin" / "nvidia-cuda-mps-control"
+    control.write_text((FAKE_CONTROL / "nvidia-cuda-mps-control").read_text())
+    control.chmod(0o755)
+    pipe_dir = work / "mps-0"
+    pipe_dir.mkdir()
+    (pipe_dir / "daemon.json").write_text(json.dumps({"servers": {"900": [901]}}))
+    log = work / "vllm.log"
+    log.write_text("")
+    owner = UNIT_UID if granted else 0
+    # Granted: the daemon runs as a user of the agent's group, its folder that group's; the
+    # engine's log is left world-readable (an ordinary umask 022). Else both are root's alone.
+    os.chown(pipe_dir, 0, UNIT_GID if granted else 0)
+    os.chown(pipe_dir / "daemon.json", 0, UNIT_GID if granted else 0)
+    pipe_dir.chmod(0o750 if granted else 0o700)
+    (pipe_dir / "daemon.json").chmod(0o640 if granted else 0o600)
+    log.chmod(0o644 if granted else 0o600)
+    daemon = subprocess.Popen(
+        ["/usr/bin/nvidia-cuda-mps-control", "30"],
+        executable="sleep",
+        env={"CUDA_MPS_PIPE_DIRECTORY": str(pipe_dir), "PATH": "/usr/bin:/bin"},
+        user=owner,
+        group=owner,
+        extra_groups=[],
+    )
+    try:
+        command, env, who = unit_command(agent_venv, work)
+        reader = subprocess.Popen(
+            # Not granted, the pipe directory is listed in AGENT_MPS_PIPE_DIRS, as the
+            # environment fault tells the operator to: the daemon's answer is then named.
+            [*command, "-c", SIGNALS_READER, str(log), "" if granted else str(pipe_dir), "3"],
+            cwd=work,
+            env={"PATH": f"{work / 'bin'}:/usr/bin:/bin", "LANG": "C.UTF-8", **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines = []
+        for line in reader.stdout:
+            lines.append(json.loads(line))
+            if "ready" in lines[-1]:
+                with log.open("a") as engine:  # the engine, as root, after the agent's first read
+                    engine.write(OOM_LINE + "\n")
+        assert reader.wait(timeout=30) == 0, reader.stderr.read()
+    finally:
+        daemon.kill()
+        daemon.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    faults = [line["fault"] for line in lines if "fault" in line]
+    # Only this test's daemon and folder: others may run on the machine meanwhile.
+    ours = [f for f in faults if f"pid {daemon.pid}" in f[2] or str(work) in f[2]]
+    events = [line["event"] for line in lines if "event" in line]
+    (live,) = [line["live"] for line in lines if "live" in line]
+    return ours, events, [s for s in live if s["pipe_dir"] == str(pipe_dir)], who, pipe_dir, log
+
+
+@needs_root_and_restriction
+def test_the_units_user_finds_the_mps_daemon_and_reads_the_engine_log_it_is_let_read(agent_venv):
+    faults, events, live, who, _, _ = _mps_and_engine_log_as_the_unit(agent_venv, granted=True)
+    assert "uid 65534" in who
+    assert faults == []
+    # found through the daemon's own environment (nothing configured), and asked
+    assert [(s["server_pid"], [c["pid"] for c in s["clients"]]) for s in live] == [(900, [901])]
+    assert ["oom", "7"] in events
+
+
+@needs_root_and_restriction
+def test_what_the_units_user_may_not_read_is_named_the_mps_daemon_and_the_engine_log(agent_venv):
+    faults, events, live, _, pipe_dir, log = _mps_and_engine_log_as_the_unit(
+        agent_venv, granted=False
+    )
+    by_error = {(call, error): message for call, error, message in faults}
+    assert set(by_error) == {
+        ("mps_control", "EnvironUnreadable"),
+        ("mps_control", "Unanswered"),
+        ("engine_log", "PermissionError"),
+    }, faults
+    assert "AGENT_MPS_PIPE_DIRS" in by_error[("mps_control", "EnvironUnreadable")]
+    assert by_error[("mps_control", "Unanswered")].startswith(f"{pipe_dir}: OSError: get_server")
+    assert by_error[("engine_log", "PermissionError")].startswith(f"7 {log}: ")
+    assert live == [] and ["oom", "7"] not in events

@@ -502,6 +502,19 @@ def test_the_running_daemons_pipe_directories_come_from_their_environment(tmp_pa
     assert "pid 12" in fault.message and "AGENT_MPS_PIPE_DIRS" in fault.message
 
 
+def test_a_daemon_found_unreadable_at_start_is_said_at_the_first_poll_once(tmp_path):
+    # The agent starts its monitors (a rescan) before it polls: that rescan's fault is kept.
+    (tmp_path / "12").mkdir()
+    (tmp_path / "12" / "cmdline").write_bytes(b"nvidia-cuda-mps-control\0-d\0")
+    (tmp_path / "12" / "environ").mkdir()  # unreadable, as another user's environment is
+    monitors = MpsMonitors([], proc=str(tmp_path), binary=FAKE_MPS_CONTROL)
+    monitors.refresh()
+    poll = NvmlCollector(nvml_for(h100_card("h", 0)), "h", watch_xid=False).poll()
+    _, faults = monitors.poll(1.0, poll, {})
+    assert [f.error for f in faults] == ["EnvironUnreadable"] and "pid 12" in faults[0].message
+    assert monitors.poll(2.0, poll, {}) == ([], [])
+
+
 def test_no_mps_daemon_on_a_host_is_one_fault_and_no_event(tmp_path):
     monitor = MpsMonitor(MpsControl(FAKE_MPS_CONTROL, str(tmp_path / "absent")))
     monitor.refresh()
