@@ -126,3 +126,24 @@ def test_the_admin_sets_a_pod_selector_refuses_a_bad_one_and_clears_it(client):
     assert cleared.status_code == 302
     deployment.refresh_from_db()
     assert deployment.pod_selector == {}
+
+
+def test_the_daemonset_ships_no_host_action_the_agent_refuses_them_all():
+    """docs/deploy.md's table, row "host actions": under the DaemonSet no root helper stands
+    beside the agent, so it is given no actions file (every request refused as
+    `no_actions_file`), no helper's socket, and no Kubernetes verb that changes anything."""
+    documents = {(d["kind"], d["metadata"]["name"]): d for d in _documents("agent.yaml")}
+    pod = documents[("DaemonSet", "gpu-console-agent")]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    settings = dotenv_values(
+        stream=io.StringIO(documents[("ConfigMap", "gpu-console-agent")]["data"]["agent.env"])
+    )
+    env = {item["name"] for item in container["env"]}
+    assert "AGENT_ACTIONS_FILE" not in settings and "AGENT_ACTIONS_FILE" not in env
+    assert "gpu-console-host-actions" not in yaml.safe_dump(pod)  # no helper, no socket
+    assert all(
+        set(rule["verbs"]) <= {"get", "list", "watch"}
+        for document in documents.values()
+        if document["kind"] in ("ClusterRole", "Role")
+        for rule in document["rules"]
+    )
