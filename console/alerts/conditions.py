@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from console.alerts.evaluation import Crossing
 from inventory.analytics.fragmentation import Status, Thresholds
+from inventory.analytics.memory_pressure import TenantMemory, card_pressure
 from inventory.telemetry.xid_events import xid_class
 
 GIB = 1024**3
@@ -34,6 +35,9 @@ class CardFact:
     fragmentation_index: float | None
     tenants: int  # deployments placed on the card that are not stopped
     headroom_bytes: int | None  # inventory.analytics.headroom over the recent window
+    # What each tenant holds on the card and its engine's own KV state (card_memory only).
+    tenant_memory: tuple[TenantMemory, ...] = ()
+    reserved_bytes: int = 0  # the newest sample's driver-reserved memory (nvmlMemory_v2)
 
 
 @dataclass(frozen=True)
@@ -110,16 +114,31 @@ def _card_crossing(card: CardFact, kind: str, values: dict) -> Crossing:
 
 
 def card_memory(params: Mapping, facts: FleetFact) -> list[Crossing]:
+    """The card is about to run out, by tenant kind (inventory.analytics.memory_pressure):
+    its on-demand part past the share (reason ``on_demand``), or a preallocating engine's own
+    KV pool at the share while it preempts or queues (reason ``kv_pool``)."""
     limit = float(params.get("used_fraction", 0.95))
     crossings = []
     for card in facts.cards:
         if card.used_bytes is None or not card.total_bytes:
             continue
-        used = card.used_bytes / card.total_bytes
-        if used > limit:
-            values = {"used_fraction": round(used, 4), "threshold": limit,
-                      "used_bytes": card.used_bytes, "total_bytes": card.total_bytes}  # fmt: skip
-            crossings.append(_card_crossing(card, "card_memory", values))
+        pressure = card_pressure(
+            card.total_bytes, card.used_bytes, card.tenant_memory, limit, card.reserved_bytes
+        )
+        if not (pressure.on_demand_over or pressure.full_pools):
+            continue
+        values = {
+            "reason": "on_demand" if pressure.on_demand_over else "kv_pool",
+            "used_fraction": round(card.used_bytes / card.total_bytes, 4),
+            "on_demand_fraction": round(pressure.on_demand_fraction, 4),
+            "threshold": limit,
+            "used_bytes": card.used_bytes,
+            "total_bytes": card.total_bytes,
+            "preallocated_bytes": pressure.preallocated_bytes,
+            "limit_bytes": pressure.limit_bytes,
+            "full_pools": list(pressure.full_pools),
+        }
+        crossings.append(_card_crossing(card, "card_memory", values))
     return crossings
 
 

@@ -17,6 +17,7 @@ from django.conf import settings
 
 from console.alerts.conditions import CardFact, DeploymentFact, EventFact, FleetFact, HostFact
 from inventory.analytics.kv import recommended_kv_reservation_bytes, whole_requests
+from inventory.analytics.memory_pressure import TenantMemory
 from inventory.models import Deployment, Host, ServedModel
 from inventory.reports.analysis import interference
 from inventory.reports.headroom import recent_card_headroom
@@ -48,7 +49,7 @@ def read_facts(rules, now: dt.datetime) -> FleetFact:
     kinds = {rule.kind for rule in rules}
     facts = FleetFact(ingest_lag_s=None, dead_letters=0, fragmentation=fragmentation_thresholds())
     if kinds & CARD_KINDS:
-        facts = replace(facts, cards=_cards(now, kinds))
+        facts = replace(facts, cards=_cards(rules, now, kinds))
     if kinds & DEPLOYMENT_KINDS:
         facts = replace(facts, deployments=_deployments(rules, now, kinds))
     if kinds & (HOST_KINDS | {"ingest_lag"}):
@@ -82,9 +83,25 @@ def events_within(facts: FleetFact, rule, now: dt.datetime) -> FleetFact:
     return replace(facts, events=[e for e in facts.events if e.last_at > since])
 
 
-def _cards(now: dt.datetime, kinds: set[str]) -> list[CardFact]:
+def _cards(rules, now: dt.datetime, kinds: set[str]) -> list[CardFact]:
     rows = alert_facts.cards_now(now - _fresh())
     headroom = {}
+    tenants: dict[int, list[TenantMemory]] = {}
+    if "card_memory" in kinds:
+        window = max(
+            float(r.params.get("pressure_window_s", 300)) for r in rules if r.kind == "card_memory"
+        )
+        pressure_since = now - dt.timedelta(seconds=window)
+        for row in alert_facts.card_tenants_now(now - _fresh(), pressure_since):
+            tenants.setdefault(row["gpu_id"], []).append(
+                TenantMemory(
+                    name=row["name"],
+                    engine=row["engine"],
+                    held_bytes=int(row["held_bytes"]),
+                    kv_usage=row["kv_usage"],
+                    kv_pressure=row["kv_pressure"],
+                )
+            )
     if kinds & {"headroom_low", "copeak"}:
         host_ids = sorted({row["host_id"] for row in rows})
         headroom = {c.peaks.gpu_id: c.headroom_bytes for c in recent_card_headroom(host_ids, now)}
@@ -102,6 +119,8 @@ def _cards(now: dt.datetime, kinds: set[str]) -> list[CardFact]:
             fragmentation_index=row["frag_index_max"],
             tenants=row["tenants"],
             headroom_bytes=headroom.get(row["gpu_id"]),
+            tenant_memory=tuple(tenants.get(row["gpu_id"], ())),
+            reserved_bytes=row["reserved_bytes"],
         )
         for row in rows
     ]

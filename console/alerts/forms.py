@@ -80,7 +80,14 @@ class RuleForm(forms.ModelForm):
             raise forms.ValidationError(_("Parameters are a JSON object."))
         if self.instance.kind == AlertRule.Kind.EVENT and "event_kind" not in params:
             raise forms.ValidationError(_("An event rule names its event_kind."))
-        for key in ("window_s", "used_fraction", "min_gib", "stale_after_s", "max_lag_s"):
+        for key in (
+            "window_s",
+            "used_fraction",
+            "pressure_window_s",
+            "min_gib",
+            "stale_after_s",
+            "max_lag_s",
+        ):
             if key in params and not isinstance(params[key], int | float):
                 raise forms.ValidationError(_("%(key)s must be a number.") % {"key": key})
         return params

@@ -2,7 +2,8 @@
 
 The entry point for alerting is `on_card_over_limit(card_pk)` (or the Celery task
 `operations.on_card_over_limit`); the watch calls it for every card whose newest sample is
-at DEGRADATION_LIMIT or more, and for every OOM event. With a standing degradation policy the
+at DEGRADATION_LIMIT or more (the on-demand part's limit decides, see decisions.degradation),
+and for every OOM event. With a standing degradation policy the
 plan's actions go to the agent at once; without one they wait for an approver, and a
 proposal with the plan pre-filled is opened for the change it makes to the inventory.
 """
@@ -79,7 +80,8 @@ def card_state(gpu: Gpu, event: Event | None = None) -> decisions.Card | None:
                 model.weights_bytes // cards,
             )
         )
-    return decisions.Card(int(total), int(used), tuple(tenants))
+    reserved = (sample or {}).get("reserved_last") or 0
+    return decisions.Card(int(total), int(used), tuple(tenants), int(reserved))
 
 
 def kv_card_share(deployment: Deployment) -> Fraction:
@@ -231,13 +233,14 @@ def settle(run: DegradationRun, now: dt.datetime) -> DegradationRun | None:
     sample = queries.latest_card_samples([run.gpu_id], FRESH).get(run.gpu_id)
     if sample is None or sample["ts"] <= last:
         return None
+    card = card_state(run.gpu)
     with open_change():
         if run.proposal_id is None:  # a proposal changes the inventory when it is applied
             for action in actions:
                 _record_in_inventory(run, action)
         with audited(run, Action.DEGRADATION_SETTLE, None, host=run.host):
             run.used_after_bytes = sample["used_last"]
-            recovered = sample["used_last"] < run.limit_fraction * run.total_bytes
+            recovered = card is not None and decisions.recovered(card, run.limit_fraction)
             run.state = (
                 DegradationRun.State.RECOVERED if recovered else DegradationRun.State.NOT_RECOVERED
             )

@@ -557,6 +557,7 @@ def check_engine_settings(proposal: Proposal, targets: list[Gpu], now: dt.dateti
             )
             for label, total, product, deployments in places
         ),
+        memory_limit=settings.DEGRADATION_LIMIT,
     )
     return evaluate_engine_settings(request)
 

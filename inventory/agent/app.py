@@ -82,7 +82,12 @@ def _source_factory():
 
         incidents = DEMO_INCIDENTS if env_bool("DEMO_INCIDENTS", False) else ()
         day_shift_s = env_float("SIMULATOR_DAY_SHIFT_S", 0.0)
-        specs = _simulated_fleet(env_str("SIMULATOR_FLEET", "demo"), day_shift_s)
+        fleet = env_str("SIMULATOR_FLEET", "demo")
+        specs = _simulated_fleet(fleet, day_shift_s)
+        if fleet == "operations":
+            from inventory.telemetry.simulator.operations_scenario import OPERATIONS_INCIDENTS
+
+            incidents = OPERATIONS_INCIDENTS  # the scenario's own: card 0's stray job
         simulator = FleetSimulator(
             seed=env_int("SIMULATOR_SEED", 0),
             clock=wall_clock,

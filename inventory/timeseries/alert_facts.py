@@ -18,11 +18,13 @@ def cards_now(since: dt.datetime) -> list[dict]:
         SELECT g.id AS gpu_id, g.host_id, h.name AS host, h.labels AS host_labels, g.index,
                g.uuid, g.product_name,
                coalesce(s.total_bytes, g.memory_total_bytes) AS total_bytes,
-               s.used_last, s.frag_index_max, coalesce(t.tenants, 0) AS tenants
+               s.used_last, coalesce(s.reserved_last, 0) AS reserved_bytes, s.frag_index_max,
+               coalesce(t.tenants, 0) AS tenants
         FROM inventory_gpu g
         JOIN inventory_host h ON h.id = g.host_id
         LEFT JOIN LATERAL (
-            SELECT c.total_bytes, c.used_last, c.frag_index_max FROM inventory_card_sample c
+            SELECT c.total_bytes, c.used_last, c.reserved_last, c.frag_index_max
+            FROM inventory_card_sample c
             WHERE c.gpu_id = g.id AND c.ts > %s ORDER BY c.ts DESC LIMIT 1
         ) s ON true
         LEFT JOIN (
@@ -111,3 +113,40 @@ def events_since(since: dt.datetime, kinds: list[str]) -> list[dict]:
 def pending_dead_letters() -> int:
     (row,) = _rows("SELECT count(*) AS n FROM inventory_deadletter WHERE status = 'pending'", [])
     return row["n"]
+
+
+def card_tenants_now(since: dt.datetime, pressure_since: dt.datetime) -> list[dict]:
+    """Every deployment that is not stopped on a watched host, per card it sits on: its
+    engine, what its processes held there in their newest samples after `since`, its newest
+    engine KV usage after `since`, and whether it reported KV pressure after
+    `pressure_since`."""
+    return _rows(
+        f"""
+        SELECT dg.gpu_id, d.id AS deployment_id, m.name, m.engine,
+               coalesce(p.held, 0) AS held_bytes, e.kv_usage_last AS kv_usage,
+               EXISTS (
+                   SELECT 1 FROM inventory_event ev
+                   WHERE ev.deployment_id = d.id AND ev.kind = 'kv_pressure'
+                     AND ev.at > %(pressure_since)s
+               ) AS kv_pressure
+        FROM inventory_deployment_gpus dg
+        JOIN inventory_deployment d ON d.id = dg.deployment_id
+        JOIN inventory_host h ON h.id = d.host_id
+        JOIN inventory_servedmodel m ON m.id = d.served_model_id
+        LEFT JOIN LATERAL (
+            SELECT sum(newest.used_last) AS held FROM (
+                SELECT DISTINCT ON (ps.pid) ps.used_last FROM inventory_process_sample ps
+                WHERE ps.gpu_id = dg.gpu_id AND ps.deployment_id = d.id AND ps.ts > %(since)s
+                  AND ps.used_last IS NOT NULL
+                ORDER BY ps.pid, ps.ts DESC
+            ) newest
+        ) p ON true
+        LEFT JOIN LATERAL (
+            SELECT s.kv_usage_last FROM inventory_engine_sample s
+            WHERE s.deployment_id = d.id AND s.ts > %(since)s ORDER BY s.ts DESC LIMIT 1
+        ) e ON true
+        WHERE d.status <> 'stopped' AND {_WATCHED_HOSTS}
+        ORDER BY dg.gpu_id, d.id
+        """,
+        {"since": since, "pressure_since": pressure_since},
+    )

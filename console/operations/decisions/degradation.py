@@ -1,5 +1,10 @@
 """What to do with a card past its memory limit, in the deployment policy's priority order.
 
+The limit is the on-demand part's (inventory.analytics.memory_pressure): the preallocating
+engines' pools count as theirs, the limit applies to what they leave. A step that shrinks or
+stops a preallocating tenant gives its bytes to the on-demand part; one that stops an
+on-demand tenant lowers what that part uses.
+
 1. Shrink the KV reservation of the lowest-priority tenant to its floor (a restart with a
    smaller reservation): what it frees is what this card's share of the reservation gives up
    (the ledger's share: an MLA model, or TP above the KV heads, holds more than an even split
@@ -19,6 +24,7 @@ import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 
+from inventory.analytics.memory_pressure import CardPressure, TenantMemory, card_pressure
 from inventory.telemetry.host_actions import MEM_FRACTION_RANGE
 
 SHRINK_KV = "shrink_kv"
@@ -45,6 +51,7 @@ class Card:
     total_bytes: int
     used_bytes: int
     tenants: tuple[Tenant, ...]
+    reserved_bytes: int = 0  # the driver's (nvmlMemory_v2 reserved): nobody's to use
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,7 @@ class Plan:
     target_bytes: int
     projected_bytes: int
     steps: tuple[Step, ...]
+    preallocated_bytes: int = 0  # held by preallocating engines when the plan was made
 
     def as_json(self) -> list[dict]:
         return [asdict(step) for step in self.steps]
@@ -146,22 +154,51 @@ def reload_params(
     return {"mem_fraction": min(high, max(low, fraction))}
 
 
+def _pressure(card: Card, policy: Policy, used: int, freed: dict[int, int]) -> CardPressure:
+    """The card after the tenants in `freed` gave up those bytes (used is already less)."""
+    tenants = [
+        TenantMemory(str(t.deployment_id), t.engine, t.used_bytes - freed.get(t.deployment_id, 0))
+        for t in card.tenants
+    ]
+    return card_pressure(
+        card.total_bytes, used, tenants, policy.limit_fraction, card.reserved_bytes
+    )
+
+
+def _target(pressure: CardPressure, policy: Policy) -> int:
+    return pressure.preallocated_bytes + int(policy.target_fraction * pressure.on_demand_bytes)
+
+
 def decide(card: Card, policy: Policy = Policy()) -> Plan:
-    limit = int(card.total_bytes * policy.limit_fraction)
-    target = int(card.total_bytes * policy.target_fraction)
+    now = _pressure(card, policy, card.used_bytes, {})
+    limit, target = now.limit_bytes, _target(now, policy)
+
+    def plan(over: bool, projected: int, steps: tuple[Step, ...]) -> Plan:
+        return Plan(over, card.total_bytes, card.used_bytes, limit, target, projected, steps,
+                    now.preallocated_bytes)  # fmt: skip
+
     if card.used_bytes < limit:
-        return Plan(False, card.total_bytes, card.used_bytes, limit, target, card.used_bytes, ())
+        return plan(False, card.used_bytes, ())
     order = _lowest_priority_first(card.tenants)
     steps: list[Step] = []
-    projected = card.used_bytes
+    projected, freed = card.used_bytes, {}
     if order:
         lowest = order[0]
         shrink = _shrink(lowest, policy, card.total_bytes)
         most_important = min(t.priority for t in order)
         evictable = policy.allow_evict and lowest.priority > most_important
-        if shrink is not None and (projected - shrink.frees_bytes < limit or not evictable):
+        shrunk = shrink is not None and _below(
+            _pressure(
+                card,
+                policy,
+                projected - shrink.frees_bytes,
+                {lowest.deployment_id: shrink.frees_bytes},
+            )
+        )
+        if shrink is not None and (shrunk or not evictable):
             steps.append(shrink)
             projected -= shrink.frees_bytes
+            freed[lowest.deployment_id] = shrink.frees_bytes
         elif evictable:
             steps.append(
                 Step(
@@ -169,6 +206,16 @@ def decide(card: Card, policy: Policy = Policy()) -> Plan:
                 )
             )
             projected -= lowest.used_bytes
-    if projected >= limit:
+            freed[lowest.deployment_id] = lowest.used_bytes
+    if not _below(_pressure(card, policy, projected, freed)):
         steps.append(Step(REFUSE))
-    return Plan(True, card.total_bytes, card.used_bytes, limit, target, projected, tuple(steps))
+    return plan(True, projected, tuple(steps))
+
+
+def _below(pressure: CardPressure) -> bool:
+    return pressure.used_bytes < pressure.limit_bytes
+
+
+def recovered(card: Card, limit_fraction: float) -> bool:
+    """Whether a degraded card is back below its limit, judged as the plan judged it."""
+    return _below(_pressure(card, Policy(limit_fraction=limit_fraction), card.used_bytes, {}))

@@ -12,7 +12,11 @@ Each engine on a card claims a share of it by its own settings, whatever the con
 - TGI ``--cuda-memory-fraction`` (default 1.0: the whole card).
 - Ollama: no fraction; it holds weights + the context's KV + ``OLLAMA_GPU_OVERHEAD``.
 
-On every target card the claims must add up to at most ``1 - headroom / card memory``.
+On every target card the claims must add up to at most ``1 - headroom / card memory``, and
+the on-demand engines' claims (Ollama and any engine that does not preallocate, see
+inventory.analytics.memory_pressure) to at most the memory limit (DEGRADATION_LIMIT, the
+card-memory alert's share) of what the preallocating engines leave: at their claims' peak
+they would otherwise sit past the alert and the degradation threshold.
 
 Engines that size their pool from the free memory they see at start (vLLM's profiling,
 SGLang's and TGI's warm-up, Ollama's layer offload) mis-size each other when they start at the
@@ -31,6 +35,7 @@ import re
 from dataclasses import dataclass
 
 from console.proposals.gates import Gate, GateOutcome, GateStatus
+from inventory.analytics.memory_pressure import on_demand_share_limit, preallocates
 from inventory.analytics.reasons import Reason, gettext_noop, register
 
 RUNBOOK = "engine-memory-settings"
@@ -81,6 +86,7 @@ class EngineSettingsRequest:
     model: str
     headroom_bytes: int
     cards: tuple[CardEngines, ...]
+    memory_limit: float = 0.95  # the on-demand part's limit (DEGRADATION_LIMIT)
 
 
 def _release(version: str) -> tuple[int, ...] | None:
@@ -170,6 +176,11 @@ MESSAGES = register(
             "({claims:comma}), above the {limit:.0%} that leaves the headroom."
         ),
         "gate.engine_settings.claim": gettext_noop("{name} {fraction:.0%} ({source})"),
+        "gate.engine_settings.on_demand_over": gettext_noop(
+            "{card}: the on-demand engines ({names:comma}) claim {on_demand:.1%} of the card; "
+            "the preallocating engines leave {left:.0%}, and at their peak the on-demand part "
+            "would pass the {limit:.0%} memory limit (above {allowed:.1%} of the card)."
+        ),
         "gate.engine_settings.fraction_unknown": gettext_noop(
             "{card}: {name} ({engine}) states no memory fraction ({setting}); its share of the "
             "card is unknown."
@@ -203,7 +214,27 @@ def _setting(engine: str) -> Reason:
     return Reason(code if code in MESSAGES else "gate.engine_settings.setting.other")
 
 
-def _card_reasons(card: CardEngines, limit: float) -> list[Reason]:
+def _on_demand_reason(card: CardEngines, known: list[EngineClaim], limit: float) -> Reason | None:
+    preallocated = sum(c.fraction or 0 for c in known if preallocates(c.engine))
+    on_demand = [c for c in known if not preallocates(c.engine)]
+    claimed = sum(c.fraction or 0 for c in on_demand)
+    allowed = on_demand_share_limit(preallocated, limit)
+    if not on_demand or claimed <= allowed:
+        return None
+    return Reason(
+        "gate.engine_settings.on_demand_over",
+        {
+            "card": card.card,
+            "names": [c.name for c in on_demand],
+            "on_demand": claimed,
+            "left": max(0.0, 1 - preallocated),
+            "limit": limit,
+            "allowed": allowed,
+        },
+    )
+
+
+def _card_reasons(card: CardEngines, limit: float, memory_limit: float) -> list[Reason]:
     reasons: list[Reason] = []
     known = [c for c in card.claims if c.fraction is not None]
     total = sum(c.fraction for c in known if c.fraction is not None)
@@ -221,6 +252,9 @@ def _card_reasons(card: CardEngines, limit: float) -> list[Reason]:
                 {"card": card.card, "total": total, "limit": limit, "claims": claims},
             )
         )
+    on_demand = _on_demand_reason(card, known, memory_limit)
+    if on_demand is not None:
+        reasons.append(on_demand)
     for claim in card.claims:
         if claim.fraction is None:
             reasons.append(
@@ -249,7 +283,7 @@ def evaluate_engine_settings(request: EngineSettingsRequest) -> GateOutcome:
     rows, reasons = [], []
     for card in request.cards:
         limit = 1 - request.headroom_bytes / card.total_bytes
-        card_reasons = _card_reasons(card, limit)
+        card_reasons = _card_reasons(card, limit, request.memory_limit)
         reasons += card_reasons
         rows.append(
             {

@@ -710,14 +710,21 @@ class SimulatedHost:
 
     # scripted incidents (inventory.telemetry.simulator.incidents) -------------------------
 
-    def hold_card_memory(self, card_index: int, fraction: float | None, *, pid: int) -> None:
-        """A process outside the deployments holds the card's used memory at `fraction` of
-        its total (NVML's used over total); None: that process has exited."""
+    def card_free_bytes(self, card_index: int, *, excluding_pid: int) -> int:
+        """What NVML says the card has free, not counting what process `excluding_pid`
+        holds."""
+        card = self.state.cards[card_index]
+        held = sum(p.used_bytes for p in card.processes if p.pid == excluding_pid)
+        return max(0, card.total_bytes - card.reserved_bytes - card.used_bytes() + held)
+
+    def hold_card_memory(self, card_index: int, held_bytes: int | None, *, pid: int) -> None:
+        """A process outside the deployments holds `held_bytes` of the card (at most what is
+        free beside it); None: that process has exited."""
         card = self.state.cards[card_index]
         card.processes[:] = [p for p in card.processes if p.pid != pid]
-        if fraction is None:
+        if held_bytes is None:
             return
-        held = int(fraction * card.total_bytes) - card.used_bytes()
+        held = min(held_bytes, card.total_bytes - card.reserved_bytes - card.used_bytes())
         if held > 0:
             card.processes.append(FakeProcess(pid, "python3 memtest.py", held))
 

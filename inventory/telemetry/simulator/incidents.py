@@ -25,7 +25,8 @@ class Incident:
 
 
 DEMO_INCIDENTS = (
-    # Something outside the deployments (a stray load test) fills card 6 to 97% for 2.5 min.
+    # Something outside the deployments (a stray load test) takes 98% of what card 6's tenants
+    # leave, for 2.5 min: on-demand memory, what the card-memory rule watches.
     Incident("memory_surge", "infer-01", start_s=40, duration_s=150, card=6),
     Incident("oom", "a100-node", start_s=45, card=0),
     Incident("mps_crash", "mps-l40s", start_s=50, card=0),
@@ -33,7 +34,7 @@ DEMO_INCIDENTS = (
     Incident("collector_pause", "mig-h200", start_s=60, duration_s=200),
 )
 
-SURGE_FRACTION = 0.97
+SURGE_FRACTION = 0.98  # of the card's free memory when the surge starts
 SURGE_PID = 31337
 
 
@@ -42,6 +43,7 @@ class IncidentScript:
         self.incidents = incidents
         self.started_at = started_at
         self._done: set[Incident] = set()
+        self._surge_bytes: dict[Incident, int] = {}
 
     def _active(self, incident: Incident, now: float) -> bool:
         elapsed = now - self.started_at
@@ -61,8 +63,15 @@ class IncidentScript:
             if incident.host != host.name:
                 continue
             if incident.kind == "memory_surge":
-                fraction = SURGE_FRACTION if self._active(incident, now) else None
-                host.hold_card_memory(incident.card, fraction, pid=SURGE_PID)
+                if not self._active(incident, now):
+                    self._surge_bytes.pop(incident, None)
+                    host.hold_card_memory(incident.card, None, pid=SURGE_PID)
+                    continue
+                if incident not in self._surge_bytes:
+                    # A stray job allocates once: what it holds does not follow the tenants.
+                    free = host.card_free_bytes(incident.card, excluding_pid=SURGE_PID)
+                    self._surge_bytes[incident] = int(SURGE_FRACTION * free)
+                host.hold_card_memory(incident.card, self._surge_bytes[incident], pid=SURGE_PID)
             elif incident not in self._done and elapsed >= incident.start_s:
                 self._done.add(incident)
                 if incident.kind == "oom":

@@ -1,7 +1,9 @@
 """The host the operations demo and its end-to-end tests run on: 3 x A100 in trouble.
 
-- card 0: a priority-1 chat model and a priority-3 batch model whose reservations fill 96%
-  of the card: the degradation case (shrinking the batch model's KV brings it below 90%);
+- card 0: a priority-1 chat model and a priority-3 batch model, both vLLM, whose preallocated
+  pools fill 96% of the card (no alarm by itself), and from 20 s a job no deployment owns that
+  takes 98% of what they leave (OPERATIONS_INCIDENTS): the on-demand part past the 95% limit,
+  the degradation case (shrinking the batch model's KV gives that part room again);
 - card 1: two small models sharing the card through MPS, whose server stays down after a
   crash until someone restarts it (`mps_recovery="manual"`);
 - card 2: one model whose allocator fragments over the day: the off-peak reload case.
@@ -12,11 +14,14 @@ Restarts take seconds here, not minutes, so that a test can watch them.
 from __future__ import annotations
 
 from inventory.telemetry.simulator.host import CardSpec, DeploymentSpec, HostSpec
+from inventory.telemetry.simulator.incidents import Incident
 from inventory.telemetry.simulator.scenarios import _LLAMA_8B, _LLAMA_70B, GIB, MIB
 from inventory.telemetry.simulator.workload import Traffic, Workload
 
 HOST = "ops-a100"
 RESTART_S = 5.0
+# The stray job on card 0 starts once the tenants are up and stays (a day is the run's end).
+OPERATIONS_INCIDENTS = (Incident("memory_surge", HOST, start_s=20, duration_s=86400, card=0),)
 
 
 def _workload(model, shape, weights_gib, mean, p95, peak_hour, latency_s):

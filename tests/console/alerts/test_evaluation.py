@@ -1,6 +1,7 @@
 """The pure part: alert states, and what crosses each kind of rule."""
 
 import datetime as dt
+from dataclasses import replace
 
 from console.alerts.conditions import (
     CardFact,
@@ -17,6 +18,7 @@ from console.alerts.conditions import (
 )
 from console.alerts.default_rules import DEFAULT_RULES
 from console.alerts.evaluation import Crossing, OpenAlert, State, Timing, repeat_due, step
+from inventory.analytics.memory_pressure import TenantMemory
 from inventory.telemetry.xid_events import XID_CATALOGUE, xid_class
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
@@ -74,6 +76,40 @@ def test_card_memory_crosses_strictly_above_the_share_with_dcgm_labels():
                                "modelName": "NVIDIA H100"}  # fmt: skip
     assert crossing.values["used_fraction"] == 0.96 and crossing.gpu_id == 10
     assert card_memory({"used_fraction": 0.97}, facts) == []
+
+
+def _tenants_card(used_gib, *tenants):
+    return FleetFact(None, 0, cards=[replace(_card(0, int(used_gib * GIB)), tenant_memory=tenants)])
+
+
+def test_preallocated_pools_at_their_settings_do_not_cross_the_share():
+    # vLLM took 0.95 of the card at start, as gate 5 allows: NVML says 97% used, of which the
+    # 1.6 GiB beside the pool are 40% of the 4 GiB it leaves.
+    facts = _tenants_card(77.6, TenantMemory("chat", "vllm", 76 * GIB, kv_usage=0.4))
+    assert card_memory({"used_fraction": 0.95}, facts) == []
+
+
+def test_the_on_demand_part_crosses_at_the_share_of_what_the_pools_leave():
+    pools = (TenantMemory("chat", "vllm", 40 * GIB), TenantMemory("code", "sglang", 20 * GIB))
+    ollama = TenantMemory("small", "ollama", 15 * GIB)  # on demand: counted as used, not pool
+    (crossing,) = card_memory({}, _tenants_card(79.1, *pools, ollama))  # 19.1 of 20 GiB
+    assert crossing.values["reason"] == "on_demand"
+    assert crossing.values["on_demand_fraction"] == 0.955
+    assert crossing.values["preallocated_bytes"] == 60 * GIB
+    assert crossing.values["limit_bytes"] == 60 * GIB + int(0.95 * 20 * GIB)
+    assert card_memory({}, _tenants_card(78.9, *pools, ollama)) == []  # 18.9 of 20: 94.5%
+
+
+def test_a_full_pool_crosses_only_while_its_engine_preempts_or_queues():
+    full = TenantMemory("chat", "vllm", 70 * GIB, kv_usage=0.97, kv_pressure=True)
+    (crossing,) = card_memory({}, _tenants_card(71, full))
+    assert crossing.values["reason"] == "kv_pool" and crossing.values["full_pools"] == ["chat"]
+    calm = replace(full, kv_pressure=False)  # a full pool that serves everything is healthy
+    assert card_memory({}, _tenants_card(71, calm)) == []
+    half = replace(full, kv_usage=0.6)  # preemptions with room in the pool: not the pool's
+    assert card_memory({}, _tenants_card(71, half)) == []
+    ollama = TenantMemory("small", "ollama", 70 * GIB, kv_usage=0.99, kv_pressure=True)
+    assert card_memory({}, _tenants_card(71, ollama)) == []  # no pool of its own to fill
 
 
 def test_headroom_is_the_best_cards():

@@ -14,20 +14,22 @@ from tests.factories import GIB, DeploymentFactory, GpuFactory, ServedModelFacto
 
 @pytest.fixture
 def card():
-    """One 80 GiB card: a priority-1 model (40 GiB) and a priority-3 one (36.5 GiB) at 96%."""
+    """One 80 GiB card at 99%: two vLLM tenants' preallocated pools (a priority-1 model
+    holding 40 GiB, a priority-3 one 20 GiB) and a job no deployment owns that took 19.2 of
+    the 20 GiB they leave: the on-demand part is at 96%."""
     gpu = GpuFactory(index=0, memory_total_bytes=80 * GIB)
     important = DeploymentFactory(
         host=gpu.host, gpus=[gpu], runtime_name="chat",
-        served_model=ServedModelFactory(name="chat-model", priority=1),
+        served_model=ServedModelFactory(name="chat-model", priority=1, engine="vllm"),
         kv_reservation_bytes=8 * GIB,
     )  # fmt: skip
     cheap = DeploymentFactory(
         host=gpu.host, gpus=[gpu], runtime_name="batch",
-        served_model=ServedModelFactory(name="batch-model", priority=3),
+        served_model=ServedModelFactory(name="batch-model", priority=3, engine="vllm"),
         kv_reservation_bytes=12 * GIB,
     )  # fmt: skip
     now = time.time()
-    used = int(76.8 * GIB)
+    used = int(79.2 * GIB)
     ingest_batch(
         batch(
             gpu.host,
@@ -36,8 +38,9 @@ def card():
             cards=[card_row(gpu, used_max=used, used_last=used, total=80 * GIB)],
             processes=[
                 process_row(gpu, 100, used_max=40 * GIB, used_last=40 * GIB, deployment=important),
-                process_row(gpu, 200, used_max=int(36.8 * GIB), used_last=int(36.8 * GIB),
-                            deployment=cheap),
+                process_row(gpu, 200, used_max=20 * GIB, used_last=20 * GIB, deployment=cheap),
+                process_row(gpu, 300, used_max=int(19.2 * GIB), used_last=int(19.2 * GIB),
+                            name="python3 memtest.py"),
             ],
         )
     )  # fmt: skip

@@ -15,6 +15,7 @@ from console.operations.decisions.degradation import (
     Policy,
     Tenant,
     decide,
+    recovered,
 )
 from inventory.analytics.kv import KvShape, kv_bytes_per_token_per_card, kv_reservation_per_card
 
@@ -26,7 +27,10 @@ def _card(used_gib, *tenants):
 
 
 def _tenant(pk, priority, used_gib, kv_gib, cards=1, **more):
+    """An on-demand tenant unless an engine is named: what it holds counts against the
+    limit of the whole card, as NVML alone would judge it."""
     share = more.pop("share", Fraction(1, cards))
+    more.setdefault("engine", "ollama")
     return Tenant(pk, f"d{pk}", priority, int(used_gib * GIB), int(kv_gib * GIB), share, **more)
 
 
@@ -70,7 +74,9 @@ def _shrunk(engine, shape, tp, kv_gib=40, weights_gib=16):
     used = weights_gib + per_card / GIB + 4  # weights, KV pool, activations and context
     tenant = _tenant(2, 3, used, kv_gib, share=share, engine=engine,
                      weights_per_card_bytes=int(weights_gib * GIB))  # fmt: skip
-    plan = decide(_card(79, _tenant(1, 1, 79 - used, 1), tenant))
+    # The engine preallocates: the on-demand neighbour and half a GiB no tenant owns fill
+    # what it leaves past the limit.
+    plan = decide(_card(79.5, _tenant(1, 1, 79 - used, 1), tenant))
     (step,) = [s for s in plan.steps if s.kind == SHRINK_KV]
     return step, per_card
 
@@ -120,6 +126,44 @@ def test_the_most_important_model_is_never_evicted_and_the_card_refuses_new_load
 def test_without_eviction_allowed_the_plan_shrinks_and_refuses():
     plan = decide(_card(78, _tenant(1, 1, 60, 10), _tenant(2, 3, 18, 2)), Policy(allow_evict=False))
     assert [s.kind for s in plan.steps] == [SHRINK_KV, REFUSE]
+
+
+def test_preallocating_engines_at_their_settings_are_not_over_the_limit():
+    # vLLM and SGLang took 97% of the card at start; nothing on demand uses what they leave.
+    card = _card(78, _tenant(1, 1, 40, 10, engine="vllm"), _tenant(2, 3, 38, 10, engine="sglang"))
+    plan = decide(card)
+    assert not plan.over_limit and plan.steps == ()
+    assert plan.preallocated_bytes == 78 * GIB
+    assert plan.limit_bytes == 78 * GIB + int(0.95 * 2 * GIB)
+
+
+def test_an_on_demand_surge_beside_preallocated_pools_shrinks_the_lowest_priority_pool():
+    # Two vLLM pools hold 60 GiB; a job no tenant owns takes 19.5 of the 20 GiB they leave.
+    card = _card(79.5, _tenant(1, 1, 30, 10, engine="vllm"), _tenant(2, 3, 30, 16, engine="vllm"))
+    plan = decide(card)
+    assert plan.over_limit and [s.kind for s in plan.steps] == [SHRINK_KV]
+    (step,) = plan.steps
+    # 8 GiB of the pool go to the on-demand part: 19.5 of 28 GiB is below 95% again.
+    assert step.deployment_id == 2 and step.frees_bytes == 8 * GIB
+    assert plan.projected_bytes == int(71.5 * GIB)
+
+
+def test_an_on_demand_surge_that_a_shrink_cannot_cover_evicts_and_then_refuses():
+    # The pools leave 4 GiB and a job takes all of it; halving the low-priority pool's small
+    # reservation frees 0.1 GiB (4 of 4.1 GiB on demand: still over), so it is evicted.
+    card = _card(80, _tenant(1, 1, 60, 10, engine="vllm"), _tenant(2, 3, 16, 0.2, engine="vllm"))
+    plan = decide(card)
+    assert [(s.kind, s.deployment_id) for s in plan.steps] == [(EVICT, 2)]
+    # 4 GiB on demand of the 20 the remaining pool leaves: within the limit, no refusal.
+    assert plan.projected_bytes == 64 * GIB
+
+
+def test_recovery_is_judged_on_the_on_demand_part():
+    pools = (_tenant(1, 1, 40, 10, engine="vllm"), _tenant(2, 3, 38, 10, engine="tgi"))
+    assert recovered(_card(79, *pools), 0.95)  # 1 of the 2 GiB they leave
+    assert not recovered(_card(79.95, *pools), 0.95)
+    on_demand = (_tenant(1, 1, 40, 10), _tenant(2, 3, 38, 10))
+    assert not recovered(_card(79, *on_demand), 0.95)  # 79 of 80: NVML's own rule
 
 
 def test_mps_restarts_back_off_and_stop_at_the_hourly_cap():

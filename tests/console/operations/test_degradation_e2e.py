@@ -25,8 +25,9 @@ from tests.processes import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
-# Shrinking the batch model's KV by 5% frees 0.6 GiB: the card stays above 95%.
-NOT_ENOUGH_SHRINK = {"kv_floor_fraction": 0.95}
+# Shrinking the batch model's KV by 0.1% frees 12 MiB: the stray job's 1.6 GiB stays above 95%
+# of the 1.6 GiB or so the pools leave.
+NOT_ENOUGH_SHRINK = {"kv_floor_fraction": 0.999}
 
 
 def _operations_agent(tmp_path, host) -> tuple[str, dict]:

@@ -29,9 +29,9 @@ def claim(name, engine="vllm", **settings):
     return engine_claim(name, engine, total_bytes=CARD, **settings)
 
 
-def evaluate(*claims):
+def evaluate(*claims, headroom=HEADROOM):
     return evaluate_engine_settings(
-        EngineSettingsRequest("new", HEADROOM, (CardEngines("h:0", CARD, claims),))
+        EngineSettingsRequest("new", headroom, (CardEngines("h:0", CARD, claims),))
     )
 
 
@@ -61,6 +61,33 @@ def test_two_vllm_0_28_engines_at_the_default_take_184_percent_of_a_card():
     )
     assert english(reason).startswith("h:0: the engines' memory settings add up to 184%")
     assert outcome.runbook_slug == "engine-memory-settings"
+
+
+def test_on_demand_engines_beside_pools_must_stay_below_the_alerts_share_of_what_is_left():
+    def ollama(fraction):  # what Ollama holds at its peak, as a share of the card
+        return claim("small", "ollama", context_kv_bytes=int(fraction * CARD) - 2 * GIB,
+                     weights_bytes=GIB, overhead_bytes=GIB, staggered=True)  # fmt: skip
+
+    # vLLM preallocates 0.5; Ollama may use up to 95% of the other half on demand: 0.475.
+    # With 1 GiB of headroom both cards' fractions fit; only the second passes the alert.
+    fits = evaluate(claim("chat", memory_fraction=0.5), ollama(0.475), headroom=GIB)
+    assert fits.status is GateStatus.PASS, fits.reasons
+    over = evaluate(claim("chat", memory_fraction=0.5), ollama(0.48), headroom=GIB)
+    assert over.status is GateStatus.FAIL
+    (reason,) = over.reasons
+    assert reason.code == "gate.engine_settings.on_demand_over"
+    assert reason.params["allowed"] == pytest.approx(0.475)
+    assert english(reason) == (
+        "h:0: the on-demand engines (small) claim 48.0% of the card; the preallocating "
+        "engines leave 50%, and at their peak the on-demand part would pass the 95% memory "
+        "limit (above 47.5% of the card)."
+    )
+
+
+def test_preallocating_engines_alone_are_judged_by_the_headroom_only():
+    outcome = evaluate(claim("chat", memory_fraction=0.6),
+                       claim("code", "sglang", memory_fraction=0.35, staggered=True))  # fmt: skip
+    assert outcome.status is GateStatus.PASS, outcome.reasons
 
 
 @pytest.mark.parametrize("excerpt", sorted(VLLM_CACHE_CONFIG.glob("vllm-*-cache.py.txt")))

@@ -83,13 +83,18 @@ def sent(monkeypatch):
 
 
 def _forged(gpu, tenant, *, used=FORGED, **fields):
+    """The tenant's preallocated 12 GiB pool and a job no deployment owns holding the rest:
+    the on-demand part past the limit, which the card-memory rule acts on."""
     now = time.time()
+    pool = min(12 * GIB, used)
+    processes = [process_row(gpu, 4242, used_max=pool, used_last=pool, deployment=tenant)]
+    if used > pool:
+        processes.append(process_row(gpu, 4343, used_max=used - pool, used_last=used - pool))
     return {
         **batch(
             gpu.host, start=now - 10, end=now,
             cards=[card_row(gpu, used_max=used, used_last=used, total=TOTAL)],
-            processes=[process_row(gpu, 4242, used_max=used - GIB, used_last=used - GIB,
-                                   deployment=tenant)],
+            processes=processes,
         ),
         **fields,
     }  # fmt: skip
