@@ -3,8 +3,14 @@
 The plan is built here, from the inventory, and sent to the agent through the broker: agents
 never read the database. The plan's deployment entries follow the format that
 inventory.telemetry.process_mapping documents.
+
+Beat sends a host its plan when the plan changed and, slowly, again when it did not (so that
+a plan lost on the broker is repaired); an agent keeps its plan and asks for it again when it
+has had none for `valid_for_s` (inventory.tasks). The digest tells what changed.
 """
 
+import hashlib
+import json
 import time
 
 from django.conf import settings
@@ -31,8 +37,9 @@ def collection_plan(host: Host) -> dict:
         host.deployments.exclude(status=Deployment.Status.STOPPED)
         .select_related("served_model", "mig_slice")
         .prefetch_related("gpus")
+        .order_by("pk")  # the same plan, the same digest
     )
-    return {
+    plan = {
         "host": host.name,
         "collector": host.collector,
         "sample_interval_s": settings.AGENT_SAMPLE_INTERVAL_S,
@@ -40,7 +47,18 @@ def collection_plan(host: Host) -> dict:
         "scrape_interval_s": settings.AGENT_SCRAPE_INTERVAL_S,
         "issued_at": time.time(),
         "deployments": [_deployment_entry(deployment) for deployment in deployments],
+        # An agent that has had no plan (nor word that its plan still holds) for this long
+        # asks for it: beat's refresh is due before that.
+        "valid_for_s": settings.COLLECTION_PLAN_REFRESH_S + 2 * settings.COLLECTION_PLAN_INTERVAL_S,
     }
+    plan["digest"] = plan_digest(plan)
+    return plan
+
+
+def plan_digest(plan: dict) -> str:
+    """What the plan says, as a digest: equal for equal plans whenever they were issued."""
+    content = {key: value for key, value in plan.items() if key not in ("issued_at", "digest")}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def _deployment_entry(deployment: Deployment) -> dict:

@@ -4,8 +4,10 @@
         -Q host.gpu-07 --pool threads -c 1
     AGENT_SOURCE=simulator celery -A inventory.agent.app worker -Q host.simulator ...
 
-Beat (central) sends each host its collection plan to its queue; the agent starts collecting
-a host on its first plan and publishes batches to the `ingest` queue (inventory.agent.transport).
+Beat (central) sends each host its collection plan to its queue when it changes, and slowly
+again when it does not; the agent starts collecting a host on its first plan, keeps it, asks
+for it again (signed) at start and when it heard nothing for the plan's `valid_for_s`, and
+publishes batches to the `ingest` queue (inventory.agent.transport).
 """
 
 import importlib
@@ -20,7 +22,7 @@ from celery.signals import worker_init, worker_shutdown
 from inventory.agent.actions import ActionRunner, DoneRequests, read_actions
 from inventory.agent.runtime import Agent, wall_clock
 from inventory.agent.secrets import read_secrets
-from inventory.agent.transport import batch_publisher, outcome_reporter
+from inventory.agent.transport import batch_publisher, outcome_reporter, plan_requester
 from inventory.env import env_bool, env_float, env_int, env_str
 from inventory.wire.broker import broker_transport_options, broker_url
 
@@ -29,8 +31,8 @@ log = logging.getLogger(__name__)
 app = Celery("agent")
 # The broker's transport options (Redis visibility timeout, RabbitMQ publisher confirms, which
 # also cover the batches this agent publishes) come from inventory.wire.broker, as for the console.
-# Plans are acknowledged on receipt, not late: one lost with a killed agent is replaced by the
-# next within a plan interval, and a redelivered one would have expired (inventory.tasks).
+# Plans are acknowledged on receipt, not late: one lost with a killed agent is asked for again
+# when it restarts, and a redelivered one would have expired (inventory.tasks).
 app.conf.update(
     broker_url=broker_url(),
     broker_transport_options=broker_transport_options(),
@@ -148,12 +150,21 @@ def real_host_signals(nvml):
 
 secrets = read_secrets(env_str("AGENT_SECRET_FILE"))
 state_dir = Path(env_str("AGENT_STATE_DIR") or "var/agent")
+outcome_queue = env_str("AGENT_OUTCOME_QUEUE", "celery")
 agent = Agent(
     _source_factory(),
     batch_publisher(app.connection_for_write, secrets),
     outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1),
     # Where each host's outbox file lives, so batches waiting for the broker survive a restart.
     state_dir=state_dir,
+    request_plan=plan_requester(app, secrets, outcome_queue),
+    # An NVML agent knows its host: it asks for that plan at start, kept or not, rather
+    # than wait for beat's refresh when the plan sent at registration expired unread.
+    wanted=(
+        (env_str("AGENT_HOST") or socket.gethostname(),)
+        if env_str("AGENT_SOURCE", "nvml") == "nvml"
+        else ()
+    ),
 )
 # Host actions: only what AGENT_ACTIONS_FILE allows; each request id runs once (its outcome
 # kept in the state folder), and every outcome goes back signed (inventory.agent.actions).
@@ -161,7 +172,7 @@ actions = ActionRunner(
     read_actions(env_str("AGENT_ACTIONS_FILE")),
     secrets,
     DoneRequests(state_dir / "actions-done.sqlite3"),
-    outcome_reporter(app, secrets, env_str("AGENT_OUTCOME_QUEUE", "celery")),
+    outcome_reporter(app, secrets, outcome_queue),
     simulate=agent.simulator_of,
 )
 
@@ -170,6 +181,13 @@ actions = ActionRunner(
 def apply_plan(plan: dict) -> None:
     if not agent.apply_plan(plan):
         log.warning("this agent cannot collect %s (collector %s)", plan["host"], plan["collector"])
+    else:
+        agent.heard_from_console(plan)
+
+
+@app.task(name="agent.plan_still_valid", time_limit=30, soft_time_limit=25)
+def plan_still_valid(host: str, digest: str) -> None:
+    agent.plan_still_valid(host, digest)
 
 
 # Acknowledged late: a request taken by an agent that dies is delivered again, and the done

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -34,6 +35,8 @@ from inventory.telemetry.sampler import IntervalSampler
 log = logging.getLogger(__name__)
 
 Publish = Callable[[dict[str, Any]], None]
+# request_plan(host, digest of the plan kept, or None): ask the console for the host's plan.
+RequestPlan = Callable[[str, "str | None"], None]
 DEFAULT_PLAN = {
     "sample_interval_s": 1.0,
     "flush_interval_s": 10.0,
@@ -253,12 +256,22 @@ class Agent:
         *,
         outbox_max: int = 360,
         state_dir: Path | None = None,
+        request_plan: RequestPlan | None = None,
+        wanted: tuple[str, ...] = (),
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.source_for = source_for
         self.publish = publish
         self.outbox_max = outbox_max
         self.state_dir = state_dir
+        self.request_plan = request_plan
+        self.clock = clock
         self.hosts: dict[str, HostRuntime] = {}
+        # Per host: when its plan last came or was said to hold (None: not since this start,
+        # so asked for at once), and when it was last asked for. `wanted` hosts (this
+        # machine's, for an NVML agent) are asked for even without a kept plan.
+        self._plan_heard: dict[str, float | None] = dict.fromkeys(wanted)
+        self._plan_asked: dict[str, float] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -283,6 +296,48 @@ class Agent:
             runtime.apply_plan(plan)
             self._keep_plan(plan)
             return True
+
+    def heard_from_console(self, plan: dict[str, Any]) -> None:
+        """A plan came from the console: the host's plan holds for its `valid_for_s` again."""
+        self._plan_heard[plan["host"]] = self.clock()
+
+    def plan_still_valid(self, host: str, digest: str) -> None:
+        """The console says the host's plan is still `digest`: if that is the one collected,
+        it holds for its `valid_for_s` again (another digest: a newer plan is on its way)."""
+        with self._lock:
+            runtime = self.hosts.get(host)
+            current = runtime is not None and runtime.plan.get("digest") == digest
+        if current:
+            self._plan_heard[host] = self.clock()
+
+    # An agent whose request went unanswered (console or broker away) asks again this often.
+    PLAN_ASK_RETRY_S = 60.0
+
+    def ask_for_due_plans(self) -> int:
+        """Ask the console for every plan not heard of for its `valid_for_s` (at start: every
+        plan), at most once a PLAN_ASK_RETRY_S each; how many were asked for."""
+        if self.request_plan is None:
+            return 0
+        now = self.clock()
+        with self._lock:
+            kept = {host: runtime.plan for host, runtime in self.hosts.items()}
+        asked = 0
+        for host in sorted(set(kept) | set(self._plan_heard)):
+            plan = kept.get(host, {})
+            heard = self._plan_heard.get(host)
+            valid_for = plan.get("valid_for_s")
+            if heard is not None and (valid_for is None or now - heard < valid_for):
+                continue  # a plan from before valid_for_s holds until the console says
+            if now - self._plan_asked.get(host, -math.inf) < self.PLAN_ASK_RETRY_S:
+                continue
+            self._plan_asked[host] = now
+            try:
+                self.request_plan(host, plan.get("digest"))
+            except Exception as error:  # the broker is away: asked again after the retry
+                log.warning("%s: could not ask for its plan: %s", host, error)
+                continue
+            asked += 1
+        return asked
 
     def _keep_plan(self, plan: dict[str, Any]) -> None:
         """The last plan, kept so that a restart samples at once, broker or no broker."""
@@ -337,6 +392,9 @@ class Agent:
         for runtime in self._runtimes():
             runtime.publish_pending()
             healthy = healthy and runtime.outbox.last_error is None
+        # The publisher's thread, not the sampler's: a broker that hangs costs no poll.
+        if healthy:
+            self.ask_for_due_plans()
         return healthy
 
     def start(self) -> None:
