@@ -14,6 +14,7 @@ import json
 import time
 
 from django.conf import settings
+from django.db.models import Prefetch, QuerySet
 
 from inventory.models import Deployment, Host
 
@@ -32,13 +33,30 @@ def agent_queue(host: Host) -> str:
     return f"host.{host.name}"
 
 
-def collection_plan(host: Host) -> dict:
-    deployments = (
-        host.deployments.exclude(status=Deployment.Status.STOPPED)
+def live_deployments() -> QuerySet[Deployment]:
+    """The deployments a plan lists, in an order of their own: the same plan, the same digest."""
+    return (
+        Deployment.objects.exclude(status=Deployment.Status.STOPPED)
         .select_related("served_model", "mig_slice")
         .prefetch_related("gpus")
-        .order_by("pk")  # the same plan, the same digest
+        .order_by("pk")
     )
+
+
+def hosts_with_plans() -> QuerySet[Host]:
+    """Every collected host, its deployments fetched with it: a beat pass over 10,000 hosts
+    reads them in a few queries, not a few a host."""
+    return (
+        Host.objects.exclude(collector=Host.Collector.NONE)
+        .exclude(status=Host.Status.RETIRED)
+        .prefetch_related(Prefetch("deployments", live_deployments(), to_attr="live_deployments"))
+    )
+
+
+def collection_plan(host: Host) -> dict:
+    deployments = getattr(host, "live_deployments", None)
+    if deployments is None:
+        deployments = live_deployments().filter(host=host)
     plan = {
         "host": host.name,
         "collector": host.collector,

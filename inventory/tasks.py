@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from inventory.collection import agent_queue, collection_plan
+from inventory.collection import agent_queue, collection_plan, hosts_with_plans
 from inventory.demo_history import backfill
 from inventory.models import Host, PlanDelivery
 from inventory.timeseries import partitions, rollups
@@ -34,11 +34,7 @@ def send_collection_plans() -> dict:
     COLLECTION_PLAN_REFRESH_S (a plan lost on the broker is repaired that way). A fleet that
     does not change costs a few messages a pass, not one a host."""
     now = timezone.now()
-    hosts = list(
-        Host.objects.exclude(collector=Host.Collector.NONE)
-        .exclude(status=Host.Status.RETIRED)
-        .select_related("plan_delivery")
-    )
+    hosts = list(hosts_with_plans().select_related("plan_delivery"))
     share = math.ceil(
         len(hosts) * settings.COLLECTION_PLAN_INTERVAL_S / settings.COLLECTION_PLAN_REFRESH_S
     )
