@@ -49,20 +49,26 @@ def send_collection_plans() -> dict:
             due.append((host, plan))
     due.sort(key=lambda pair: pair[0].plan_delivery.sent_at)
     sent = {"changed": 0, "refreshed": 0, "held": 0}
+    # Whether each queue held a message before this pass sent anything: the simulated hosts
+    # share one, and a plan this pass sent to it is not an agent away.
+    held: dict[str, bool] = {}
     for kind, pairs in (("changed", changed), ("refreshed", due[:share])):
         for host, plan in pairs:
-            if _send_plan(host, plan, now):
+            queue = agent_queue(host)
+            if queue not in held:
+                held[queue] = bool(_waiting(queue))
+            if _send_plan(host, plan, now, held=held[queue]):
                 sent[kind] += 1
             else:
                 sent["held"] += 1
     return sent
 
 
-def _send_plan(host: Host, plan: dict, now) -> bool:
-    """Send `plan` to the host's agent and note it; False (nothing sent) while the host's
-    queue holds a message no agent took."""
+def _send_plan(host: Host, plan: dict, now, *, held: bool) -> bool:
+    """Send `plan` to the host's agent and note it; False (nothing sent) when `held`: the
+    host's queue holds a message no agent took."""
     queue = agent_queue(host)
-    if _waiting(queue):
+    if held:
         # The agent is away: another plan would only pile up behind the one that waits. The
         # host goes to the back of the refresh line; a changed plan (its digest not noted) is
         # tried again next pass.
@@ -105,7 +111,9 @@ def plan_requested(body: str, signature: str | None) -> str:
     plan = collection_plan(host)
     now = timezone.now()
     if digest != plan["digest"]:
-        _send_plan(host, plan, now)
+        # The agent just asked: it is there, whatever waits on its queue (a shared one, or
+        # the answer to another of its hosts' requests).
+        _send_plan(host, plan, now, held=False)
         return "plan"
     # What the agent holds is current: a small message renews it.
     current_app.send_task(

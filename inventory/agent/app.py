@@ -76,7 +76,8 @@ def _serve_simulated_endpoints(simulator) -> None:
         log.info("simulated inference endpoints on http://127.0.0.1:%s/<host>/<deployment>", port)
 
 
-def _source_factory():
+def _source_factory(secret_for):
+    """The agent's source for a plan, and the hosts it asks for at start (it knows them)."""
     kind = env_str("AGENT_SOURCE", "nvml")
     if kind == "simulator":
         from inventory.agent.sources import FleetSimulator
@@ -93,7 +94,11 @@ def _source_factory():
             day_shift_s=day_shift_s,
         )
         _serve_simulated_endpoints(simulator)
-        return simulator.source_for
+        # The hosts it simulates and holds a secret for (an unsigned request goes unanswered):
+        # asked for at start, so that an agent started after the plans sent to the shared
+        # queue expired collects at once rather than after beat's slow refresh.
+        wanted = tuple(name for name in simulator.fleet.hosts if secret_for(name))
+        return simulator.source_for, wanted
     if kind == "nvml":
         # AGENT_NVML_MODULE: another module with pynvml's API (an end-to-end test's fake NVML)
         pynvml = importlib.import_module(env_str("AGENT_NVML_MODULE", "pynvml"))
@@ -122,7 +127,9 @@ def _source_factory():
                 allocator_dir=allocator_dir,
             )
 
-        return nvml_source
+        # It knows its host: it asks for that plan at start, kept or not, rather than wait
+        # for beat's refresh when the plan sent at registration expired unread.
+        return nvml_source, (this_host,)
     raise ValueError(f"AGENT_SOURCE={kind!r}: expected nvml or simulator")
 
 
@@ -151,20 +158,15 @@ def real_host_signals(nvml):
 secrets = read_secrets(env_str("AGENT_SECRET_FILE"))
 state_dir = Path(env_str("AGENT_STATE_DIR") or "var/agent")
 outcome_queue = env_str("AGENT_OUTCOME_QUEUE", "celery")
+source_for, wanted = _source_factory(secrets)
 agent = Agent(
-    _source_factory(),
+    source_for,
     batch_publisher(app.connection_for_write, secrets),
     outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1),
     # Where each host's outbox file lives, so batches waiting for the broker survive a restart.
     state_dir=state_dir,
     request_plan=plan_requester(app, secrets, outcome_queue),
-    # An NVML agent knows its host: it asks for that plan at start, kept or not, rather
-    # than wait for beat's refresh when the plan sent at registration expired unread.
-    wanted=(
-        (env_str("AGENT_HOST") or socket.gethostname(),)
-        if env_str("AGENT_SOURCE", "nvml") == "nvml"
-        else ()
-    ),
+    wanted=wanted,
 )
 # Host actions: only what AGENT_ACTIONS_FILE allows; each request id runs once (its outcome
 # kept in the state folder), and every outcome goes back signed (inventory.agent.actions).

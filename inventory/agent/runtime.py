@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import threading
@@ -272,6 +271,8 @@ class Agent:
         # machine's, for an NVML agent) are asked for even without a kept plan.
         self._plan_heard: dict[str, float | None] = dict.fromkeys(wanted)
         self._plan_asked: dict[str, float] = {}
+        # Per host: requests in a row that got no answer (the retry backs off with them).
+        self._plan_unanswered: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -299,7 +300,12 @@ class Agent:
 
     def heard_from_console(self, plan: dict[str, Any]) -> None:
         """A plan came from the console: the host's plan holds for its `valid_for_s` again."""
-        self._plan_heard[plan["host"]] = self.clock()
+        self._heard(plan["host"])
+
+    def _heard(self, host: str) -> None:
+        self._plan_heard[host] = self.clock()
+        self._plan_asked.pop(host, None)
+        self._plan_unanswered.pop(host, None)
 
     def plan_still_valid(self, host: str, digest: str) -> None:
         """The console says the host's plan is still `digest`: if that is the one collected,
@@ -308,14 +314,24 @@ class Agent:
             runtime = self.hosts.get(host)
             current = runtime is not None and runtime.plan.get("digest") == digest
         if current:
-            self._plan_heard[host] = self.clock()
+            self._heard(host)
 
-    # An agent whose request went unanswered (console or broker away) asks again this often.
+    # An agent whose request went unanswered (console or broker away, or a wanted host the
+    # console does not collect) asks again after this, doubled for each request in a row
+    # that got no answer, up to PLAN_ASK_RETRY_MAX_S.
     PLAN_ASK_RETRY_S = 60.0
+    PLAN_ASK_RETRY_MAX_S = 3600.0
+
+    def _retry_after(self, host: str) -> float:
+        unanswered = self._plan_unanswered.get(host, 0)
+        if not unanswered:
+            return self.PLAN_ASK_RETRY_S
+        return min(self.PLAN_ASK_RETRY_MAX_S, self.PLAN_ASK_RETRY_S * 2.0 ** (unanswered - 1))
 
     def ask_for_due_plans(self) -> int:
         """Ask the console for every plan not heard of for its `valid_for_s` (at start: every
-        plan), at most once a PLAN_ASK_RETRY_S each; how many were asked for."""
+        plan, and every wanted host's), a request that got no answer again after a backed-off
+        retry (PLAN_ASK_RETRY_S, doubling); how many were asked for."""
         if self.request_plan is None:
             return 0
         now = self.clock()
@@ -328,8 +344,12 @@ class Agent:
             valid_for = plan.get("valid_for_s")
             if heard is not None and (valid_for is None or now - heard < valid_for):
                 continue  # a plan from before valid_for_s holds until the console says
-            if now - self._plan_asked.get(host, -math.inf) < self.PLAN_ASK_RETRY_S:
-                continue
+            asked_at = self._plan_asked.get(host)
+            if asked_at is not None:
+                if now - asked_at < self._retry_after(host):
+                    continue
+                # The last request is still unanswered: this one counts toward the back-off.
+                self._plan_unanswered[host] = self._plan_unanswered.get(host, 0) + 1
             self._plan_asked[host] = now
             try:
                 self.request_plan(host, plan.get("digest"))

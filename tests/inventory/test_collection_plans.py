@@ -118,3 +118,31 @@ def test_an_away_agent_finds_one_plan_waiting_not_one_per_change(isolated_broker
         (plan,) = _waiting(isolated_broker, queue)
         body = json.loads(plan.body) if isinstance(plan.body, (str, bytes)) else plan.body
         assert len(body[0][0]["deployments"]) == 3
+
+
+def test_simulated_hosts_sharing_a_queue_all_get_their_plans_in_one_pass(isolated_broker):
+    hosts = HostFactory.create_batch(4, collector=Host.Collector.SIMULATED)
+    queue = agent_queue(hosts[0])
+    assert {agent_queue(host) for host in hosts} == {queue}
+    isolated_broker.purge(queue)
+    with isolated_broker.publishing():
+        # The first plan this pass sent to the shared queue is not an agent away.
+        assert send_collection_plans() == {"changed": 4, "refreshed": 0, "held": 0}
+        assert len(_waiting(isolated_broker, queue)) == 4
+
+
+def test_what_the_agents_plan_requester_sends_the_console_answers(sent):
+    from inventory.agent.transport import plan_requester
+
+    host = HostFactory(collector=Host.Collector.NVML)
+    requests = []
+
+    class App:  # the agent's Celery app, as plan_requester uses it
+        def send_task(self, name, args, queue, expires):
+            requests.append((name, args, queue, expires))
+
+    plan_requester(App(), {host.name: host.agent_secret}.get, "celery")(host.name, None)
+    ((name, args, queue, expires),) = requests
+    assert (name, queue) == ("inventory.plan_requested", "celery") and expires
+    assert plan_requested(*args) == "plan"
+    assert sent[-1][1][0]["host"] == host.name
