@@ -303,8 +303,11 @@ INGEST_REQUIRE_SIGNATURE = env_bool("INGEST_REQUIRE_SIGNATURE", True)
 AGENT_SAMPLE_INTERVAL_S = env_float("AGENT_SAMPLE_INTERVAL_S", 1.0, minimum=0.05)
 AGENT_FLUSH_INTERVAL_S = env_float("AGENT_FLUSH_INTERVAL_S", 10.0, minimum=1.0)
 AGENT_SCRAPE_INTERVAL_S = env_float("AGENT_SCRAPE_INTERVAL_S", 5.0, minimum=0.5)
-# How often beat sends each host its collection plan (deployments, engines, intervals).
+# How often beat looks for changed collection plans (deployments, engines, intervals) and
+# sends those; each host's plan is sent again, changed or not, every COLLECTION_PLAN_REFRESH_S
+# (a share of the fleet each pass), and an agent asks for its own after that (inventory.tasks).
 COLLECTION_PLAN_INTERVAL_S = env_float("COLLECTION_PLAN_INTERVAL_S", 30.0, minimum=1.0)
+COLLECTION_PLAN_REFRESH_S = env_float("COLLECTION_PLAN_REFRESH_S", 3600.0, minimum=60.0)
 # A host whose newest sample is older than this shows as stale.
 COLLECTOR_STALE_AFTER_S = env_float("COLLECTOR_STALE_AFTER_S", 120.0, minimum=1.0)
 
@@ -353,6 +356,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 3600.0,
     },
     "resume-stalled-proposals": {"task": "proposals.resume_stalled", "schedule": 300.0},
+    "send-collection-plans": {
+        "task": "inventory.send_collection_plans",
+        "schedule": COLLECTION_PLAN_INTERVAL_S,
+        # A pass queued behind a busy worker is done by the next one.
+        "options": {"expires": COLLECTION_PLAN_INTERVAL_S},
+    },
     "refresh-rollups": {
         "task": "inventory.refresh_rollups",
         "schedule": env_float("ROLLUP_REFRESH_INTERVAL_S", 20.0, minimum=1.0),

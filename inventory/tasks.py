@@ -6,47 +6,126 @@ They take primary keys or self-contained payloads, are idempotent, and are safe 
 """
 
 import contextlib
+import json
 import logging
+import math
+from datetime import timedelta
 
 from celery import current_app, shared_task
+from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from inventory.collection import agent_queue, collection_plan
+from inventory.collection import agent_queue, collection_plan, hosts_with_plans
 from inventory.demo_history import backfill
-from inventory.models import Host
+from inventory.models import Host, PlanDelivery
 from inventory.timeseries import partitions, rollups
+from inventory.wire import signing
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(
-    name="inventory.send_collection_plan", time_limit=30, soft_time_limit=25, ignore_result=True
+    name="inventory.send_collection_plans", time_limit=300, soft_time_limit=290, ignore_result=True
 )
-def send_collection_plan(host_id: int) -> None:
-    try:
-        host = Host.objects.get(pk=host_id)
-    except Host.DoesNotExist:
-        return
-    if host.collector == Host.Collector.NONE or host.status == Host.Status.RETIRED:
-        return
-    queue = agent_queue(host)
-    if _waiting(queue):
-        # The agent has not taken what was sent last: it is away, and another plan would only
-        # pile up behind it (beat sends one every period, for as long as it is gone). When it
-        # is back, it takes what waits, then the next period's plan.
-        log.info("%s: its agent has not taken its last message; no new plan", host.name)
-        return
-    plan = collection_plan(host)
-    # A plan older than two periods is stale: dropped rather than applied late, by the agent
-    # (Celery's expires) and on RabbitMQ by the broker too (Celery sets it as the message's
-    # expiration, a per-message TTL).
-    current_app.send_task(
-        "agent.apply_plan",
-        args=[plan],
-        queue=queue,
-        expires=2 * plan["flush_interval_s"] + 60,
+def send_collection_plans() -> dict:
+    """One beat pass: every collected host whose plan changed gets it, and the longest
+    unrefreshed hosts get theirs again, a share per pass that refreshes each host once every
+    COLLECTION_PLAN_REFRESH_S (a plan lost on the broker is repaired that way). A fleet that
+    does not change costs a few messages a pass, not one a host."""
+    now = timezone.now()
+    hosts = list(hosts_with_plans().select_related("plan_delivery"))
+    share = math.ceil(
+        len(hosts) * settings.COLLECTION_PLAN_INTERVAL_S / settings.COLLECTION_PLAN_REFRESH_S
     )
+    refresh_before = now - timedelta(seconds=settings.COLLECTION_PLAN_REFRESH_S)
+    changed, due = [], []
+    for host in hosts:
+        plan = collection_plan(host)
+        delivery = getattr(host, "plan_delivery", None)
+        if delivery is None or delivery.digest != plan["digest"]:
+            changed.append((host, plan))
+        elif delivery.sent_at <= refresh_before:
+            due.append((host, plan))
+    due.sort(key=lambda pair: pair[0].plan_delivery.sent_at)
+    sent = {"changed": 0, "refreshed": 0, "held": 0}
+    # Whether each queue held a message before this pass sent anything: the simulated hosts
+    # share one, and a plan this pass sent to it is not an agent away.
+    held: dict[str, bool] = {}
+    for kind, pairs in (("changed", changed), ("refreshed", due[:share])):
+        for host, plan in pairs:
+            queue = agent_queue(host)
+            if queue not in held:
+                held[queue] = bool(_waiting(queue))
+            if _send_plan(host, plan, now, held=held[queue]):
+                sent[kind] += 1
+            else:
+                sent["held"] += 1
+    return sent
+
+
+def _send_plan(host: Host, plan: dict, now, *, held: bool) -> bool:
+    """Send `plan` to the host's agent and note it; False (nothing sent) when `held`: the
+    host's queue holds a message no agent took."""
+    queue = agent_queue(host)
+    if held:
+        # The agent is away: another plan would only pile up behind the one that waits. The
+        # host goes to the back of the refresh line; a changed plan (its digest not noted) is
+        # tried again next pass.
+        log.info("%s: its agent has not taken its last message; no new plan", host.name)
+        PlanDelivery.objects.update_or_create(
+            host=host, defaults={"sent_at": now}, create_defaults={"digest": "", "sent_at": now}
+        )
+        return False
+    # A plan older than two flush intervals is stale: dropped rather than applied late, by
+    # the agent (Celery's expires) and on RabbitMQ by the broker too (Celery sets it as the
+    # message's expiration, a per-message TTL).
+    current_app.send_task("agent.apply_plan", args=[plan], queue=queue, expires=_plan_expiry(plan))
+    PlanDelivery.objects.update_or_create(
+        host=host, defaults={"digest": plan["digest"], "sent_at": now}
+    )
+    return True
+
+
+def _plan_expiry(plan: dict) -> float:
+    return 2 * plan["flush_interval_s"] + 60
+
+
+@shared_task(name="inventory.plan_requested", time_limit=30, soft_time_limit=25, ignore_result=True)
+def plan_requested(body: str, signature: str | None) -> str:
+    """An agent asks for its host's plan, naming the digest of the plan it keeps (or none):
+    it gets the plan if that differs, or word that its plan still holds. Only a request
+    signed with that host's secret is answered (inventory.wire.signing), as for batches."""
+    try:
+        request = json.loads(body)
+        name, digest = str(request["host"]), request.get("digest")
+    except (ValueError, TypeError, KeyError):
+        log.warning("a plan request that is not one: %.200r", body)
+        return "malformed"
+    host = Host.objects.filter(name=name).first()
+    if host is None or host.collector == Host.Collector.NONE or host.status == Host.Status.RETIRED:
+        return "not collected"
+    if not host.holds_secret or not signing.verify(host.agent_secret, body.encode(), signature):
+        log.warning("%s: a plan request not signed with its secret; not answered", name)
+        return "bad signature"
+    plan = collection_plan(host)
+    now = timezone.now()
+    if digest != plan["digest"]:
+        # The agent just asked: it is there, whatever waits on its queue (a shared one, or
+        # the answer to another of its hosts' requests).
+        _send_plan(host, plan, now, held=False)
+        return "plan"
+    # What the agent holds is current: a small message renews it.
+    current_app.send_task(
+        "agent.plan_still_valid",
+        args=[host.name, plan["digest"]],
+        queue=agent_queue(host),
+        expires=_plan_expiry(plan),
+    )
+    PlanDelivery.objects.update_or_create(
+        host=host, defaults={"digest": plan["digest"], "sent_at": now}
+    )
+    return "still valid"
 
 
 def _waiting(queue: str) -> int:

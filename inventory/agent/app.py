@@ -4,8 +4,10 @@
         -Q host.gpu-07 --pool threads -c 1
     AGENT_SOURCE=simulator celery -A inventory.agent.app worker -Q host.simulator ...
 
-Beat (central) sends each host its collection plan to its queue; the agent starts collecting
-a host on its first plan and publishes batches to the `ingest` queue (inventory.agent.transport).
+Beat (central) sends each host its collection plan to its queue when it changes, and slowly
+again when it does not; the agent starts collecting a host on its first plan, keeps it, asks
+for it again (signed) at start and when it heard nothing for the plan's `valid_for_s`, and
+publishes batches to the `ingest` queue (inventory.agent.transport).
 """
 
 import importlib
@@ -20,7 +22,7 @@ from celery.signals import worker_init, worker_shutdown
 from inventory.agent.actions import ActionRunner, DoneRequests, read_actions
 from inventory.agent.runtime import Agent, wall_clock
 from inventory.agent.secrets import read_secrets
-from inventory.agent.transport import batch_publisher, outcome_reporter
+from inventory.agent.transport import batch_publisher, outcome_reporter, plan_requester
 from inventory.env import env_bool, env_float, env_int, env_str
 from inventory.wire.broker import broker_transport_options, broker_url
 
@@ -29,8 +31,8 @@ log = logging.getLogger(__name__)
 app = Celery("agent")
 # The broker's transport options (Redis visibility timeout, RabbitMQ publisher confirms, which
 # also cover the batches this agent publishes) come from inventory.wire.broker, as for the console.
-# Plans are acknowledged on receipt, not late: one lost with a killed agent is replaced by the
-# next within a plan interval, and a redelivered one would have expired (inventory.tasks).
+# Plans are acknowledged on receipt, not late: one lost with a killed agent is asked for again
+# when it restarts, and a redelivered one would have expired (inventory.tasks).
 app.conf.update(
     broker_url=broker_url(),
     broker_transport_options=broker_transport_options(),
@@ -74,7 +76,8 @@ def _serve_simulated_endpoints(simulator) -> None:
         log.info("simulated inference endpoints on http://127.0.0.1:%s/<host>/<deployment>", port)
 
 
-def _source_factory():
+def _source_factory(secret_for):
+    """The agent's source for a plan, and the hosts it asks for at start (it knows them)."""
     kind = env_str("AGENT_SOURCE", "nvml")
     if kind == "simulator":
         from inventory.agent.sources import FleetSimulator
@@ -96,7 +99,11 @@ def _source_factory():
             day_shift_s=day_shift_s,
         )
         _serve_simulated_endpoints(simulator)
-        return simulator.source_for
+        # The hosts it simulates and holds a secret for (an unsigned request goes unanswered):
+        # asked for at start, so that an agent started after the plans sent to the shared
+        # queue expired collects at once rather than after beat's slow refresh.
+        wanted = tuple(name for name in simulator.fleet.hosts if secret_for(name))
+        return simulator.source_for, wanted
     if kind == "nvml":
         # AGENT_NVML_MODULE: another module with pynvml's API (an end-to-end test's fake NVML)
         pynvml = importlib.import_module(env_str("AGENT_NVML_MODULE", "pynvml"))
@@ -125,7 +132,9 @@ def _source_factory():
                 allocator_dir=allocator_dir,
             )
 
-        return nvml_source
+        # It knows its host: it asks for that plan at start, kept or not, rather than wait
+        # for beat's refresh when the plan sent at registration expired unread.
+        return nvml_source, (this_host,)
     raise ValueError(f"AGENT_SOURCE={kind!r}: expected nvml or simulator")
 
 
@@ -153,12 +162,16 @@ def real_host_signals(nvml):
 
 secrets = read_secrets(env_str("AGENT_SECRET_FILE"))
 state_dir = Path(env_str("AGENT_STATE_DIR") or "var/agent")
+outcome_queue = env_str("AGENT_OUTCOME_QUEUE", "celery")
+source_for, wanted = _source_factory(secrets)
 agent = Agent(
-    _source_factory(),
+    source_for,
     batch_publisher(app.connection_for_write, secrets),
     outbox_max=env_int("AGENT_OUTBOX_MAX", 360, minimum=1),
     # Where each host's outbox file lives, so batches waiting for the broker survive a restart.
     state_dir=state_dir,
+    request_plan=plan_requester(app, secrets, outcome_queue),
+    wanted=wanted,
 )
 # Host actions: only what AGENT_ACTIONS_FILE allows; each request id runs once (its outcome
 # kept in the state folder), and every outcome goes back signed (inventory.agent.actions).
@@ -166,7 +179,7 @@ actions = ActionRunner(
     read_actions(env_str("AGENT_ACTIONS_FILE")),
     secrets,
     DoneRequests(state_dir / "actions-done.sqlite3"),
-    outcome_reporter(app, secrets, env_str("AGENT_OUTCOME_QUEUE", "celery")),
+    outcome_reporter(app, secrets, outcome_queue),
     simulate=agent.simulator_of,
 )
 
@@ -175,6 +188,13 @@ actions = ActionRunner(
 def apply_plan(plan: dict) -> None:
     if not agent.apply_plan(plan):
         log.warning("this agent cannot collect %s (collector %s)", plan["host"], plan["collector"])
+    else:
+        agent.heard_from_console(plan)
+
+
+@app.task(name="agent.plan_still_valid", time_limit=30, soft_time_limit=25)
+def plan_still_valid(host: str, digest: str) -> None:
+    agent.plan_still_valid(host, digest)
 
 
 # Acknowledged late: a request taken by an agent that dies is delivered again, and the done

@@ -34,6 +34,8 @@ from inventory.telemetry.sampler import IntervalSampler
 log = logging.getLogger(__name__)
 
 Publish = Callable[[dict[str, Any]], None]
+# request_plan(host, digest of the plan kept, or None): ask the console for the host's plan.
+RequestPlan = Callable[[str, "str | None"], None]
 DEFAULT_PLAN = {
     "sample_interval_s": 1.0,
     "flush_interval_s": 10.0,
@@ -253,12 +255,24 @@ class Agent:
         *,
         outbox_max: int = 360,
         state_dir: Path | None = None,
+        request_plan: RequestPlan | None = None,
+        wanted: tuple[str, ...] = (),
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.source_for = source_for
         self.publish = publish
         self.outbox_max = outbox_max
         self.state_dir = state_dir
+        self.request_plan = request_plan
+        self.clock = clock
         self.hosts: dict[str, HostRuntime] = {}
+        # Per host: when its plan last came or was said to hold (None: not since this start,
+        # so asked for at once), and when it was last asked for. `wanted` hosts (this
+        # machine's, for an NVML agent) are asked for even without a kept plan.
+        self._plan_heard: dict[str, float | None] = dict.fromkeys(wanted)
+        self._plan_asked: dict[str, float] = {}
+        # Per host: requests in a row that got no answer (the retry backs off with them).
+        self._plan_unanswered: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -283,6 +297,67 @@ class Agent:
             runtime.apply_plan(plan)
             self._keep_plan(plan)
             return True
+
+    def heard_from_console(self, plan: dict[str, Any]) -> None:
+        """A plan came from the console: the host's plan holds for its `valid_for_s` again."""
+        self._heard(plan["host"])
+
+    def _heard(self, host: str) -> None:
+        self._plan_heard[host] = self.clock()
+        self._plan_asked.pop(host, None)
+        self._plan_unanswered.pop(host, None)
+
+    def plan_still_valid(self, host: str, digest: str) -> None:
+        """The console says the host's plan is still `digest`: if that is the one collected,
+        it holds for its `valid_for_s` again (another digest: a newer plan is on its way)."""
+        with self._lock:
+            runtime = self.hosts.get(host)
+            current = runtime is not None and runtime.plan.get("digest") == digest
+        if current:
+            self._heard(host)
+
+    # An agent whose request went unanswered (console or broker away, or a wanted host the
+    # console does not collect) asks again after this, doubled for each request in a row
+    # that got no answer, up to PLAN_ASK_RETRY_MAX_S.
+    PLAN_ASK_RETRY_S = 60.0
+    PLAN_ASK_RETRY_MAX_S = 3600.0
+
+    def _retry_after(self, host: str) -> float:
+        unanswered = self._plan_unanswered.get(host, 0)
+        if not unanswered:
+            return self.PLAN_ASK_RETRY_S
+        return min(self.PLAN_ASK_RETRY_MAX_S, self.PLAN_ASK_RETRY_S * 2.0 ** (unanswered - 1))
+
+    def ask_for_due_plans(self) -> int:
+        """Ask the console for every plan not heard of for its `valid_for_s` (at start: every
+        plan, and every wanted host's), a request that got no answer again after a backed-off
+        retry (PLAN_ASK_RETRY_S, doubling); how many were asked for."""
+        if self.request_plan is None:
+            return 0
+        now = self.clock()
+        with self._lock:
+            kept = {host: runtime.plan for host, runtime in self.hosts.items()}
+        asked = 0
+        for host in sorted(set(kept) | set(self._plan_heard)):
+            plan = kept.get(host, {})
+            heard = self._plan_heard.get(host)
+            valid_for = plan.get("valid_for_s")
+            if heard is not None and (valid_for is None or now - heard < valid_for):
+                continue  # a plan from before valid_for_s holds until the console says
+            asked_at = self._plan_asked.get(host)
+            if asked_at is not None:
+                if now - asked_at < self._retry_after(host):
+                    continue
+                # The last request is still unanswered: this one counts toward the back-off.
+                self._plan_unanswered[host] = self._plan_unanswered.get(host, 0) + 1
+            self._plan_asked[host] = now
+            try:
+                self.request_plan(host, plan.get("digest"))
+            except Exception as error:  # the broker is away: asked again after the retry
+                log.warning("%s: could not ask for its plan: %s", host, error)
+                continue
+            asked += 1
+        return asked
 
     def _keep_plan(self, plan: dict[str, Any]) -> None:
         """The last plan, kept so that a restart samples at once, broker or no broker."""
@@ -337,6 +412,9 @@ class Agent:
         for runtime in self._runtimes():
             runtime.publish_pending()
             healthy = healthy and runtime.outbox.last_error is None
+        # The publisher's thread, not the sampler's: a broker that hangs costs no poll.
+        if healthy:
+            self.ask_for_due_plans()
         return healthy
 
     def start(self) -> None:

@@ -60,3 +60,17 @@ def outcome_reporter(app, secret_for: Callable[[str], str | None], queue: str):
         app.send_task("operations.record_action_outcome", args=[body, signature], queue=queue)
 
     return report
+
+
+def plan_requester(app, secret_for: Callable[[str], str | None], queue: str):
+    """A request_plan(host, digest) for the agent: a task for the console's workers, signed
+    with the host's secret like an outcome, since the console answers only its host's agent.
+    It expires: a request the console did not take in time is asked again by the agent."""
+
+    def request_plan(host: str, digest: str | None) -> None:
+        body = signing.encode({"host": host, "digest": digest}).decode()
+        secret = secret_for(host)
+        signature = signing.sign(secret, body.encode()) if secret else None
+        app.send_task("inventory.plan_requested", args=[body, signature], queue=queue, expires=60)
+
+    return request_plan

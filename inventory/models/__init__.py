@@ -9,6 +9,7 @@ from inventory.models.telemetry import (
     Event,
     IngestedBatch,
     MigSample,
+    PlanDelivery,
     ProcessSample,
 )
 
@@ -27,6 +28,7 @@ __all__ = [
     "IngestedBatch",
     "MigSample",
     "MigSlice",
+    "PlanDelivery",
     "ProcessSample",
     "ServedModel",
 ]

@@ -41,6 +41,25 @@ class IngestedBatch(models.Model):
         return f"{self.host_id}#{self.seq}"
 
 
+class PlanDelivery(models.Model):
+    """The collection plan last sent to a host: beat sends a plan again only when it changed
+    or this one is due for its slow refresh (inventory.tasks.send_collection_plans)."""
+
+    host = models.OneToOneField(
+        "inventory.Host",
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="plan_delivery",
+    )
+    # inventory.collection.plan_digest of what was sent; "" when nothing was yet (the host's
+    # queue held a message no agent took).
+    digest = models.CharField(max_length=64, blank=True)
+    sent_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"plan {self.digest[:12] or '-'} sent at {self.sent_at:%Y-%m-%d %H:%M:%S}"
+
+
 class CollectorStatus(models.Model):
     """A host's collector health, updated by every batch ingested."""
 

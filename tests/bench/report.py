@@ -451,11 +451,30 @@ def operations_section(figures: dict) -> str:
     )
 
 
+def plans_section(figures: dict) -> str:
+    return "\n".join([
+        "## Collection plans, one beat pass (issue 31)",
+        "",
+        f"`python tests/bench/bench_plans.py` — {figures['hosts']:,} collected hosts, each "
+        "with the plan a first pass noted (made with bulk_create in "
+        f"{figures['setup_s']:.1f} s).",
+        "",
+        "| pass | plans sent | wall time | queries |",
+        "|---|---|---|---|",
+        f"| fleet unchanged (median) | {figures['unchanged_plans_sent']:,} | "
+        f"{figures['unchanged_pass_s']:.2f} s | {figures['unchanged_pass_queries']} |",
+        f"| one host changed | {figures['one_changed_plans_sent']:,} | "
+        f"{figures['one_changed_pass_s']:.2f} s | {figures['one_changed_pass_queries']} |",
+        f"| before: per-host beat entries | {figures['old_plans_a_pass']:,} | (counted) | |",
+    ])  # fmt: skip
+
+
 SECTIONS = {"ingest": ingest_section, "collector": collector_section,
             "pages": pages_section, "placement": placement_section,
             "faults": faults_section, "disk": disk_section,
             "partition": partition_section, "alerts": alerts_section,
-            "operations": operations_section, "loadtest": loadtest_section}  # fmt: skip
+            "operations": operations_section, "loadtest": loadtest_section,
+            "plans": plans_section}  # fmt: skip
 
 
 def benchmarks_markdown(figures: dict) -> str:

@@ -44,6 +44,7 @@ BENCHES = {
     "loadtest": ["tests/bench/bench_loadtest.py"],
 }
 BENCHES["operations"] = ["tests/bench/bench_operations.py"]
+BENCHES["plans"] = ["tests/bench/bench_plans.py"]
 # Half an hour of outages: only when asked for by name.
 ON_REQUEST = {"faults", "partition"}
 # The benchmarks that start servers of their own and need no bench database.

@@ -1,6 +1,7 @@
 """The host agent's runtime: sampling, peaks, outbox and backfill, faults that stay local."""
 
 import datetime as dt
+import itertools
 import json
 import os
 import subprocess
@@ -311,3 +312,100 @@ def test_a_restarted_agent_samples_at_once_from_the_plan_it_kept(tmp_path):
         after.stop()
     assert set(after.hosts) == {"infer-01"}
     assert published and all(batch["host"] == "infer-01" for batch in published)
+
+
+class Asked:
+    """The agent's request_plan, caught: (host, digest) per request; it can fail as a broker
+    that is away does."""
+
+    def __init__(self):
+        self.requests: list[tuple[str, str | None]] = []
+        self.down = False
+
+    def __call__(self, host: str, digest: str | None) -> None:
+        if self.down:
+            raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        self.requests.append((host, digest))
+
+
+def _valid_plan(host: str, digest: str, valid_for_s: float = 3660.0) -> dict:
+    return {**_plan(host), "digest": digest, "valid_for_s": valid_for_s}
+
+
+def test_an_agent_asks_at_start_for_its_kept_and_wanted_plans_then_only_when_due(
+    simulated, tmp_path
+):
+    simulator, clock = simulated
+    asked = Asked()
+    before = Agent(simulator.source_for, Sink(), state_dir=tmp_path)
+    assert before.apply_plan(_valid_plan("infer-01", "d1"))
+    agent = Agent(
+        simulator.source_for, Sink(), state_dir=tmp_path, request_plan=asked,
+        wanted=("mps-l40s",), clock=clock,
+    )  # fmt: skip
+    assert agent.resume_kept_plans() == 1
+    # At start: the kept plan by its digest, the wanted host with none kept.
+    assert agent.ask_for_due_plans() == 2
+    assert asked.requests == [("infer-01", "d1"), ("mps-l40s", None)]
+    clock.t += 1
+    assert agent.ask_for_due_plans() == 0  # unanswered, but not yet retried
+    # The console answers both: a plan for the wanted host, word that the kept one holds.
+    agent.apply_plan(_valid_plan("mps-l40s", "d2"))
+    agent.heard_from_console(_valid_plan("mps-l40s", "d2"))
+    agent.plan_still_valid("infer-01", "d1")
+    clock.t += 3600
+    assert agent.ask_for_due_plans() == 0  # both hold for their valid_for_s
+    clock.t += 61
+    assert agent.ask_for_due_plans() == 2
+    assert asked.requests[-2:] == [("infer-01", "d1"), ("mps-l40s", "d2")]
+
+
+def test_plan_still_valid_renews_only_the_plan_being_collected(simulated):
+    simulator, clock = simulated
+    asked = Asked()
+    agent = Agent(simulator.source_for, Sink(), request_plan=asked, clock=clock)
+    agent.apply_plan(_valid_plan("infer-01", "d1", valid_for_s=100))
+    agent.heard_from_console(_valid_plan("infer-01", "d1", valid_for_s=100))
+    clock.t += 101
+    assert agent.ask_for_due_plans() == 1
+    # Word for another digest (a newer plan is on its way) does not renew the one kept.
+    agent.plan_still_valid("infer-01", "d0")
+    agent.plan_still_valid("not-collected-here", "d1")
+    clock.t += agent.PLAN_ASK_RETRY_S
+    assert agent.ask_for_due_plans() == 1
+    agent.plan_still_valid("infer-01", "d1")
+    clock.t += 99
+    assert agent.ask_for_due_plans() == 0
+    clock.t += 2
+    assert agent.ask_for_due_plans() == 1
+    assert asked.requests == [("infer-01", "d1")] * 3
+
+
+def test_an_unanswered_or_failed_request_is_retried_backing_off(simulated):
+    simulator, clock = simulated
+    asked = Asked()
+    agent = Agent(
+        simulator.source_for, Sink(), request_plan=asked, wanted=("not-registered",), clock=clock
+    )
+    asked.down = True
+    assert agent.ask_for_due_plans() == 0  # the broker is away: nothing was asked
+    asked.down = False
+    clock.t += agent.PLAN_ASK_RETRY_S
+    assert agent.ask_for_due_plans() == 1
+    times = [clock.t]
+    while clock.t < times[0] + 4 * agent.PLAN_ASK_RETRY_MAX_S:
+        clock.t += 10
+        if agent.ask_for_due_plans():
+            times.append(clock.t)
+    gaps = [round(b - a) for a, b in itertools.pairwise(times)]
+    # Never answered (a host the console does not collect; the failed request counts as one):
+    # 60 s, then doubling, up to an hour.
+    assert gaps[:6] == [60, 120, 240, 480, 960, 1920]
+    assert max(gaps) == agent.PLAN_ASK_RETRY_MAX_S
+    # An answer ends the back-off: asked at once when due again.
+    agent.apply_plan(_valid_plan("infer-01", "d1", valid_for_s=30))
+    agent.heard_from_console(_valid_plan("infer-01", "d1", valid_for_s=30))
+    clock.t += 31
+    assert ("infer-01", "d1") not in asked.requests
+    agent.ask_for_due_plans()
+    assert asked.requests[-1] == ("infer-01", "d1")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inventory.models import CardSample, CollectorStatus, Host, ProcessSample
+from inventory.models import CardSample, CollectorStatus, Host, PlanDelivery, ProcessSample
 from tests.processes import (
     Processes,
     database_url_for_processes,
@@ -124,3 +124,33 @@ def test_what_a_host_agent_published_on_an_h200_is_written_by_the_ingest_worker(
         (1542, 1542),
     ]
     assert not list((tmp_path / "broker" / "queue").glob("*.msg")), "every message acknowledged"
+
+
+def test_a_simulator_agent_started_after_the_plans_expired_asks_for_them(
+    settings, tmp_path, isolated_broker
+):
+    """No beat runs: the plans sent at registration expired on the broker (nothing waits on
+    the shared queue) and the agent kept none. At start it asks for the hosts it simulates,
+    and the console's worker answers within seconds, not after the hour's refresh."""
+    settings.AGENT_FLUSH_INTERVAL_S = 2.0
+    isolated_broker.purge("host.simulator")
+    host = demo_host_signed("infer-01")
+    env = {"DATABASE_URL": database_url_for_processes(), **isolated_broker.env}
+    processes = Processes(env, tmp_path)
+    try:
+        processes.celery_worker("central", "celery")
+        processes.start("ingest", ["manage.py", "ingest_worker", "--max-wait", "0.2"])
+        secrets = simulator_secrets(tmp_path, ["infer-01"])
+        processes.agent("simulator", "host.simulator", {"AGENT_SOURCE": "simulator", **secrets})
+        wait_for(
+            lambda: CardSample.objects.filter(gpu__host=host).exists(),
+            timeout=60,
+            what="card samples from infer-01 with no beat to send its plan",
+            logs=lambda: "\n".join(
+                f"--- {name} ---\n{processes.log(name)[-3000:]}"
+                for name in ("central", "ingest", "simulator")
+            ),
+        )
+        assert PlanDelivery.objects.get(host=host).digest
+    finally:
+        processes.stop()
