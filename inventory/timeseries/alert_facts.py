@@ -117,7 +117,7 @@ def pending_dead_letters() -> int:
 
 def card_tenants_now(since: dt.datetime, pressure_since: dt.datetime) -> list[dict]:
     """Every deployment that is not stopped on a watched host, per card it sits on: its
-    engine, what its processes held there in their newest samples after `since`, its newest
+    engine, what its processes held there in the card's newest sample after `since`, its newest
     engine KV usage after `since`, and whether it reported KV pressure after
     `pressure_since`."""
     return _rows(
@@ -134,12 +134,15 @@ def card_tenants_now(since: dt.datetime, pressure_since: dt.datetime) -> list[di
         JOIN inventory_host h ON h.id = d.host_id
         JOIN inventory_servedmodel m ON m.id = d.served_model_id
         LEFT JOIN LATERAL (
-            SELECT sum(newest.used_last) AS held FROM (
-                SELECT DISTINCT ON (ps.pid) ps.used_last FROM inventory_process_sample ps
-                WHERE ps.gpu_id = dg.gpu_id AND ps.deployment_id = d.id AND ps.ts > %(since)s
-                  AND ps.used_last IS NOT NULL
-                ORDER BY ps.pid, ps.ts DESC
+            -- only the processes the card's newest sample saw: a restarted engine's old PID
+            -- is not counted beside its new one
+            SELECT sum(ps.used_last) AS held
+            FROM (
+                SELECT c.ts FROM inventory_card_sample c
+                WHERE c.gpu_id = dg.gpu_id AND c.ts > %(since)s ORDER BY c.ts DESC LIMIT 1
             ) newest
+            JOIN inventory_process_sample ps ON ps.gpu_id = dg.gpu_id AND ps.ts = newest.ts
+            WHERE ps.deployment_id = d.id AND ps.used_last IS NOT NULL
         ) p ON true
         LEFT JOIN LATERAL (
             SELECT s.kv_usage_last FROM inventory_engine_sample s

@@ -148,16 +148,21 @@ def process_series(
 
 
 def latest_process_memory(gpu_ids: list[int], within: dt.timedelta) -> dict[tuple[int, int], int]:
-    """Memory each deployment's processes hold on each card, from their newest samples."""
+    """Memory each deployment's processes hold on each card in the card's newest sample (if
+    younger than `within`): only the processes that sample saw, so an engine restarted with a
+    new PID is not counted twice, nor one that exited."""
     if not gpu_ids:
         return {}
     rows = _rows(
         """
-        SELECT DISTINCT ON (gpu_id, pid) gpu_id, deployment_id, used_last
-        FROM inventory_process_sample
-        WHERE gpu_id = ANY(%s) AND ts > %s AND deployment_id IS NOT NULL
-          AND used_last IS NOT NULL
-        ORDER BY gpu_id, pid, ts DESC
+        SELECT p.gpu_id, p.deployment_id, p.used_last
+        FROM unnest(%s::bigint[]) AS g(id)
+        CROSS JOIN LATERAL (
+            SELECT c.ts FROM inventory_card_sample c
+            WHERE c.gpu_id = g.id AND c.ts > %s ORDER BY c.ts DESC LIMIT 1
+        ) newest
+        JOIN inventory_process_sample p ON p.gpu_id = g.id AND p.ts = newest.ts
+        WHERE p.deployment_id IS NOT NULL AND p.used_last IS NOT NULL
         """,
         [gpu_ids, timezone.now() - within],
     )

@@ -22,6 +22,9 @@ class Incident:
     start_s: float
     duration_s: float = 0.0
     card: int = 0
+    # memory_surge: what the job wants; it holds up to SURGE_FRACTION of what is free beside
+    # it, growing into memory freed later. None: SURGE_FRACTION of the free memory at its start.
+    want_bytes: int | None = None
 
 
 DEMO_INCIDENTS = (
@@ -67,11 +70,12 @@ class IncidentScript:
                     self._surge_bytes.pop(incident, None)
                     host.hold_card_memory(incident.card, None, pid=SURGE_PID)
                     continue
+                free = host.card_free_bytes(incident.card, excluding_pid=SURGE_PID)
                 if incident not in self._surge_bytes:
-                    # A stray job allocates once: what it holds does not follow the tenants.
-                    free = host.card_free_bytes(incident.card, excluding_pid=SURGE_PID)
-                    self._surge_bytes[incident] = int(SURGE_FRACTION * free)
-                host.hold_card_memory(incident.card, self._surge_bytes[incident], pid=SURGE_PID)
+                    want = incident.want_bytes
+                    self._surge_bytes[incident] = want or int(SURGE_FRACTION * free)
+                held = min(self._surge_bytes[incident], int(SURGE_FRACTION * free))
+                host.hold_card_memory(incident.card, held, pid=SURGE_PID)
             elif incident not in self._done and elapsed >= incident.start_s:
                 self._done.add(incident)
                 if incident.kind == "oom":

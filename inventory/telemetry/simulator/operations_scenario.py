@@ -1,9 +1,10 @@
 """The host the operations demo and its end-to-end tests run on: 3 x A100 in trouble.
 
 - card 0: a priority-1 chat model and a priority-3 batch model, both vLLM, whose preallocated
-  pools fill 96% of the card (no alarm by itself), and from 20 s a job no deployment owns that
-  takes 98% of what they leave (OPERATIONS_INCIDENTS): the on-demand part past the 95% limit,
-  the degradation case (shrinking the batch model's KV gives that part room again);
+  pools fill 98% of the card (no alarm by itself), and from 20 s a job no deployment owns that
+  wants 4 GiB and takes up to 98% of what they leave (OPERATIONS_INCIDENTS): the on-demand
+  part past the 95% limit, the degradation case (shrinking the batch model's KV by 6 GiB gives
+  that part room again);
 - card 1: two small models sharing the card through MPS, whose server stays down after a
   crash until someone restarts it (`mps_recovery="manual"`);
 - card 2: one model whose allocator fragments over the day: the off-peak reload case.
@@ -20,8 +21,11 @@ from inventory.telemetry.simulator.workload import Traffic, Workload
 
 HOST = "ops-a100"
 RESTART_S = 5.0
-# The stray job on card 0 starts once the tenants are up and stays (a day is the run's end).
-OPERATIONS_INCIDENTS = (Incident("memory_surge", HOST, start_s=20, duration_s=86400, card=0),)
+# The stray job on card 0 starts once the tenants are up and stays (a day is the run's end):
+# it wants 4 GiB and takes up to 98% of what is free beside it, growing into what is freed.
+OPERATIONS_INCIDENTS = (
+    Incident("memory_surge", HOST, start_s=20, duration_s=86400, card=0, want_bytes=4 * GIB),
+)
 
 
 def _workload(model, shape, weights_gib, mean, p95, peak_hour, latency_s):
