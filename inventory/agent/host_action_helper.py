@@ -254,6 +254,9 @@ def plan(config: Config, request: Any) -> Plan:
     if action == ha.MPS_RESTART:
         if request.get("deployment") is not None:
             raise Refused("mps_restart is for a card, not a deployment")
+        if not config.mps:
+            # Kubernetes nodes: the device plugin owns the MPS daemon; docs/deploy.md.
+            raise Refused("mps_restart is not offered by this helper: it lists no MPS daemon")
         return _mps_plan(config, params["card_index"])
     name = request.get("deployment")
     if not isinstance(name, str) or not ha.RUNTIME_NAME.fullmatch(name):
