@@ -10,7 +10,10 @@ import yaml
 from django.core.exceptions import ValidationError
 from dotenv import dotenv_values
 
+from inventory.agent import host_action_helper as helper
+from inventory.agent.actions import parse_actions
 from inventory.collection import collection_plan
+from inventory.telemetry import host_actions as ha
 from tests.factories import DeploymentFactory, GpuFactory
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
@@ -128,22 +131,132 @@ def test_the_admin_sets_a_pod_selector_refuses_a_bad_one_and_clears_it(client):
     assert deployment.pod_selector == {}
 
 
-def test_the_daemonset_ships_no_host_action_the_agent_refuses_them_all():
-    """docs/deploy.md's table, row "host actions": under the DaemonSet no root helper stands
-    beside the agent, so it is given no actions file (every request refused as
-    `no_actions_file`), no helper's socket, and no Kubernetes verb that changes anything."""
-    documents = {(d["kind"], d["metadata"]["name"]): d for d in _documents("agent.yaml")}
-    pod = documents[("DaemonSet", "gpu-console-agent")]["spec"]["template"]["spec"]
+# What each kubectl command the helper runs sends to the API, for `deployment/NAME`: kubectl's
+# resource builder gets the object first; `scale` (no --current-replicas precondition) patches
+# the scale subresource; `rollout restart` (the template's restartedAt annotation) and
+# `set env` patch the deployment.
+KUBECTL_REQUESTS = {
+    ("rollout", "restart"): {("apps", "deployments", "get"), ("apps", "deployments", "patch")},
+    ("scale",): {("apps", "deployments", "get"), ("apps", "deployments/scale", "patch")},
+    ("set", "env"): {("apps", "deployments", "get"), ("apps", "deployments", "patch")},
+}
+SAMPLE_PARAMS = {"kv_bytes": 8 << 30, "mem_fraction": 0.85}
+
+
+def _helper_config(documents) -> str:
+    return documents[("ConfigMap", "gpu-console-host-actions")]["data"]["host-actions.toml"]
+
+
+def _every_allowed_request(config):
+    """Every request the helper's file allows, with sample parameters."""
+    for name, deployment in config.deployments.items():
+        for action in (ha.RESTART, ha.STOP, ha.START):
+            yield {"action": action, "deployment": name}
+        for engine, parameter in helper.ENGINE_FLAGS:
+            if engine == deployment["engine"]:
+                yield {"action": ha.RELOAD_WITH, "deployment": name,
+                       "params": {parameter: SAMPLE_PARAMS[parameter]}}  # fmt: skip
+
+
+def _api_requests(argv: list[str]) -> set[tuple]:
+    """(namespace, group, resource, name, verb) that one kubectl argv of the helper sends."""
+    namespace = argv[argv.index("--namespace") + 1]
+    (target,) = [arg for arg in argv if arg.startswith("deployment/")]
+    words = tuple(argv[argv.index("--namespace") + 2 : argv.index(target)])
+    name = target.removeprefix("deployment/")
+    return {(namespace, *request[:2], name, request[2]) for request in KUBECTL_REQUESTS[words]}
+
+
+def test_the_host_action_helpers_rbac_is_exactly_what_its_allowed_commands_send():
+    """The helper's Role grants each (namespace, resource, name, verb) some allowed kubectl
+    command needs, and nothing else: no other verb, resource, deployment or namespace."""
+    documents = {(d["kind"], d["metadata"]["name"]): d for d in _documents("host-actions.yaml")}
+    config = helper.parse_config(_helper_config(documents))
+    assert {d["kind"] for d in config.deployments.values()} == {"kubernetes"}
+    assert config.mps == {}, "no MPS restart on Kubernetes nodes"
+    needed = set()
+    for request in _every_allowed_request(config):
+        (step,) = helper.plan(config, request).steps
+        assert step.argv[0] == config.program("kubectl")
+        needed |= _api_requests(list(step.argv))
+    granted = {
+        (role["metadata"]["namespace"], group, resource, name, verb)
+        for (kind, _), role in documents.items()
+        if kind == "Role"
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for name in rule["resourceNames"]
+        for verb in rule["verbs"]
+    }
+    assert granted == needed
+    assert not [kind for kind, _ in documents if kind in ("ClusterRole", "ClusterRoleBinding")]
+    # bound to the helper's own service account, which only the helper's pod runs as
+    for (kind, _), binding in documents.items():
+        if kind == "RoleBinding":
+            assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": "gpu-console",
+                                            "name": "gpu-console-host-actions"}]  # fmt: skip
+            assert binding["roleRef"]["kind"] == "Role"
+            assert ("Role", binding["roleRef"]["name"]) in documents
+    pod = documents[("DaemonSet", "gpu-console-host-actions")]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gpu-console-host-actions"
+    assert not {"hostPID", "hostNetwork", "hostIPC", "runtimeClassName"} & set(pod)
     (container,) = pod["containers"]
-    settings = dotenv_values(
-        stream=io.StringIO(documents[("ConfigMap", "gpu-console-agent")]["data"]["agent.env"])
-    )
-    env = {item["name"] for item in container["env"]}
-    assert "AGENT_ACTIONS_FILE" not in settings and "AGENT_ACTIONS_FILE" not in env
-    assert "gpu-console-host-actions" not in yaml.safe_dump(pod)  # no helper, no socket
+    assert container["command"][:3] == ["python", "-m", "inventory.agent.host_action_helper"]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    # its kubeconfig (the pod's token) is in the ConfigMap it mounts
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    kubeconfigs = {Path(d["kubeconfig"]) for d in config.deployments.values()}
+    assert kubeconfigs == {Path(mounts["config"]) / "kubeconfig"}
+    assert "kubeconfig" in documents[("ConfigMap", "gpu-console-host-actions")]["data"]
+
+
+def test_the_agent_asks_the_helper_over_the_nodes_socket_and_stays_read_only_and_unprivileged():
+    """docs/deploy.md's table, row "host actions": the agent's pod gets an actions file whose
+    every command is the helper's client, the node folder of the helper's socket (read-only),
+    no capability, and no Kubernetes verb that changes anything."""
+    agent = {(d["kind"], d["metadata"]["name"]): d for d in _documents("agent.yaml")}
+    helper_documents = {
+        (d["kind"], d["metadata"]["name"]): d for d in _documents("host-actions.yaml")
+    }
+    pod = agent[("DaemonSet", "gpu-console-agent")]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]}, "nothing added"
+    assert security["allowPrivilegeEscalation"] is False
+    assert "privileged" not in security
+    assert pod["serviceAccountName"] == "gpu-console-agent"
     assert all(
         set(rule["verbs"]) <= {"get", "list", "watch"}
-        for document in documents.values()
+        for document in agent.values()
         if document["kind"] in ("ClusterRole", "Role")
         for rule in document["rules"]
     )
+    assert "gpu-console-agent" not in yaml.safe_dump(
+        [d for (kind, _), d in helper_documents.items() if kind == "RoleBinding"]
+    ), "the helper's Role is bound to the helper alone"
+    # the actions file: the agent's ConfigMap, named by AGENT_ACTIONS_FILE
+    config_map = agent[("ConfigMap", "gpu-console-agent")]["data"]
+    settings = dotenv_values(stream=io.StringIO(config_map["agent.env"]))
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    actions_file = Path(settings["AGENT_ACTIONS_FILE"])
+    assert actions_file.parent == Path(mounts["config"]["mountPath"])
+    table = parse_actions(config_map[actions_file.name])
+    assert table.host == {}, "no mps_restart on Kubernetes nodes"
+    helper_config = helper.parse_config(_helper_config(helper_documents))
+    assert set(table.deployments) == set(helper_config.deployments)
+    for name, commands in table.deployments.items():
+        for action, command in commands.items():
+            assert command.argv[:3] == ("/usr/local/bin/gpu-console-host-action", action, name)
+    # the socket: the node folder both pods mount, where the helper's --socket is
+    helper_pod = helper_documents[("DaemonSet", "gpu-console-host-actions")]["spec"]["template"]
+    (helper_container,) = helper_pod["spec"]["containers"]
+    socket = Path(helper_container["command"][helper_container["command"].index("--socket") + 1])
+    assert socket == Path(helper.SOCKET), "the client's default"
+    folders = {}
+    for spec, c in ((pod, container), (helper_pod["spec"], helper_container)):
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == str(socket.parent)]
+        folders[c["name"]] = (volumes[mount["name"]]["hostPath"]["path"], mount.get("readOnly"))
+    assert folders == {"agent": (str(socket.parent), True), "helper": (str(socket.parent), None)}
