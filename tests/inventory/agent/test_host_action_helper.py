@@ -104,6 +104,13 @@ def test_what_the_list_does_not_name_is_refused_with_its_reason(request_, reason
         plan(parse_config(CONFIG), request_)
 
 
+def test_a_helper_with_no_mps_daemon_refuses_mps_restart_by_name():
+    """Kubernetes nodes (deploy/kubernetes/host-actions.yaml): the device plugin owns MPS."""
+    config = parse_config('allowed_users = ["root"]\n')
+    with pytest.raises(Refused, match=r"^mps_restart is not offered by this helper: it lists no"):
+        plan(config, {"action": "mps_restart", "params": {"card_index": 0}})
+
+
 @pytest.mark.parametrize(
     "text",
     [
