@@ -131,10 +131,15 @@ def test_the_admin_sets_a_pod_selector_refuses_a_bad_one_and_clears_it(client):
     assert deployment.pod_selector == {}
 
 
-# What each kubectl command the helper runs sends to the API, for `deployment/NAME`: kubectl's
-# resource builder gets the object first; `scale` (no --current-replicas precondition) patches
-# the scale subresource; `rollout restart` (the template's restartedAt annotation) and
-# `set env` patch the deployment.
+# What each kubectl command the helper runs sends to the API, for `deployment/NAME`, as read in
+# kubectl v0.36.3 (kubernetes/kubectl 73fdc7a3; unchanged at dee3483a) and cli-runtime 69e8693b:
+# the resource builder holds a name without its object and RetrieveLazy GETs it, once
+# (cli-runtime pkg/resource/builder.go visitByName, Do; visitor.go Info.Get, RetrieveLazy);
+# `scale` with no --current-replicas/--resource-version has a nil precondition, so
+# pkg/scale/scale.go ScaleSimple sends one merge PATCH to deployments/NAME/scale, no GET of the
+# scale (that GET+PUT is the precondition path, and a scale GET only follows with --timeout);
+# `rollout restart` (the template's restartedAt annotation, pkg/cmd/rollout/rollout_restart.go)
+# and `set env` (pkg/cmd/set/set_env.go) send a strategic merge PATCH to the deployment.
 KUBECTL_REQUESTS = {
     ("rollout", "restart"): {("apps", "deployments", "get"), ("apps", "deployments", "patch")},
     ("scale",): {("apps", "deployments", "get"), ("apps", "deployments/scale", "patch")},
