@@ -84,11 +84,22 @@ def _hang_up(server: socket.socket) -> None:
             conn.close()
 
 
+def _free_port_with_the_next_held() -> tuple[int, socket.socket]:
+    """A free port whose successor this test holds (another program may hold a free port's
+    successor already: then try another)."""
+    for _ in range(50):
+        base = free_port()
+        try:
+            return base, socket.create_server(("127.0.0.1", base + 1))
+        except OSError:
+            continue
+    raise AssertionError("no free port with a free successor in 50 tries")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="stub only without torch")
 def test_the_agent_reads_each_serving_process_from_the_first_port_on(engines):
-    base = free_port()
     # The port after the first is held by another program, which speaks no HTTP.
-    other = socket.create_server(("127.0.0.1", base + 1))
+    base, other = _free_port_with_the_next_held()
     threading.Thread(target=_hang_up, args=(other,), daemon=True).start()
     first_pid, first_port = engines(base, STATS)
     second = json.loads(json.dumps(STATS))
