@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -335,3 +336,120 @@ def test_a_refused_event_set_is_named_for_each_card_as_the_units_user(agent_venv
     assert {"cards": 2} in lines  # the cards are still read
     # Not asserted: that no Xid comes. The mock queues its Xid on every event set, registered
     # or not; real NVML queues only a registered card's.
+
+
+# ---- The kernel log as the DaemonSet's pod grants it ------------------------------------
+#
+# The agent's pod runs as uid 0 with every capability dropped, no privilege escalation, and
+# reads the node's journal (hostPath /var/log/journal, read-only, AGENT_JOURNAL_DIR) with the
+# journalctl of its image: /dev/kmsg is EPERM to it under dmesg_restrict (no CAP_SYSLOG). The
+# node's journal is a real systemd-journald here, in a mount namespace of its own that puts its
+# /run/log/journal on a folder of the test's, reading this kernel's /dev/kmsg; the pod's mount
+# is a read-only bind of that folder, and the pod is setpriv: uid 0, no groups, no capability
+# in any set, no new privileges.
+
+JOURNALD = next(
+    (p for p in ("/usr/lib/systemd/systemd-journald", "/lib/systemd/systemd-journald")
+     if os.path.exists(p)), None,
+)  # fmt: skip
+needs_journald = pytest.mark.skipif(
+    JOURNALD is None or shutil.which("journalctl") is None,
+    reason="needs systemd-journald and journalctl (the node's journal and the image's reader)",
+)
+AS_THE_POD = ["setpriv", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+              "--no-new-privs", "--"]  # fmt: skip
+
+
+def _journald(folder: Path) -> subprocess.Popen:
+    script = (
+        "mount -t tmpfs tmpfs /run/systemd && mount -t tmpfs tmpfs /run/log && "
+        f'mkdir /run/log/journal && mount --bind "{folder}" /run/log/journal && exec "$0"'
+    )
+    journald = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, JOURNALD],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while not list(folder.glob("*/system.journal")):
+        assert journald.poll() is None and time.monotonic() < deadline, "journald did not start"
+        time.sleep(0.1)
+    return journald
+
+
+def _read_as_the_pod(agent_venv, journal: Path | None, seconds: float, write: str | None):
+    work = Path(tempfile.mkdtemp(prefix="kernel-log-pod-"))
+    work.chmod(0o755)
+    node = work / "node-journal"  # where the pod mounts the node's journal
+    node.mkdir()
+    mount = (
+        f'mount --bind "{journal}" "{node}" && mount -o remount,bind,ro "{node}" && '
+        if journal is not None
+        else ""
+    )
+    python = agent_venv / "bin" / "python"
+    argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+            f'{mount}exec "$@"', "sh", *AS_THE_POD, python, "-c", READER, str(seconds)]  # fmt: skip
+    try:
+        reader = subprocess.Popen(
+            argv,
+            cwd=work,
+            env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "AGENT_JOURNAL_DIR": str(node)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines = []
+        for line in reader.stdout:
+            lines.append(json.loads(line))
+            if "ready" in lines[-1] and write is not None:
+                time.sleep(0.5)  # journalctl -f is following once it printed nothing back
+                with open("/dev/kmsg", "w") as kmsg:  # as root: into this kernel's log
+                    kmsg.write(f"<4>{write}\n")
+                write = None
+        assert reader.wait(timeout=30) == 0, reader.stderr.read()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return lines
+
+
+@needs_root_and_restriction
+@needs_journald
+def test_the_daemonsets_pod_reads_the_kernel_logs_xids_from_the_nodes_journal(agent_venv):
+    journal = Path(tempfile.mkdtemp(prefix="node-journal-"))
+    journald = _journald(journal)
+    try:
+        marked = NVRM.replace("DBE", f"pod-{os.getpid()} DBE")
+        # Written from user space, a /dev/kmsg line has the LOG_USER facility, and journald
+        # takes a leading "NVRM:" for its syslog identifier; the driver's own lines (LOG_KERN)
+        # are filed under the identifier "kernel" with the message whole. "kernel: " first
+        # makes the record what the driver's would be, checked below.
+        lines = _read_as_the_pod(agent_venv, journal, 5.0, f"kernel: {marked}")
+        records = subprocess.run(
+            ["journalctl", "-k", "--directory", journal, "-o", "json", "--no-pager"],
+            capture_output=True, text=True, check=True,
+        ).stdout.splitlines()  # fmt: skip
+        (record,) = [r for r in map(json.loads, records) if f"pod-{os.getpid()}" in r["MESSAGE"]]
+        assert (record["SYSLOG_IDENTIFIER"], record["MESSAGE"]) == ("kernel", marked)
+    finally:
+        journald.terminate()
+        journald.wait(10)
+        shutil.rmtree(journal, ignore_errors=True)
+    assert {"ready": "open_journal"} in lines, lines  # /dev/kmsg was refused: no CAP_SYSLOG
+    xids = [line["xid"] for line in lines if "xid" in line]
+    ours = [x for x in xids if f"pod-{os.getpid()}" in x.get("message", "")]
+    assert len(ours) == 1, lines
+    assert ours[0]["xid"] == 48 and ours[0]["pci_bus_id"] == "0000:0f:00"
+    assert ours[0]["pid"] == 4242
+    assert not [line for line in lines if "fault" in line]
+
+
+@needs_root_and_restriction
+@needs_journald
+def test_the_daemonsets_pod_without_the_nodes_journal_names_the_kernel_log_missing(agent_venv):
+    lines = _read_as_the_pod(agent_venv, None, 1.5, None)  # the folder mounted but empty
+    faults = [line["fault"] for line in lines if "fault" in line]
+    assert faults, lines
+    assert {(call, error) for call, error, _ in faults} == {("kernel_log", "OSError")}
+    assert all("journalctl exited with status 1" in message for *_, message in faults)
+    assert not [line for line in lines if "xid" in line]
