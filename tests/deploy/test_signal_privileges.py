@@ -252,15 +252,15 @@ def test_what_the_units_user_may_not_read_is_named_the_mps_daemon_and_the_engine
 # it refuses (NVML_ERROR_NO_PERMISSION, 4); the binding's own return-code check turns that into
 # its exception, and the fault is named for each card, once.
 
-EVENT_SET_READER = """
+NVML_READER = """
 import ctypes, json, sys, time
 import pynvml
 from inventory.telemetry.collector import NvmlCollector
-refuse = int(sys.argv[1])
-if refuse:
-    pynvml._nvmlGetFunctionPointer_cache["nvmlDeviceRegisterEvents"] = ctypes.CFUNCTYPE(
-        ctypes.c_int, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_void_p
-    )(lambda handle, types, event_set: refuse)
+refusals = json.loads(sys.argv[1])  # C entry point -> the NVML return code it answers
+for name, code in refusals.items():
+    pynvml._nvmlGetFunctionPointer_cache[name] = ctypes.CFUNCTYPE(ctypes.c_int)(
+        lambda *args, code=code: code
+    )
 collector = NvmlCollector(pynvml, "mock-a100")
 deadline = time.time() + float(sys.argv[2])
 while time.time() < deadline:
@@ -271,14 +271,16 @@ while time.time() < deadline:
         if event.kind == "xid":
             print(json.dumps({"xid": [event.card_index, event.detail["xid"]]}))
     print(json.dumps({"cards": len(poll.cards)}), flush=True)
-    if refuse == 0 and any(e.kind == "xid" for e in poll.events):
+    if not refusals and any(e.kind == "xid" for e in poll.events):
         break
     time.sleep(0.2)
 collector.close()
 """
 
 
-def _event_set_as_the_unit(agent_venv, refuse: int) -> tuple[list[dict], str]:
+def _nvml_as_the_unit(
+    agent_venv, refusals: dict[str, int], library_mode: int = 0o755
+) -> tuple[list[dict], str]:
     from tests.mock_nvml import VENDORED, MockNvml
 
     if os.uname().machine != "x86_64":
@@ -291,11 +293,12 @@ def _event_set_as_the_unit(agent_venv, refuse: int) -> tuple[list[dict], str]:
         mock = MockNvml(work / "nvml", (VENDORED / "example-config.yaml").read_text())
         for path in (mock.folder, *mock.folder.rglob("*")):
             path.chmod(0o755 if path.is_dir() else 0o644)
+        (mock.folder / "lib").chmod(library_mode)
         command, env, who = unit_command(agent_venv, work)
         library_path = [mock.env["LD_LIBRARY_PATH"], env.get("LD_LIBRARY_PATH")]
         library_env = {"LD_LIBRARY_PATH": os.pathsep.join(p for p in library_path if p)}
         reader = subprocess.run(
-            [*command, "-c", EVENT_SET_READER, str(refuse), "3"],
+            [*command, "-c", NVML_READER, json.dumps(refusals), "3"],
             cwd=work,
             env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8", **env, **mock.env, **library_env},
             capture_output=True,
@@ -313,7 +316,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to
 
 @needs_root
 def test_the_units_user_gets_the_event_sets_xid(agent_venv):
-    lines, who = _event_set_as_the_unit(agent_venv, 0)
+    lines, who = _nvml_as_the_unit(agent_venv, {})
     assert "uid 65534" in who
     assert {"cards": 2} in lines
     assert [line["xid"] for line in lines if "xid" in line] == [[1, 48]]
@@ -325,7 +328,7 @@ def test_the_units_user_gets_the_event_sets_xid(agent_venv):
     ("code", "error"), [(3, "NVMLError_NotSupported"), (4, "NVMLError_NoPermission")]
 )
 def test_a_refused_event_set_is_named_for_each_card_as_the_units_user(agent_venv, code, error):
-    lines, who = _event_set_as_the_unit(agent_venv, code)
+    lines, who = _nvml_as_the_unit(agent_venv, {"nvmlDeviceRegisterEvents": code})
     assert "uid 65534" in who
     faults = [line["fault"] for line in lines if "fault" in line]
     assert [(index, call, name) for index, call, name, _ in faults] == [
@@ -336,6 +339,30 @@ def test_a_refused_event_set_is_named_for_each_card_as_the_units_user(agent_venv
     assert {"cards": 2} in lines  # the cards are still read
     # Not asserted: that no Xid comes. The mock queues its Xid on every event set, registered
     # or not; real NVML queues only a registered card's.
+
+
+# NVML itself missing for the unit's user, named rather than silent: the library where the
+# user cannot reach it (a folder 0700 root's: the kernel refuses it), and the driver's device
+# nodes refused (nvmlInitWithFlags answering NVML_ERROR_NO_PERMISSION, 4, what NVML answers
+# when /dev/nvidiactl cannot be opened; the mock has no device nodes to refuse).
+@needs_root
+@pytest.mark.parametrize(
+    ("refusals", "library_mode", "error", "says"),
+    [
+        ({}, 0o700, "NVMLError_LibraryNotFound", "libnvidia-ml.so.1"),
+        ({"nvmlInitWithFlags": 4}, 0o755, "NVMLError_NoPermission", "may not use NVML"),
+    ],
+    ids=["library-unreachable", "device-nodes-refused"],
+)
+def test_nvml_out_of_the_units_reach_is_named(agent_venv, refusals, library_mode, error, says):
+    lines, who = _nvml_as_the_unit(agent_venv, refusals, library_mode)
+    assert "uid 65534" in who
+    faults = [line["fault"] for line in lines if "fault" in line]
+    assert faults and {(index, call, name) for index, call, name, _ in faults} == {
+        (None, "nvmlInit", error)
+    }, lines
+    assert all(says in message for *_, message in faults)
+    assert {"cards": 0} in lines and {"cards": 2} not in lines
 
 
 # ---- The kernel log as the DaemonSet's pod grants it ------------------------------------
