@@ -7,6 +7,10 @@ MPS control and engine logs need no grant of the unit's own: as its user, a cont
 of the agent's group is found through its environment and asked, a readable engine log's OOM
 arrives; a root-only daemon and log are each named as a fault.
 
+The DaemonSet's pod (uid 0, every capability dropped, no new privileges; setpriv) is proven the
+same way with its mounts emulated: the kernel log through a real journald's journal mounted
+read-only, a root daemon's listed pipe directory and a root log; another user's are named.
+
 The event set's Xids, both ways, on NVIDIA's mock NVML: as the unit's user an Xid arrives, and a
 refused registration is named for each card. The other NVML signals (memory, processes, a lost
 card) are proven as the unit's user by the mock NVML rehearsal
@@ -151,10 +155,15 @@ print(json.dumps({"live": mps.live}), flush=True)
 """
 
 
-def _mps_and_engine_log_as_the_unit(agent_venv, *, granted: bool):
-    """The installed agent's signals as the unit's user, against an MPS control daemon's
-    process (argv[0] nvidia-cuda-mps-control, its pipe directory in its environment) and an
-    engine's log, both owned as `granted` says: by the agent's user and group, or by root only.
+OTHER_UID = 4321  # a user of the node's that is not the pod's: an MPS daemon run as its own
+
+
+def _mps_and_engine_log_as_the_unit(agent_venv, *, granted: bool, as_pod: bool = False):
+    """The installed agent's signals as the unit's user (or, `as_pod`, as the DaemonSet's pod:
+    uid 0 without capabilities), against an MPS control daemon's process (argv[0]
+    nvidia-cuda-mps-control, its pipe directory in its environment) and an engine's log, both
+    owned as `granted` says: by the agent's user and group, or by root only (as the pod: by
+    root, as the kubelet and the device plugin's daemon; or by another user only).
     """
     work = Path(tempfile.mkdtemp(prefix="mps-engine-log-"))
     work.chmod(0o755)
@@ -167,14 +176,24 @@ def _mps_and_engine_log_as_the_unit(agent_venv, *, granted: bool):
     (pipe_dir / "daemon.json").write_text(json.dumps({"servers": {"900": [901]}}))
     log = work / "vllm.log"
     log.write_text("")
-    owner = UNIT_UID if granted else 0
-    # Granted: the daemon runs as a user of the agent's group, its folder that group's; the
-    # engine's log is left world-readable (an ordinary umask 022). Else both are root's alone.
-    os.chown(pipe_dir, 0, UNIT_GID if granted else 0)
-    os.chown(pipe_dir / "daemon.json", 0, UNIT_GID if granted else 0)
-    pipe_dir.chmod(0o750 if granted else 0o700)
-    (pipe_dir / "daemon.json").chmod(0o640 if granted else 0o600)
-    log.chmod(0o644 if granted else 0o600)
+    if as_pod:
+        # Granted: root's, 0700 / 0600 (the pod is uid 0: the owner). Else another user's.
+        owner = 0 if granted else OTHER_UID
+        for path in (pipe_dir, pipe_dir / "daemon.json", log):
+            os.chown(path, owner, owner)
+        pipe_dir.chmod(0o700)
+        (pipe_dir / "daemon.json").chmod(0o600)
+        log.chmod(0o600)
+    else:
+        owner = UNIT_UID if granted else 0
+        # Granted: the daemon runs as a user of the agent's group, its folder that group's;
+        # the engine's log is left world-readable (an ordinary umask 022). Else both are
+        # root's alone.
+        os.chown(pipe_dir, 0, UNIT_GID if granted else 0)
+        os.chown(pipe_dir / "daemon.json", 0, UNIT_GID if granted else 0)
+        pipe_dir.chmod(0o750 if granted else 0o700)
+        (pipe_dir / "daemon.json").chmod(0o640 if granted else 0o600)
+        log.chmod(0o644 if granted else 0o600)
     daemon = subprocess.Popen(
         ["/usr/bin/nvidia-cuda-mps-control", "30"],
         executable="sleep",
@@ -184,11 +203,17 @@ def _mps_and_engine_log_as_the_unit(agent_venv, *, granted: bool):
         extra_groups=[],
     )
     try:
-        command, env, who = unit_command(agent_venv, work)
+        if as_pod:
+            command, env = [*AS_THE_POD, str(agent_venv / "bin" / "python")], {}
+            who = "uid 0, no capabilities, no new privileges"
+        else:
+            command, env, who = unit_command(agent_venv, work)
+        # Not granted, the pipe directory is listed in AGENT_MPS_PIPE_DIRS, as the
+        # environment fault tells the operator to: the daemon's answer is then named.
+        # As the pod, listed either way: a daemon's environment is closed to it (below).
+        listed = "" if granted and not as_pod else str(pipe_dir)
         reader = subprocess.Popen(
-            # Not granted, the pipe directory is listed in AGENT_MPS_PIPE_DIRS, as the
-            # environment fault tells the operator to: the daemon's answer is then named.
-            [*command, "-c", SIGNALS_READER, str(log), "" if granted else str(pipe_dir), "3"],
+            [*command, "-c", SIGNALS_READER, str(log), listed, "3"],
             cwd=work,
             env={"PATH": f"{work / 'bin'}:/usr/bin:/bin", "LANG": "C.UTF-8", **env},
             stdout=subprocess.PIPE,
@@ -480,3 +505,37 @@ def test_the_daemonsets_pod_without_the_nodes_journal_names_the_kernel_log_missi
     assert {(call, error) for call, error, _ in faults} == {("kernel_log", "OSError")}
     assert all("journalctl exited with status 1" in message for *_, message in faults)
     assert not [line for line in lines if "xid" in line]
+
+
+# As the DaemonSet's pod (uid 0, every capability dropped, hostPID): a root-owned pipe
+# directory and log are its own, but a daemon's /proc/<pid>/environ is not, even root's: the
+# kernel's ptrace check (commoncap) wants the reader's capabilities to cover the daemon's,
+# and the pod has none. Its pipe directories are listed (AGENT_MPS_PIPE_DIRS, in the ConfigMap;
+# /tmp/nvidia-mps when unset), and each daemon found is named EnvironUnreadable once.
+@needs_root_and_restriction
+def test_the_daemonsets_pod_asks_a_listed_mps_daemon_and_reads_a_root_engine_log(agent_venv):
+    faults, events, live, who, _, _ = _mps_and_engine_log_as_the_unit(
+        agent_venv, granted=True, as_pod=True
+    )
+    assert who.startswith("uid 0, no capabilities")
+    assert [(s["server_pid"], [c["pid"] for c in s["clients"]]) for s in live] == [(900, [901])]
+    assert ["oom", "7"] in events
+    ((call, error, message),) = faults
+    assert (call, error) == ("mps_control", "EnvironUnreadable")
+    assert "AGENT_MPS_PIPE_DIRS" in message
+
+
+@needs_root_and_restriction
+def test_what_the_daemonsets_pod_may_not_read_is_named(agent_venv):
+    faults, events, live, _, pipe_dir, log = _mps_and_engine_log_as_the_unit(
+        agent_venv, granted=False, as_pod=True
+    )
+    by_error = {(call, error): message for call, error, message in faults}
+    assert set(by_error) == {
+        ("mps_control", "EnvironUnreadable"),
+        ("mps_control", "Unanswered"),
+        ("engine_log", "PermissionError"),
+    }, faults
+    assert by_error[("mps_control", "Unanswered")].startswith(f"{pipe_dir}: OSError: get_server")
+    assert by_error[("engine_log", "PermissionError")].startswith(f"7 {log}: ")
+    assert live == [] and ["oom", "7"] not in events
