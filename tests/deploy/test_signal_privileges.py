@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -539,3 +540,103 @@ def test_what_the_daemonsets_pod_may_not_read_is_named(agent_venv):
     assert by_error[("mps_control", "Unanswered")].startswith(f"{pipe_dir}: OSError: get_server")
     assert by_error[("engine_log", "PermissionError")].startswith(f"7 {log}: ")
     assert live == [] and ["oom", "7"] not in events
+
+
+# ---- The allocator exporter's folder, as the unit's user and as the DaemonSet's pod ----
+#
+# An engine, as root, in its own PID and network namespaces (unshare: the agent can reach
+# neither its PID nor its 127.0.0.1), writes its snapshot into the host folder; the installed
+# agent's reader, as the unit's user (uid 65534, the unit's grants) and as the pod (uid 0, no
+# capability), finds it by the engine's host PID (its NSpid and start time, read in /proc as
+# that user). Missing: the folder closed to that user (0700, another owner's) is named.
+
+STUB_TORCH = Path(__file__).parents[1] / "inventory" / "agent" / "stub_torch"
+CHECKOUT = Path(__file__).resolve().parents[2]
+GIB = 2**30
+ALLOCATOR_READER = """
+import json, sys
+from pathlib import Path
+from inventory.agent.allocator_scrape import read_snapshots
+figures, problems = read_snapshots(Path(sys.argv[1]), {int(sys.argv[2])})
+print(json.dumps({"figures": {str(k): v for k, v in figures.items()}, "problems": problems}))
+"""
+
+
+def _namespaced_engine(folder: Path) -> tuple[subprocess.Popen, int]:
+    stats = folder.parent / "stats.json"
+    stats.write_text(json.dumps({"0": {"reserved_bytes.all.current": 40 * GIB,
+                                       "allocated_bytes.all.current": 31 * GIB}}))  # fmt: skip
+    env = {**os.environ, "STUB_TORCH_STATS": str(stats), "ALLOCATOR_EXPORTER_DIR": str(folder),
+           "ALLOCATOR_EXPORTER_INTERVAL_S": "0.2", "ALLOCATOR_EXPORTER_PORT": "0",
+           "PYTHONPATH": os.pathsep.join([str(STUB_TORCH), str(CHECKOUT)])}  # fmt: skip
+    code = (
+        "import sys, inventory.agent.allocator_exporter as e; "
+        "e.vllm_plugin(); print(e.start(), flush=True); sys.stdin.read()"
+    )
+    engine = subprocess.Popen(
+        ["unshare", "--pid", "--net", "--fork", "--mount-proc", "sh", "-c",
+         'ip link set lo up && exec "$0" -c "$1"', sys.executable, code],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    engine.stdout.readline()  # serving, its first snapshot written
+    (host_pid,) = map(
+        int, Path(f"/proc/{engine.pid}/task/{engine.pid}/children").read_text().split()
+    )
+    deadline = time.monotonic() + 10
+    while not list(folder.glob("1-*.json")):
+        assert time.monotonic() < deadline, "no snapshot"
+        time.sleep(0.05)
+    return engine, host_pid
+
+
+def _snapshots_as(agent_venv, who: str, *, closed: bool) -> tuple[dict | None, list, str, Path]:
+    if shutil.which("ip") is None:
+        pytest.skip("ip is not installed")
+    work = Path(tempfile.mkdtemp(prefix="allocator-"))
+    work.chmod(0o755)
+    folder = work / "allocator"
+    folder.mkdir()
+    folder.chmod(0o1777)  # as docs/deploy.md's tmpfiles line makes it
+    engine, host_pid = _namespaced_engine(folder)
+    try:
+        if closed:  # another user's folder, closed to the agent's
+            os.chown(folder, OTHER_UID, OTHER_UID)
+            folder.chmod(0o700)
+        if who == "pod":
+            command, env = [*AS_THE_POD, str(agent_venv / "bin" / "python")], {}
+            said = "uid 0, no capabilities, no new privileges"
+        else:
+            command, env, said = unit_command(agent_venv, work)
+        read = subprocess.run(
+            [*command, "-c", ALLOCATOR_READER, str(folder), str(host_pid)],
+            cwd=work,
+            env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8", **env},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert read.returncode == 0, read.stderr
+        answer = json.loads(read.stdout)
+    finally:
+        engine.stdin.close()
+        engine.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
+    assert host_pid != 1  # the engine's own PID inside was 1
+    return answer["figures"].get(str(host_pid)), answer["problems"], said, folder
+
+
+@needs_root
+@pytest.mark.parametrize("who", ["unit", "pod"])
+def test_an_engine_in_its_namespaces_is_read_from_the_folder_by_the_agents_user(agent_venv, who):
+    figures, problems, said, _ = _snapshots_as(agent_venv, who, closed=False)
+    assert said.startswith("uid 65534" if who == "unit" else "uid 0, no capabilities")
+    assert problems == []
+    assert figures["reserved_bytes"] == 40 * GIB and figures["allocated_bytes"] == 31 * GIB
+
+
+@needs_root
+@pytest.mark.parametrize("who", ["unit", "pod"])
+def test_a_folder_closed_to_the_agents_user_is_named(agent_venv, who):
+    figures, problems, _, folder = _snapshots_as(agent_venv, who, closed=True)
+    assert figures is None
+    assert problems == [f"{folder}: PermissionError: [Errno 13] Permission denied: '{folder}'"]
