@@ -305,7 +305,7 @@ collector.close()
 
 
 def _nvml_as_the_unit(
-    agent_venv, refusals: dict[str, int], library_mode: int = 0o755
+    agent_venv, refusals: dict[str, int], library_mode: int = 0o755, *, as_pod: bool = False
 ) -> tuple[list[dict], str]:
     from tests.mock_nvml import VENDORED, MockNvml
 
@@ -320,7 +320,11 @@ def _nvml_as_the_unit(
         for path in (mock.folder, *mock.folder.rglob("*")):
             path.chmod(0o755 if path.is_dir() else 0o644)
         (mock.folder / "lib").chmod(library_mode)
-        command, env, who = unit_command(agent_venv, work)
+        if as_pod:
+            command, env = [*AS_THE_POD, str(agent_venv / "bin" / "python")], {}
+            who = "uid 0, no capabilities, no new privileges"
+        else:
+            command, env, who = unit_command(agent_venv, work)
         library_path = [mock.env["LD_LIBRARY_PATH"], env.get("LD_LIBRARY_PATH")]
         library_env = {"LD_LIBRARY_PATH": os.pathsep.join(p for p in library_path if p)}
         reader = subprocess.run(
@@ -341,9 +345,12 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to
 
 
 @needs_root
-def test_the_units_user_gets_the_event_sets_xid(agent_venv):
-    lines, who = _nvml_as_the_unit(agent_venv, {})
-    assert "uid 65534" in who
+@pytest.mark.parametrize("as_pod", [False, True], ids=["unit", "pod"])
+def test_the_units_user_gets_the_event_sets_xid(agent_venv, as_pod):
+    """As the unit's user and as the DaemonSet's pod (whose driver the NVIDIA runtime mounts:
+    not emulated here, the mock has no device nodes)."""
+    lines, who = _nvml_as_the_unit(agent_venv, {}, as_pod=as_pod)
+    assert who.startswith("uid 0, no capabilities" if as_pod else "uid 65534")
     assert {"cards": 2} in lines
     assert [line["xid"] for line in lines if "xid" in line] == [[1, 48]]
     assert [line for line in lines if "fault" in line] == []
