@@ -346,7 +346,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to
 
 @needs_root
 @pytest.mark.parametrize("as_pod", [False, True], ids=["unit", "pod"])
-def test_the_units_user_gets_the_event_sets_xid(agent_venv, as_pod):
+def test_the_event_sets_xid_arrives_as_the_unit_and_as_the_pod(agent_venv, as_pod):
     """As the unit's user and as the DaemonSet's pod (whose driver the NVIDIA runtime mounts:
     not emulated here, the mock has no device nodes)."""
     lines, who = _nvml_as_the_unit(agent_venv, {}, as_pod=as_pod)
@@ -530,7 +530,7 @@ def test_the_daemonsets_pod_asks_a_listed_mps_daemon_and_reads_a_root_engine_log
     assert ["oom", "7"] in events
     ((call, error, message),) = faults
     assert (call, error) == ("mps_control", "EnvironUnreadable")
-    assert "AGENT_MPS_PIPE_DIRS" in message
+    assert "AGENT_MPS_PIPE_DIRS" in message and "DaemonSet's pod" in message
 
 
 @needs_root_and_restriction
