@@ -283,7 +283,8 @@ class MpsMonitors:
                 "mps_control",
                 "EnvironUnreadable",
                 f"MPS control daemon pid {pid}: its pipe directory cannot be read "
-                "from its environment (another user's): list it in "
+                "from its environment (another user's, or, to an agent without "
+                "capabilities such as the DaemonSet's pod, any daemon's): list it in "
                 "AGENT_MPS_PIPE_DIRS",
             )
             for pid in sorted(set(unreadable) - self._unreadable)

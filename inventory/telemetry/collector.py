@@ -362,8 +362,10 @@ class NvmlCollector:
         self._cards[index] = static
         self._last_known[index] = (static.uuid, static.name)
         if self._xid is not None:
+            # Any refusal is told, NotSupported too (a card without Xid events): the event
+            # set's Xids are then missing, and only the kernel log's can arrive.
             fault = self._xid.register(index, handle, static.uuid, ctx.ts)
-            if fault is not None and fault.error != "NVMLError_NotSupported":
+            if fault is not None:
                 ctx.faults.append(fault)
         return static
 

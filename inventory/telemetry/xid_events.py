@@ -152,8 +152,9 @@ class XidEventReader:
                 handle, nvml.nvmlEventTypeXidCriticalError, self._event_set
             )
         except nvml.NVMLError as exc:
+            message = f"{exc}: no Xid events from NVML for this card; only the kernel log's arrive"
             return CollectorFault(
-                index, "nvmlDeviceRegisterEvents", type(exc).__name__, str(exc), uuid, ts
+                index, "nvmlDeviceRegisterEvents", type(exc).__name__, message, uuid, ts
             )
         self._handles[index] = handle
         self._uuids[index] = uuid

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from inventory.models import Deployment, Event
+from inventory.models import CollectorFault, Deployment, Event
 from tests.batches import GIB, write_history
 from tests.factories import DeploymentFactory, GpuFactory
 
@@ -170,3 +170,26 @@ def test_the_page_names_the_role_and_the_fragment_asks_nothing_for_a_navigation_
     asked = " ".join(q["sql"] for q in captured.captured_queries)
     assert '"auth_group"."name"' not in asked  # the roles of the header
     assert '"alerts_alert"' not in asked  # the firing-alert badge
+
+
+def test_a_missing_signal_is_named_on_the_host_page_with_what_to_grant(client_as):
+    """docs/deploy.md's "when missing": the fault's call, error and its message, which says
+    what to grant, never the call alone."""
+    gpu = GpuFactory(index=1)
+    now, BATCH = timezone.now(), "00000000-0000-4000-8000-0000000000f1"
+    for card, call, error, message in (
+        (None, "kernel_log", "Unreadable", "kernel log unreadable: grant CAP_SYSLOG (for "
+         "/dev/kmsg under kernel.dmesg_restrict=1) or the systemd-journal group (for "
+         "journalctl -k); docs/deploy.md, signals and privileges"),
+        (gpu, "nvmlDeviceRegisterEvents", "NVMLError_NotSupported", "Not Supported: no Xid "
+         "events from NVML for this card; only the kernel log's arrive"),
+    ):  # fmt: skip
+        CollectorFault.objects.create(
+            host=gpu.host, gpu=card, card_index=card and card.index, call=call, error=error,
+            message=message, first_at=now, last_at=now, batch_id=BATCH,
+        )  # fmt: skip
+    text = client_as("oncall").get(f"/hosts/{gpu.host.name}/").content.decode()
+    assert "<code>kernel_log</code> Unreadable" in text
+    assert "kernel log unreadable: grant CAP_SYSLOG" in text and "systemd-journal group" in text
+    assert "card 1 <code>nvmlDeviceRegisterEvents</code> NVMLError_NotSupported" in text
+    assert "only the kernel log&#x27;s arrive" in text

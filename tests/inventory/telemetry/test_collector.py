@@ -230,6 +230,27 @@ def test_xid_events_come_out_of_the_poll_with_the_card_they_hit():
     assert collector.poll().events == []
 
 
+@pytest.mark.parametrize("refusal", ["events_supported", "failing"])
+def test_a_card_that_refuses_xid_events_is_named_once_and_still_read(refusal):
+    """The event set's Xids missing (a card without them, or a driver refusing the call) is a
+    fault by name, NotSupported included: never silence."""
+    collector, state = collector_for(h100_card("h", 0), h100_card("h", 1))
+    if refusal == "events_supported":
+        state.cards[1].events_supported = False
+    else:
+        state.cards[1].failing = {"nvmlDeviceRegisterEvents": fake_nvml.NVML_ERROR_NO_PERMISSION}
+    poll = collector.poll()
+    (fault,) = poll.faults
+    assert (fault.card_index, fault.call) == (1, "nvmlDeviceRegisterEvents")
+    expected = {"events_supported": "NVMLError_NotSupported", "failing": "NVMLError_NoPermission"}
+    assert fault.error == expected[refusal]
+    assert "only the kernel log's arrive" in fault.message
+    assert [c.uuid for c in poll.cards] == [c.uuid for c in state.cards]
+    assert collector.poll().faults == []  # said once, at discovery
+    state.post_xid(0, 43)  # the other card's events still arrive
+    assert [(e.card_index, e.detail["xid"]) for e in collector.poll().events] == [(0, 43)]
+
+
 def test_mig_layout_change_is_picked_up():
     card = h200_mig_card("mig", 0)
     collector, _ = collector_for(card)
