@@ -1,19 +1,22 @@
 """Page server times with a big fleet: 1,000 hosts x 8 cards x 30 days of history.
 
-    python tests/bench/bench_pages.py [--hosts 1000] [--requests 15] [--json OUT]
+    python tests/bench/bench_pages.py [--hosts 1000] [--requests 15] [--days 30]
+        [--minute-hours 6] [--json OUT]
 
 Needs the database of DATABASE_URL migrated (make bench uses a separate bench database).
 
-History is written straight into the rollup tables with generate_series, in time order
-as ingest leaves them: hourly card rollups for 30 days and minute rollups for the last 6 hours
-for every card, raw samples for the last 30 minutes, and, for the hosts whose pages are timed,
-process and engine rollups for the whole window (and the hourly packs of their minutes that a
-rollup refresh would write). A few more hosts are built the way co-location
-leaves them (SHARED_GROUPS: cards with two or three tenants each, like the demo's infer-01
-before its switch), with the timed hosts' history, so that the co-peak analysis has shared
-cards to read. Then the fleet board, the host page and its JSON are requested as a logged-in
-manager through Django's test client, and the median server time is reported (the client runs
-the whole request: middleware, view, queries, template).
+History is written straight into the rollup tables with generate_series, in time order as
+ingest leaves them: hourly card rollups for 30 days (--days; the timed hosts always 30) and
+minute rollups for the last 6 hours (--minute-hours) for every card, raw samples for the last
+30 minutes, and, for the hosts whose pages are timed, process and engine rollups for the whole
+window (and the hourly packs of their minutes that a rollup refresh would write). A few more
+hosts are built the way co-location leaves them (SHARED_GROUPS: cards with two or three tenants
+each, like the demo's infer-01 before its switch), with the timed hosts' history, so that the
+co-peak analysis has shared cards to read. Then the fleet board, the host page and its JSON are
+requested as a logged-in manager through Django's test client, and the median server time is
+reported (the client runs the whole request: middleware, view, queries, template). So are the
+board's filters and sorts, /metrics whole and in shards (?shard=K/N), the OOM history (three
+OOMs a host over 30 days) and the audit trail (AUDIT_PER_HOST entries a host).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from django.utils import timezone
 
 from console.heap import settle
 from inventory.models import Deployment, Gpu, Host, ServedModel
+from inventory.reports.fleet import SORTS
 from inventory.timeseries import partitions, rollups
 
 GIB = 1024**3
@@ -51,6 +55,8 @@ TIMED_HOSTS = 20
 # Time-shared deployments: two on cards 0-3, three on cards 4-5, one alone on 6-7.
 SHARED_GROUPS = ((0, 1, 2, 3), (0, 1, 2, 3), (4, 5), (4, 5), (4, 5), (6, 7))
 SHARED_HOSTS = 3
+AUDIT_PER_HOST = 20
+METRICS_SHARDS = 8
 
 
 def _cards_of(host_rows: list[Host]) -> dict[int, list[Gpu]]:
@@ -84,7 +90,12 @@ def build_fleet(hosts: int) -> list[Host]:
         for i in range(len(GROUPS))
     ]  # fmt: skip
     host_rows = Host.objects.bulk_create(
-        [Host(name=f"bench-{i:04d}", collector=Host.Collector.NONE) for i in range(hosts)]
+        [
+            Host(
+                name=f"bench-{i:04d}", collector=Host.Collector.NONE, labels={"rack": f"r{i % 40}"}
+            )
+            for i in range(hosts)
+        ]
     )
     by_host = _cards_of(host_rows)
     deployments = Deployment.objects.bulk_create(
@@ -157,7 +168,9 @@ def sql(statement: str, params: list | None = None) -> None:
         cursor.execute(statement, params or [])
 
 
-def write_history(hosts: list[Host], shared: list[Host]) -> dict[str, float]:
+def write_history(
+    hosts: list[Host], shared: list[Host], days: int = 30, minute_hours: int = 6
+) -> dict[str, float]:
     now = timezone.now()
     partitions.ensure_partitions(now - timezone.timedelta(days=31), now)
     ids = [h.pk for h in hosts + shared]
@@ -177,24 +190,25 @@ def write_history(hosts: list[Host], shared: list[Host]) -> dict[str, float]:
           ON t.gpu_id = g.id"""
     timings = {}
     steps = [
-        ("card rollup 1h, 30 days, every card", f"""
+        (f"card rollup 1h, {days} days every card, 30 days timed hosts", f"""
             INSERT INTO inventory_card_rollup_1h
             SELECT g.id, b, 360, false, g.memory_total_bytes, ({used})::bigint,
                    ({used}) * 360, 360, 502267904, g.memory_total_bytes - ({used})::bigint,
                    90, 90 * 360, 360, random() * 0.6
             FROM inventory_gpu g CROSS JOIN generate_series(
-                date_trunc('hour', now()) - interval '30 days', date_trunc('hour', now()),
+                date_trunc('hour', now()) - CASE WHEN g.host_id = ANY(%s) THEN interval '30 days'
+                    ELSE %s * interval '1 day' END, date_trunc('hour', now()),
                 interval '1 hour') b
-            WHERE g.host_id = ANY(%s) ORDER BY b, g.id""", [ids]),
-        ("card rollup 1m, 6 hours, every card", f"""
+            WHERE g.host_id = ANY(%s) ORDER BY b, g.id""", [timed, days, ids]),
+        (f"card rollup 1m, {minute_hours} hours, every card", f"""
             INSERT INTO inventory_card_rollup_1m
             SELECT g.id, b, 6, false, g.memory_total_bytes, ({used})::bigint, ({used}) * 6, 6,
                    502267904, g.memory_total_bytes - ({used})::bigint, 90, 540, 6,
                    random() * 0.6
             FROM inventory_gpu g CROSS JOIN generate_series(
-                date_trunc('minute', now()) - interval '6 hours', date_trunc('minute', now()),
+                date_trunc('minute', now()) - %s * interval '1 hour', date_trunc('minute', now()),
                 interval '1 minute') b
-            WHERE g.host_id = ANY(%s) ORDER BY b, g.id""", [ids]),
+            WHERE g.host_id = ANY(%s) ORDER BY b, g.id""", [minute_hours, ids]),
         ("card rollup 1m, 24 hours, timed hosts", f"""
             INSERT INTO inventory_card_rollup_1m
             SELECT g.id, b, 6, false, g.memory_total_bytes, ({used})::bigint, ({used}) * 6, 6,
@@ -202,8 +216,10 @@ def write_history(hosts: list[Host], shared: list[Host]) -> dict[str, float]:
                    random() * 0.6
             FROM inventory_gpu g CROSS JOIN generate_series(
                 date_trunc('minute', now()) - interval '24 hours',
-                date_trunc('minute', now()) - interval '6 hours 1 minute', interval '1 minute') b
-            WHERE g.host_id = ANY(%s) ORDER BY b, g.id ON CONFLICT DO NOTHING""", [timed]),
+                date_trunc('minute', now()) - %s * interval '1 hour' - interval '1 minute',
+                interval '1 minute') b
+            WHERE g.host_id = ANY(%s) ORDER BY b, g.id ON CONFLICT DO NOTHING""",
+         [minute_hours, timed]),
         ("raw samples, 30 minutes, every card", f"""
             INSERT INTO inventory_card_sample
             SELECT g.id, b, gen_random_uuid(), 60, 60, false, g.memory_total_bytes,
@@ -259,12 +275,24 @@ def write_history(hosts: list[Host], shared: list[Host]) -> dict[str, float]:
             SELECT (%s::bigint[])[1 + floor(random() * %s)::int], 'oom',
                    now() - random() * interval '30 days', '{}', '{}', 'true_peak',
                    'needed 2.0 GiB; card free 0.4 GiB: true peak', '{}', gen_random_uuid(), 0
-            FROM generate_series(1, 3000);
+            FROM generate_series(1, 3 * %s);
             INSERT INTO inventory_collectorstatus (host_id, last_seq, last_sample_at,
                 last_batch_at, batches, missing_batches, faults_last_batch, faults_total,
                 outbox_depth, outbox_dropped, events_dropped, mps_servers, sequences)
             SELECT id, 100, now(), now(), 100, 0, 0, 0, 0, 0, 0, '[]', '{}' FROM inventory_host
-            WHERE id = ANY(%s)""", [ids, len(ids), ids]),
+            WHERE id = ANY(%s)""", [ids, len(ids), len(ids), ids]),
+        (f"audit trail, {AUDIT_PER_HOST} entries a host over 30 days", """
+            INSERT INTO console_auditentry (at, change_id, actor_name, action, content_type_id,
+                object_id, object_repr, host_id, before, after, comment)
+            SELECT now() - random() * interval '30 days', gen_random_uuid(),
+                   'bench-actor-' || (n %% 7),
+                   (ARRAY['host.register', 'host.rotate_secret', 'host_action.request',
+                          'host_action.approve'])[1 + n %% 4],
+                   (SELECT id FROM django_content_type
+                    WHERE app_label = 'inventory' AND model = 'host'),
+                   h.id::text, h.name, h.id, '{"status": "active"}', '{"status": "draining"}', ''
+            FROM inventory_host h CROSS JOIN generate_series(1, %s) n
+            WHERE h.id = ANY(%s)""", [AUDIT_PER_HOST, ids]),
     ]  # fmt: skip
     for label, statement, params in steps:
         started = time.perf_counter()
@@ -353,15 +381,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=15)
+    parser.add_argument("--days", type=int, default=30, help="hourly history of every card")
+    parser.add_argument("--minute-hours", type=int, default=6, help="minute history, every card")
+    parser.add_argument("--reuse", action="store_true", help="time the fleet already built")
+    parser.add_argument("--only", default="", help="time only the pages whose label has this")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     settings.ALLOWED_HOSTS = ["testserver"]
-    print(f"building {args.hosts} hosts x {CARDS} cards, 30 days of history", flush=True)
-    started = time.perf_counter()
-    hosts = build_fleet(args.hosts)
-    shared = build_shared_hosts(SHARED_HOSTS)
-    generation = write_history(hosts, shared)
-    print(f"  loaded in {time.perf_counter() - started:.0f} s", flush=True)
+    if args.reuse:  # the fleet and history of an earlier run, timed again
+        hosts = list(Host.objects.filter(name__regex=r"^bench-[0-9]+$").order_by("name"))
+        shared = list(Host.objects.filter(name__startswith="bench-shared-").order_by("name"))
+        generation = {}
+    else:
+        print(f"building {args.hosts} hosts x {CARDS} cards, {args.days} days", flush=True)
+        started = time.perf_counter()
+        hosts = build_fleet(args.hosts)
+        shared = build_shared_hosts(SHARED_HOSTS)
+        generation = write_history(hosts, shared, args.days, args.minute_hours)
+        print(f"  loaded in {time.perf_counter() - started:.0f} s", flush=True)
     user, _ = get_user_model().objects.get_or_create(username="bench-manager")
     user.groups.add(Group.objects.get(name="manager"))
     client = Client()
@@ -380,12 +417,28 @@ def main() -> None:
         "host analyses (fragment)": [f"/hosts/{name}/analysis/" for name in timed],
         "host analyses, shared cards": [f"/hosts/{h.name}/analysis/" for h in shared],
         "ledger API": [f"/api/hosts/{name}/ledger/" for name in timed],
+        # The board's filters and sorts, whole page (the target is the same as page 1's).
+        "board filter: status": ["/?status=active"],
+        "board filter: name": ["/?q=bench-00"],
+        "board filter: label": ["/?label=rack:r12"],
+        "board filter: problems only": ["/?problems=on"],
+        **{f"board sort: {key}": [f"/?sort={key}"] for key in SORTS},
+        "/metrics, whole fleet": ["/metrics"],
+        f"/metrics, one shard of {METRICS_SHARDS}": [
+            f"/metrics?shard={k}/{METRICS_SHARDS}" for k in range(METRICS_SHARDS)
+        ],
+        "OOM history /oom/ (4 weeks)": ["/oom/"],
+        "OOM history, one host": [f"/oom/?host={name}" for name in timed],
+        "audit trail /audit/": ["/audit/"],
+        "audit trail, one host": [f"/audit/?host={name}" for name in timed],
+        "audit trail, one actor": ["/audit/?actor=bench-actor-3"],
     }
+    pages = {label: urls for label, urls in pages.items() if args.only in label}
     for label, urls in pages.items():
         median, size = median_ms(client, urls, args.requests)
         figures[label] = {"median_ms": round(median, 1), "bytes": size}
         print(f"  {label:28} median {median:7.1f} ms  {size:>9,} bytes", flush=True)
-    for label, (median, size) in time_previews(timed).items():
+    for label, (median, size) in (time_previews(timed) if not args.only else {}).items():
         figures[label] = {"median_ms": round(median, 1), "bytes": size}
         print(f"  {label:28} median {median:7.1f} ms  {size:>9,} bytes", flush=True)
     figures["load_average"] = [began, os.getloadavg()[0]]

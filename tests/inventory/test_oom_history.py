@@ -376,3 +376,17 @@ def test_the_navigation_offers_oom_history_after_models(client_as):
     labels = [item["label"] for item in response.context["nav_items"]]
     assert labels[labels.index("Models") + 1] == "OOM history"
     assert next(item for item in response.context["nav_items"] if item["active"])["key"] == "oom"
+
+
+@pytest.mark.django_db
+def test_the_page_does_not_list_every_host_to_filter_by(client_as, fleet):
+    """A host is typed, not picked from a select of the whole fleet (10,000 options at
+    10,000 hosts); the typed name still filters and stays in its field."""
+    for n in range(30):
+        HostFactory(name=f"quiet-{n:03d}")
+    oom(fleet["edge"], this_monday() - WEEK)
+    client = client_as("manager")
+    assert "quiet-012" not in client.get("/oom/").content.decode()
+    response = client.get("/oom/?host=edge-02")
+    assert response.context["history"].total == 1
+    assert 'name="host" value="edge-02"' in response.content.decode()
