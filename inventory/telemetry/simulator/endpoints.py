@@ -174,18 +174,27 @@ class EndpointServer:
             self._server.close()
 
     def start_in_thread(self) -> int:
-        """Serve from a daemon thread of this process; returns the port once it listens."""
+        """Serve from a daemon thread of this process; returns the port once it listens. A
+        port that cannot be bound raises the bind's own OSError here, in the caller."""
         ready = threading.Event()
+        failed: list[OSError] = []
 
         def serve() -> None:
             self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(self.start())
-            ready.set()
+            try:
+                self._loop.run_until_complete(self.start())
+            except OSError as error:
+                failed.append(error)
+                return
+            finally:
+                ready.set()
             self._loop.run_forever()
 
         threading.Thread(target=serve, name="sim-endpoints", daemon=True).start()
         if not ready.wait(10):
             raise RuntimeError("the simulated endpoints did not start listening")
+        if failed:
+            raise failed[0]
         return self.port
 
     async def _connection(self, reader, writer) -> None:

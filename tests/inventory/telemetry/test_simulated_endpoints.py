@@ -3,6 +3,8 @@
 import asyncio
 import json
 
+import pytest
+
 from console.proposals.loadtest.execution import run_to_end
 from inventory.analytics.stats import percentile
 from inventory.telemetry.simulator.endpoints import EndpointServer, SimulatedBehaviour
@@ -80,3 +82,12 @@ def test_a_restart_takes_the_replica_down_and_it_answers_503_until_it_is_back():
     assert run_to_end(ask()) == [200, 503, 404]
     host.advance_to(BUSY + 1)
     assert host.replica("chat-large").up
+
+
+def test_a_port_already_taken_raises_the_binds_own_error_for_the_agent_to_carry_on():
+    taken = EndpointServer(SimulatedBehaviour({}))
+    port = taken.start_in_thread()
+    # inventory.agent.app catches OSError and runs on without endpoints; anything else (a
+    # RuntimeError after a 10 s wait, as before) stopped the agent from starting at all.
+    with pytest.raises(OSError, match="address already in use"):
+        EndpointServer(SimulatedBehaviour({}), port=port).start_in_thread()
