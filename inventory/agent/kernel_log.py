@@ -19,6 +19,7 @@ import grp
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,10 @@ from inventory.telemetry.xid_events import xid_detail
 
 _READ_CHUNK = 65536
 _MAX_LINES_PER_POLL = 5000  # a flood of kernel messages must not stall sampling
+_STDERR_KEPT = 2000  # bytes of journalctl's stderr kept for the fault's message
+# A reader that failed (journalctl exited: no journal mounted, say) is opened again only
+# after this long: reopening every poll would start a journalctl a second.
+REOPEN_AFTER_S = 60.0
 
 
 class _LineReader:
@@ -75,11 +80,13 @@ def open_kmsg(path: str = "/dev/kmsg") -> _LineReader:
 
 
 class JournalReader(_LineReader):
-    """`journalctl ... -f -o cat`, read through a non-blocking pipe."""
+    """`journalctl ... -f -o cat`, read through a non-blocking pipe. Its stderr goes to a
+    file (a pipe nobody drains could block it), so an exit can say why."""
 
     def __init__(self, command: list[str]) -> None:
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed with the reader)
         self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+            command, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL
         )
         fd = self.process.stdout.fileno()
         os.set_blocking(fd, False)
@@ -88,7 +95,13 @@ class JournalReader(_LineReader):
     def lines(self) -> list[str]:
         lines = super().lines()
         if not lines and self.process.poll() is not None:
-            raise OSError(f"journalctl exited with status {self.process.returncode}")
+            self._stderr.seek(0)
+            said = self._stderr.read()[-_STDERR_KEPT:].decode(errors="replace").strip()
+            last = said.splitlines()[-1] if said else ""
+            raise OSError(
+                f"journalctl exited with status {self.process.returncode}"
+                + (f": {last}" if last else "")
+            )
         return lines
 
     def close(self) -> None:
@@ -97,6 +110,7 @@ class JournalReader(_LineReader):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(2)
         self.process.stdout.close()
+        self._stderr.close()
 
 
 # Groups whose members journald lets read the system journal (journalctl(1), "Access").
@@ -142,10 +156,14 @@ class KernelXidSource:
         self._scanner = LogScanner("kernel")
         self._unavailable: str | None = None
         self._reported = False
+        self._failed: str | None = None  # the last read's failure, said once until lines come
+        self._reopen_at = 0.0
         self.via: str | None = None  # which log it reads, for the collector-health panel
 
     def read(self, ts: float) -> tuple[list[TelemetryEvent], list[CollectorFault]]:
         faults: list[CollectorFault] = []
+        if self._reader is None and ts < self._reopen_at:
+            return [], faults
         if self._reader is None and not self._open():
             if not self._reported:
                 self._reported = True
@@ -157,11 +175,16 @@ class KernelXidSource:
         try:
             lines = self._reader.lines()
         except OSError as error:
-            faults.append(
-                CollectorFault(None, "kernel_log", type(error).__name__, str(error), ts=ts)
-            )
+            if str(error) != self._failed:  # the same failure again is no news
+                self._failed = str(error)
+                faults.append(
+                    CollectorFault(None, "kernel_log", type(error).__name__, str(error), ts=ts)
+                )
             self.close()
+            self._reopen_at = ts + REOPEN_AFTER_S
             return [], faults
+        if lines:
+            self._failed = None
         found = [event for line in lines for event in self._scanner.feed(line)]
         # A driver fault's line waits for the next one to be closed; on a quiet kernel log
         # that could be hours, so what a read leaves open is closed with it.

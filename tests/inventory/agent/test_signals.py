@@ -1,15 +1,24 @@
 """A real host's events: exits and restarts from NVML process lists, engine logs, kernel Xids,
 all driven through the real collector and agent runtime against the fake NVML."""
 
+import itertools
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from inventory.agent import allocator_scrape
 from inventory.agent.engine_logs import EngineLogs, FileTail
-from inventory.agent.kernel_log import KernelXidSource, NvmlPciMap, open_journal, open_kmsg
+from inventory.agent.kernel_log import (
+    REOPEN_AFTER_S,
+    JournalReader,
+    KernelXidSource,
+    NvmlPciMap,
+    open_journal,
+    open_kmsg,
+)
 from inventory.agent.mps import MpsControl, MpsMonitor, MpsMonitors, running_pipe_dirs
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.signals import SignalOptions
@@ -176,6 +185,33 @@ def test_an_unreadable_kernel_log_is_said_once_as_a_fault(tmp_path):
     assert events == [] and fault.call == "kernel_log"
     assert "Operation not permitted" in fault.message and "not found" in fault.message
     assert source.read(2.0) == ([], [])
+
+
+def test_a_journal_that_keeps_exiting_is_said_once_with_its_reason_and_not_restarted_each_poll(
+    tmp_path,
+):
+    # A pod with the node's journal folder mounted but empty: journalctl starts, says why on
+    # stderr and exits, every time it is started.
+    fake = tmp_path / "journalctl"
+    fake.write_text("#!/bin/sh\necho 'No journal files were found.' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    now, starts = [0.0], []
+
+    def journal():
+        starts.append(now[0])
+        return JournalReader([str(fake)])
+
+    source = KernelXidSource([journal], lambda pci: None)
+    faults = []
+    for second in range(0, 200, 2):
+        now[0] = float(second)
+        faults += source.read(now[0])[1]
+        time.sleep(0.03)  # the started journalctl exits meanwhile
+    (fault,) = faults
+    assert fault.call == "kernel_log"
+    assert fault.message == "journalctl exited with status 1: No journal files were found."
+    assert len(starts) >= 2  # it is tried again, but not every poll:
+    assert all(b - a >= REOPEN_AFTER_S for a, b in itertools.pairwise(starts))
 
 
 def test_the_kernel_fixture_through_kmsg_yields_each_real_xid(tmp_path):
