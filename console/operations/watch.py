@@ -12,7 +12,8 @@ from django.db.models import Q
 
 from console.operations import degradation, mps_recovery, off_peak, services
 from console.operations.models import DegradationRun, HostAction, MpsRecovery
-from inventory.models import Event, Gpu, Host
+from inventory.analytics.memory_pressure import TenantMemory, card_pressure
+from inventory.models import Deployment, Event, Gpu, Host
 from inventory.timeseries import queries
 from inventory.timeseries.locks import ProcessLock
 
@@ -82,17 +83,40 @@ def _reacted(what: str, react, *args, **kwargs) -> bool:
 
 
 def _cards_over_limit() -> int:
+    """Cards past the on-demand limit (inventory.analytics.memory_pressure), judged for the
+    whole fleet in three queries: a card whose preallocated pools alone fill it to 95% by NVML
+    is no candidate, so it costs no per-card reading every pass."""
     gpus = list(
         Gpu.objects.filter(host__status=Host.Status.ACTIVE).values_list("pk", "memory_total_bytes")
     )
     latest = queries.latest_card_samples([pk for pk, _ in gpus], dt.timedelta(minutes=1))
-    started = 0
+    nvml_over = {}
     for pk, inventory_total in gpus:
         sample = latest.get(pk)
-        if not sample or sample["used_last"] is None:
-            continue
-        total = sample["total_bytes"] or inventory_total
-        if sample["used_last"] >= settings.DEGRADATION_LIMIT * total:
+        if sample and sample["used_last"] is not None:
+            total = sample["total_bytes"] or inventory_total
+            if sample["used_last"] >= settings.DEGRADATION_LIMIT * total:
+                nvml_over[pk] = (total, sample)
+    held = queries.latest_process_memory(list(nvml_over), dt.timedelta(minutes=1))
+    engines = dict(
+        Deployment.objects.filter(pk__in={d for _, d in held})
+        .exclude(status=Deployment.Status.STOPPED)
+        .values_list("pk", "served_model__engine")
+    )
+    tenants: dict[int, list[TenantMemory]] = {}
+    for (gpu_pk, deployment_pk), held_bytes in held.items():
+        engine = engines.get(deployment_pk, "other")  # a stopped one's memory is on demand
+        tenants.setdefault(gpu_pk, []).append(TenantMemory(str(deployment_pk), engine, held_bytes))
+    started = 0
+    for pk, (total, sample) in nvml_over.items():
+        pressure = card_pressure(
+            total,
+            sample["used_last"],
+            tenants.get(pk, ()),
+            settings.DEGRADATION_LIMIT,
+            sample["reserved_last"] or 0,
+        )
+        if sample["used_last"] >= pressure.limit_bytes:
             started += _reacted(f"card {pk} over its limit", degradation.on_card_over_limit, pk)
     return started
 

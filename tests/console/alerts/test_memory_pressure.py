@@ -116,3 +116,15 @@ def test_a_full_pool_fires_while_its_engine_preempts_and_never_degrades(memory_r
     # pool could use before its engine restarts with a larger one.
     watch.watch(timezone.now())
     assert not DegradationRun.objects.exists()
+
+
+def test_the_watch_asks_for_a_decision_only_on_cards_past_the_on_demand_limit(pools, monkeypatch):
+    gpu, chat, batch_model = pools
+    asked = []
+    monkeypatch.setattr(watch.degradation, "on_card_over_limit", asked.append)
+    _report(gpu, 78, [(chat, 40), (batch_model, 38)])  # 97.5% by NVML, all of it the pools
+    watch.watch(timezone.now())
+    assert asked == []  # no per-card reading each pass for a card its pools fill
+    _report(gpu, 79, [(chat, 40), (batch_model, 20), (None, 19)])
+    watch.watch(timezone.now())
+    assert asked == [gpu.pk]
