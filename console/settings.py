@@ -362,6 +362,11 @@ CELERY_BEAT_SCHEDULE = {
         # A pass queued behind a busy worker is done by the next one.
         "options": {"expires": COLLECTION_PLAN_INTERVAL_S},
     },
+    "pack-samples": {
+        "task": "inventory.pack_samples",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
     "refresh-rollups": {
         "task": "inventory.refresh_rollups",
         "schedule": env_float("ROLLUP_REFRESH_INTERVAL_S", 20.0, minimum=1.0),

@@ -19,7 +19,7 @@ from django.utils import timezone
 from inventory.collection import agent_queue, collection_plan, hosts_with_plans
 from inventory.demo_history import backfill
 from inventory.models import Host, PlanDelivery
-from inventory.timeseries import partitions, rollups
+from inventory.timeseries import packing, partitions, rollups
 from inventory.wire import signing
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,18 @@ def refresh_rollups() -> int:
     """Fold the minutes ingest marked dirty into the rollups (idempotent; safe in parallel)."""
 
     return rollups.refresh()
+
+
+# A pass packs for this long and leaves the rest to the next (beat runs it every minute).
+PACK_BUDGET_S = 50.0
+
+
+@shared_task(name="inventory.pack_samples", time_limit=120, soft_time_limit=110)
+def pack_samples() -> int:
+    """Pack the closed hours of samples and minute rollups that are due, for at most
+    PACK_BUDGET_S (idempotent; the next run goes on where this one stopped)."""
+
+    return len(packing.pack(budget_s=PACK_BUDGET_S))
 
 
 @shared_task(

@@ -24,8 +24,8 @@ def cards_now(since: dt.datetime) -> list[dict]:
         JOIN inventory_host h ON h.id = g.host_id
         LEFT JOIN LATERAL (
             SELECT c.total_bytes, c.used_last, c.reserved_last, c.frag_index_max
-            FROM inventory_card_sample c
-            WHERE c.gpu_id = g.id AND c.ts > %s ORDER BY c.ts DESC LIMIT 1
+            FROM inventory_card_samples(%(since)s, 'infinity') c
+            WHERE c.gpu_id = g.id AND c.ts > %(since)s ORDER BY c.ts DESC LIMIT 1
         ) s ON true
         LEFT JOIN (
             SELECT dg.gpu_id, count(*) AS tenants
@@ -37,7 +37,7 @@ def cards_now(since: dt.datetime) -> list[dict]:
         WHERE {_WATCHED_HOSTS}
         ORDER BY g.host_id, g.index
         """,
-        [since],
+        {"since": since},
     )
 
 
@@ -53,13 +53,13 @@ def deployments_now(since: dt.datetime) -> list[dict]:
         JOIN inventory_host h ON h.id = d.host_id
         JOIN inventory_servedmodel m ON m.id = d.served_model_id
         LEFT JOIN LATERAL (
-            SELECT s.latency_p99_s FROM inventory_engine_sample s
-            WHERE s.deployment_id = d.id AND s.ts > %s ORDER BY s.ts DESC LIMIT 1
+            SELECT s.latency_p99_s FROM inventory_engine_samples(%(since)s, 'infinity') s
+            WHERE s.deployment_id = d.id AND s.ts > %(since)s ORDER BY s.ts DESC LIMIT 1
         ) e ON true
         WHERE d.status <> 'stopped' AND {_WATCHED_HOSTS}
         ORDER BY d.id
         """,
-        [since],
+        {"since": since},
     )
 
 
@@ -138,14 +138,15 @@ def card_tenants_now(since: dt.datetime, pressure_since: dt.datetime) -> list[di
             -- is not counted beside its new one
             SELECT sum(ps.used_last) AS held
             FROM (
-                SELECT c.ts FROM inventory_card_sample c
+                SELECT c.ts FROM inventory_card_samples(%(since)s, 'infinity') c
                 WHERE c.gpu_id = dg.gpu_id AND c.ts > %(since)s ORDER BY c.ts DESC LIMIT 1
             ) newest
-            JOIN inventory_process_sample ps ON ps.gpu_id = dg.gpu_id AND ps.ts = newest.ts
+            JOIN inventory_process_samples(%(since)s, 'infinity') ps
+                ON ps.gpu_id = dg.gpu_id AND ps.ts = newest.ts
             WHERE ps.deployment_id = d.id AND ps.used_last IS NOT NULL
         ) p ON true
         LEFT JOIN LATERAL (
-            SELECT s.kv_usage_last FROM inventory_engine_sample s
+            SELECT s.kv_usage_last FROM inventory_engine_samples(%(since)s, 'infinity') s
             WHERE s.deployment_id = d.id AND s.ts > %(since)s ORDER BY s.ts DESC LIMIT 1
         ) e ON true
         WHERE d.status <> 'stopped' AND {_WATCHED_HOSTS}

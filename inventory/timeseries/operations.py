@@ -14,11 +14,11 @@ def process_pids_since(gpu_id: int, since: dt.datetime) -> dict[int, list[int]]:
     """Deployment id -> the PIDs its processes had on the card in samples after `since`."""
     rows = _rows(
         """
-        SELECT deployment_id, pid, max(ts) AS ts FROM inventory_process_sample
+        SELECT deployment_id, pid, max(ts) AS ts FROM inventory_process_samples(%s, 'infinity')
         WHERE gpu_id = %s AND ts > %s AND deployment_id IS NOT NULL
         GROUP BY deployment_id, pid ORDER BY max(ts) DESC
         """,
-        [gpu_id, since],
+        [since, gpu_id, since],
     )
     pids: dict[int, list[int]] = {}
     for row in rows:
@@ -37,11 +37,11 @@ def allocator_now(gpu_ids: list[int], since: dt.datetime) -> list[dict]:
         SELECT DISTINCT ON (gpu_id, deployment_id) gpu_id, deployment_id, pid, ts,
                greatest(alloc_reserved_last - alloc_allocated_last, 0) AS reserve,
                frag_index_max AS fragmentation
-        FROM inventory_process_sample
+        FROM inventory_process_samples(%s, 'infinity')
         WHERE gpu_id = ANY(%s) AND ts > %s AND deployment_id IS NOT NULL
-        ORDER BY gpu_id, deployment_id, ts DESC
-        """,
-        [gpu_ids, since],
+        ORDER BY gpu_id, deployment_id, ts DESC, pid DESC
+        """,  # two processes of a deployment in one sample: the same one every time
+        [since, gpu_ids, since],
     )
 
 

@@ -56,6 +56,14 @@ TABLES = (
     # The minute rollups' figures the analyses read, an hour a row: as long as the minutes.
     PartitionedTable("inventory_memory_minutes_1h", "day", MINUTE),
     PartitionedTable("inventory_engine_minutes_1h", "day", MINUTE),
+    # The same rows an hour a row (inventory.timeseries.packing), kept as long as the rows.
+    PartitionedTable("inventory_card_sample_pack", "day", RAW),
+    PartitionedTable("inventory_process_sample_pack", "day", RAW),
+    PartitionedTable("inventory_engine_sample_pack", "day", RAW),
+    PartitionedTable("inventory_mig_sample_pack", "day", RAW),
+    PartitionedTable("inventory_card_rollup_1m_pack", "day", MINUTE),
+    PartitionedTable("inventory_process_rollup_1m_pack", "day", MINUTE),
+    PartitionedTable("inventory_engine_rollup_1m_pack", "day", MINUTE),
 )
 
 _PARTITION = re.compile(r"_p(\d{6}|\d{8})$")

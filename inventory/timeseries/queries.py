@@ -23,11 +23,14 @@ from inventory.analytics.stats import interpolate_percentile, percentile_ranks
 
 @dataclass(frozen=True)
 class Source:
+    """Where a series is read from. The tables are FROM items: raw samples and minute rollups
+    through their reader functions over the window's span %(lo)s..%(hi)s (rows and packs,
+    inventory.timeseries.packing), hourly rollups as they are."""
+
     name: str  # "raw", "1m" or "1h"
     resolution_s: int
     card_table: str
     process_table: str
-    engine_table: str
 
     @property
     def time_column(self) -> str:
@@ -35,12 +38,11 @@ class Source:
         return "ts" if self.resolution_s == 0 else "bucket"
 
 
-RAW = Source("raw", 0, "inventory_card_sample", "inventory_process_sample",
-             "inventory_engine_sample")  # fmt: skip
-MINUTE = Source("1m", 60, "inventory_card_rollup_1m", "inventory_process_rollup_1m",
-                "inventory_engine_rollup_1m")  # fmt: skip
-HOUR = Source("1h", 3600, "inventory_card_rollup_1h", "inventory_process_rollup_1h",
-              "inventory_engine_rollup_1h")  # fmt: skip
+RAW = Source("raw", 0, "inventory_card_samples(%(lo)s, %(hi)s)",
+             "inventory_process_samples(%(lo)s, %(hi)s)")  # fmt: skip
+MINUTE = Source("1m", 60, "inventory_card_rollups_1m(%(lo)s, %(hi)s)",
+                "inventory_process_rollups_1m(%(lo)s, %(hi)s)")  # fmt: skip
+HOUR = Source("1h", 3600, "inventory_card_rollup_1h", "inventory_process_rollup_1h")
 
 
 # Points sit on whole steps since the epoch (hours on the hour), whatever the window's start.
@@ -87,14 +89,14 @@ def latest_card_samples(gpu_ids: list[int], within: dt.timedelta) -> dict[int, d
         """
         SELECT g.id AS gpu_id, s.ts, s.total_bytes, s.used_max, s.used_last, s.reserved_last,
                s.free_min, s.free_last, s.util_gpu_last, s.lost, s.frag_index_max
-        FROM unnest(%s::bigint[]) AS g(id)
+        FROM unnest(%(gpu_ids)s::bigint[]) AS g(id)
         CROSS JOIN LATERAL (
-            SELECT * FROM inventory_card_sample c
-            WHERE c.gpu_id = g.id AND c.ts > %s
+            SELECT * FROM inventory_card_samples(%(since)s, 'infinity') c
+            WHERE c.gpu_id = g.id AND c.ts > %(since)s
             ORDER BY c.ts DESC LIMIT 1
         ) s
         """,
-        [gpu_ids, timezone.now() - within],
+        {"gpu_ids": gpu_ids, "since": timezone.now() - within},
     )
     return {row["gpu_id"]: row for row in rows}
 
@@ -112,6 +114,13 @@ _CARD_POINT = {
 }
 
 
+def _series_params(gpu_ids, start, end, step_s, source: Source) -> dict:
+    return {
+        "gpu_ids": gpu_ids, "lo": _window_start(start, source), "hi": end, "step_s": step_s,
+        "epoch": EPOCH,
+    }  # fmt: skip
+
+
 def card_series(
     gpu_ids: list[int], start: dt.datetime, end: dt.datetime, step_s: int, source: Source
 ) -> list[dict]:
@@ -120,12 +129,13 @@ def card_series(
     point = _CARD_POINT["raw" if source is RAW else "rollup"]
     return _rows(
         f"""
-        SELECT gpu_id, date_bin(make_interval(secs => %s), {time_column}, %s) AS ts, {point}
+        SELECT gpu_id, date_bin(make_interval(secs => %(step_s)s), {time_column}, %(epoch)s) AS ts,
+               {point}
         FROM {source.card_table}
-        WHERE gpu_id = ANY(%s) AND {time_column} > %s AND {time_column} < %s
+        WHERE gpu_id = ANY(%(gpu_ids)s) AND {time_column} > %(lo)s AND {time_column} < %(hi)s
         GROUP BY 1, 2 ORDER BY 1, 2
         """,
-        [step_s, EPOCH, gpu_ids, _window_start(start, source), end],
+        _series_params(gpu_ids, start, end, step_s, source),
     )
 
 
@@ -137,13 +147,13 @@ def process_series(
     return _rows(
         f"""
         SELECT gpu_id, pid, max(name) AS name, max(deployment_id) AS deployment_id,
-               date_bin(make_interval(secs => %s), {time_column}, %s) AS ts,
+               date_bin(make_interval(secs => %(step_s)s), {time_column}, %(epoch)s) AS ts,
                max(used_max) AS used_max, max(frag_index_max) AS frag_index_max
         FROM {source.process_table}
-        WHERE gpu_id = ANY(%s) AND {time_column} > %s AND {time_column} < %s
+        WHERE gpu_id = ANY(%(gpu_ids)s) AND {time_column} > %(lo)s AND {time_column} < %(hi)s
         GROUP BY gpu_id, pid, 5 ORDER BY gpu_id, pid, 5
         """,
-        [step_s, EPOCH, gpu_ids, _window_start(start, source), end],
+        _series_params(gpu_ids, start, end, step_s, source),
     )
 
 
@@ -156,15 +166,16 @@ def latest_process_memory(gpu_ids: list[int], within: dt.timedelta) -> dict[tupl
     rows = _rows(
         """
         SELECT p.gpu_id, p.deployment_id, p.used_last
-        FROM unnest(%s::bigint[]) AS g(id)
+        FROM unnest(%(gpu_ids)s::bigint[]) AS g(id)
         CROSS JOIN LATERAL (
-            SELECT c.ts FROM inventory_card_sample c
-            WHERE c.gpu_id = g.id AND c.ts > %s ORDER BY c.ts DESC LIMIT 1
+            SELECT c.ts FROM inventory_card_samples(%(since)s, 'infinity') c
+            WHERE c.gpu_id = g.id AND c.ts > %(since)s ORDER BY c.ts DESC LIMIT 1
         ) newest
-        JOIN inventory_process_sample p ON p.gpu_id = g.id AND p.ts = newest.ts
+        JOIN inventory_process_samples(%(since)s, 'infinity') p
+            ON p.gpu_id = g.id AND p.ts = newest.ts
         WHERE p.deployment_id IS NOT NULL AND p.used_last IS NOT NULL
         """,
-        [gpu_ids, timezone.now() - within],
+        {"gpu_ids": gpu_ids, "since": timezone.now() - within},
     )
     held: dict[tuple[int, int], int] = {}
     for row in rows:
@@ -182,11 +193,11 @@ def card_samples_at(gpu_ids: list[int], at: dt.datetime, within: dt.timedelta) -
         """
         SELECT DISTINCT ON (gpu_id) gpu_id, ts, batch_id, total_bytes, used_last,
                reserved_last, free_last
-        FROM inventory_card_sample
+        FROM inventory_card_samples(%s, %s)
         WHERE gpu_id = ANY(%s) AND ts <= %s AND ts > %s
         ORDER BY gpu_id, ts DESC
         """,
-        [gpu_ids, at, at - within],
+        [at - within, at, gpu_ids, at, at - within],
     )
     return {row["gpu_id"]: row for row in rows}
 
@@ -201,10 +212,10 @@ def process_samples_of_batches(
         """
         SELECT gpu_id, pid, deployment_id, mig_slice_id, used_last, alloc_reserved_last,
                alloc_allocated_last, alloc_inactive_split_last, alloc_largest_free_last
-        FROM inventory_process_sample
+        FROM inventory_process_samples(%s, %s)
         WHERE gpu_id = ANY(%s) AND batch_id = ANY(%s) AND ts > %s AND ts <= %s
         """,
-        [gpu_ids, batch_ids, start, end],
+        [start, end, gpu_ids, batch_ids, start, end],
     )
 
 
@@ -217,11 +228,11 @@ def mig_samples_of_batches(
     rows = _rows(
         """
         SELECT DISTINCT ON (mig_slice_id) mig_slice_id, total_bytes, used_last
-        FROM inventory_mig_sample
+        FROM inventory_mig_samples(%s, %s)
         WHERE mig_slice_id = ANY(%s) AND batch_id = ANY(%s) AND ts > %s AND ts <= %s
         ORDER BY mig_slice_id, ts DESC
         """,
-        [slice_ids, batch_ids, start, end],
+        [start, end, slice_ids, batch_ids, start, end],
     )
     return {row["mig_slice_id"]: row for row in rows}
 
@@ -234,23 +245,19 @@ def engine_kv_at(deployment_ids: list[int], at: dt.datetime, within: dt.timedelt
         """
         SELECT DISTINCT ON (deployment_id) deployment_id, kv_usage_last AS usage,
                kv_pool_tokens AS pool_tokens, kv_pool_bytes AS pool_bytes, memory_fraction
-        FROM inventory_engine_sample
+        FROM inventory_engine_samples(%s, %s)
         WHERE deployment_id = ANY(%s) AND ts <= %s AND ts > %s
           AND (kv_usage_last IS NOT NULL OR kv_pool_tokens IS NOT NULL)
         ORDER BY deployment_id, ts DESC
         """,
-        [deployment_ids, at, at - within],
+        [at - within, at, deployment_ids, at, at - within],
     )
     return {row.pop("deployment_id"): row for row in rows}
 
 
 def driver_reserved_at(gpu_id: int, at: dt.datetime) -> int | None:
     """What the driver held on the card in its newest sample at or before `at`."""
-    rows = _rows(
-        "SELECT reserved_last FROM inventory_card_sample WHERE gpu_id = %s AND ts <= %s "
-        "ORDER BY ts DESC LIMIT 1",
-        [gpu_id, at],
-    )
+    rows = _rows("SELECT reserved_last FROM inventory_card_sample_newest(%s, %s)", [gpu_id, at])
     return rows[0]["reserved_last"] if rows else None
 
 
@@ -273,11 +280,11 @@ def deployment_demand(gpu_id: int, start: dt.datetime, end: dt.datetime) -> list
                max(frag_index_max) AS frag,
                bool_or(frag_index_max IS NOT NULL AND alloc_largest_free_last IS NULL)
                    AS frag_fallback
-        FROM inventory_process_sample
+        FROM inventory_process_samples(%s, %s)
         WHERE gpu_id = %s AND ts > %s AND ts <= %s
         GROUP BY ts, deployment_id
         """,
-        [gpu_id, start, end],
+        [start, end, gpu_id, start, end],
     )
 
 
@@ -290,14 +297,14 @@ def deployment_memory_series(
     return _rows(
         f"""
         SELECT gpu_id, deployment_id,
-               date_bin(make_interval(secs => %s), {time_column}, %s) AS ts,
+               date_bin(make_interval(secs => %(step_s)s), {time_column}, %(epoch)s) AS ts,
                max(used_max) AS used_max
         FROM {source.process_table}
-        WHERE gpu_id = ANY(%s) AND {time_column} > %s AND {time_column} < %s
+        WHERE gpu_id = ANY(%(gpu_ids)s) AND {time_column} > %(lo)s AND {time_column} < %(hi)s
           AND deployment_id IS NOT NULL
         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
         """,
-        [step_s, EPOCH, gpu_ids, _window_start(start, source), end],
+        _series_params(gpu_ids, start, end, step_s, source),
     )
 
 
@@ -376,11 +383,11 @@ def engine_minutes(
         """
         SELECT deployment_id, extract(epoch FROM bucket)::float8 AS at, running_max,
                running_sum, running_count, requests, latency_p99_max, requests_s
-        FROM inventory_engine_rollup_1m
+        FROM inventory_engine_rollups_1m(%s, %s)
         WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
         ORDER BY deployment_id, bucket
         """,
-        [deployment_ids, start, end],
+        [start, end, deployment_ids, start, end],
     )
     # Ordered by deployment: each one's minutes are one run of rows.
     return {
@@ -396,12 +403,13 @@ def engine_requests_counted(
     seconds they were counted over: the live traffic, before any minute is rolled up."""
     rows = _tuples(
         """
-        SELECT deployment_id, sum(requests)::float8, sum(requests_window_s)::float8
-        FROM inventory_engine_sample
+        SELECT deployment_id, sum(requests ORDER BY ts, batch_id)::float8,
+               sum(requests_window_s ORDER BY ts, batch_id)::float8
+        FROM inventory_engine_samples(%s, %s)
         WHERE deployment_id = ANY(%s) AND ts > %s AND ts <= %s AND requests_window_s > 0
         GROUP BY deployment_id
         """,
-        [deployment_ids, start, end],
+        [start, end, deployment_ids, start, end],
     )
     return {deployment_id: (requests, seconds) for deployment_id, requests, seconds in rows}
 
@@ -493,13 +501,13 @@ def running_percentile(
             SELECT deployment_id, running_max,
                    row_number() OVER (PARTITION BY deployment_id ORDER BY running_max) - 1 AS i,
                    count(*) OVER (PARTITION BY deployment_id) AS n
-            FROM inventory_engine_rollup_1m
+            FROM inventory_engine_rollups_1m(%s, %s)
             WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
               AND running_max IS NOT NULL
         ) ranked
         WHERE i IN ((n - 1) * %s / 100, least((n - 1) * %s / 100 + 1, n - 1))
         """,
-        [deployment_ids, start, end, int(pct), int(pct)],
+        [start, end, deployment_ids, start, end, int(pct), int(pct)],
     )
     ranked: dict[int, tuple[int, dict[int, float]]] = {}
     for row in rows:
@@ -625,7 +633,10 @@ def latency_p99_peaks(host_ids: list[int], start: dt.datetime, end: dt.datetime)
     )
 
 
-_ENGINE_ROLLUPS = {"minute": "inventory_engine_rollup_1m", "hour": "inventory_engine_rollup_1h"}
+_ENGINE_ROLLUPS = {
+    "minute": "inventory_engine_rollups_1m(%(start)s, %(end)s)",
+    "hour": "inventory_engine_rollup_1h",
+}
 
 
 def latency_p99_series(
@@ -637,16 +648,23 @@ def latency_p99_series(
     return _rows(
         f"""
         SELECT deployment_id,
-               %s::timestamptz + floor(extract(epoch FROM bucket - %s::timestamptz) / %s)
-                   * make_interval(secs => %s) AS ts,
+               %(epoch)s::timestamptz
+                   + floor(extract(epoch FROM bucket - %(epoch)s::timestamptz) / %(step_s)s)
+                   * make_interval(secs => %(step_s)s) AS ts,
                max(latency_p50_max) AS p50_s, max(latency_p95_max) AS p95_s,
                max(latency_p99_max) AS p99_s
         FROM {table}
-        WHERE deployment_id = ANY(%s) AND bucket > %s AND bucket <= %s
+        WHERE deployment_id = ANY(%(deployment_ids)s) AND bucket > %(start)s AND bucket <= %(end)s
               AND latency_p99_max IS NOT NULL
         GROUP BY deployment_id, ts ORDER BY deployment_id, ts
         """,  # the table name comes from a fixed mapping, never from the request
-        [EPOCH, EPOCH, step_s, step_s, deployment_ids, start, end],
+        {
+            "epoch": EPOCH,
+            "step_s": step_s,
+            "deployment_ids": deployment_ids,
+            "start": start,
+            "end": end,
+        },
     )
 
 
@@ -658,11 +676,11 @@ def card_used_samples(gpu_ids: list[int], start: dt.datetime, end: dt.datetime) 
     return _rows(
         """
         SELECT gpu_id, extract(epoch FROM ts)::float8 AS at, used_max
-        FROM inventory_card_sample
+        FROM inventory_card_samples(%s, %s)
         WHERE gpu_id = ANY(%s) AND ts >= %s AND ts <= %s AND used_max IS NOT NULL
         ORDER BY ts, gpu_id
         """,
-        [gpu_ids, start, end],
+        [start, end, gpu_ids, start, end],
     )
 
 
@@ -675,8 +693,7 @@ def newest_card_sample_at(gpu_ids: list[int]) -> dict[int, dt.datetime]:
         SELECT g.id AS gpu_id, s.ts
         FROM unnest(%s::bigint[]) AS g(id)
         CROSS JOIN LATERAL (
-            SELECT ts FROM inventory_card_sample c WHERE c.gpu_id = g.id
-            ORDER BY c.ts DESC LIMIT 1
+            SELECT ts FROM inventory_card_sample_newest(g.id, 'infinity')
         ) s
         """,
         [gpu_ids],

@@ -4,7 +4,9 @@ Each refresh takes the oldest dirty minutes, recomputes those minutes' 1-minute 
 raw samples and then the 1-hour rows of the hours they fall in from their 1-minute rows,
 replacing what was there. Recomputing rather than adding makes a refresh idempotent and late
 data harmless: a minute that receives another batch is dirty again and comes out right. Every
-figure keeps its peak (max of the interval maxima) beside sums and counts for means. Refreshes
+figure keeps its peak (max of the interval maxima) beside sums and counts for means; a sum of
+floating-point figures adds them in time order, so that it comes out the same to the last bit
+however the rows lie on disk (as rows or packed). Refreshes
 run one at a time (a transaction advisory lock): two refreshers rebuilding the same hour would
 otherwise race on its rows.
 
@@ -24,6 +26,8 @@ import datetime as dt
 
 from django.db import connection, transaction
 
+from inventory.timeseries import packing
+
 MINUTE_OF_CARDS = """
 INSERT INTO inventory_card_rollup_1m (gpu_id, bucket, samples, lost, total_bytes, used_max,
     used_sum, used_count, reserved_max, free_min, util_gpu_max, util_gpu_sum, util_gpu_count,
@@ -32,7 +36,7 @@ SELECT gpu_id, date_trunc('minute', ts, 'UTC'), count(*), bool_or(lost), max(tot
     max(used_max), coalesce(sum(used_last), 0), count(used_last), max(reserved_last),
     min(free_min), max(util_gpu_max), coalesce(sum(util_gpu_last), 0), count(util_gpu_last),
     max(frag_index_max)
-FROM inventory_card_sample
+FROM inventory_card_samples(%(first)s, %(last)s)
 WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)
 GROUP BY 1, 2
 """
@@ -41,7 +45,7 @@ INSERT INTO inventory_process_rollup_1m (gpu_id, pid, bucket, deployment_id, nam
     used_max, used_sum, used_count, frag_index_max)
 SELECT gpu_id, pid, date_trunc('minute', ts, 'UTC'), max(deployment_id), max(name), count(*),
     max(used_max), coalesce(sum(used_last), 0), count(used_last), max(frag_index_max)
-FROM inventory_process_sample
+FROM inventory_process_samples(%(first)s, %(last)s)
 WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)
 GROUP BY 1, 2, 3
 """
@@ -50,10 +54,11 @@ INSERT INTO inventory_engine_rollup_1m (deployment_id, bucket, samples, running_
     running_sum, running_count, waiting_max, kv_usage_max, requests, requests_s,
     latency_p50_max, latency_p95_max, latency_p99_max)
 SELECT deployment_id, date_trunc('minute', ts, 'UTC'), count(*), max(running_max),
-    coalesce(sum(running_last), 0), count(running_last), max(waiting_max), max(kv_usage_max),
-    coalesce(sum(requests), 0), coalesce(sum(requests_window_s), 0), max(latency_p50_s),
+    coalesce(sum(running_last ORDER BY ts, batch_id), 0), count(running_last), max(waiting_max),
+    max(kv_usage_max), coalesce(sum(requests ORDER BY ts, batch_id), 0),
+    coalesce(sum(requests_window_s ORDER BY ts, batch_id), 0), max(latency_p50_s),
     max(latency_p95_s), max(latency_p99_s)
-FROM inventory_engine_sample
+FROM inventory_engine_samples(%(first)s, %(last)s)
 WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)
 GROUP BY 1, 2
 """
@@ -65,7 +70,7 @@ SELECT gpu_id, date_trunc('hour', bucket, 'UTC'), sum(samples), bool_or(lost),
     max(total_bytes), max(used_max), sum(used_sum), sum(used_count), max(reserved_max),
     min(free_min), max(util_gpu_max), sum(util_gpu_sum), sum(util_gpu_count),
     max(frag_index_max)
-FROM inventory_card_rollup_1m
+FROM inventory_card_rollups_1m(%(first)s, %(last)s)
 WHERE bucket >= %(first)s AND bucket < %(last)s
   AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
 GROUP BY 1, 2
@@ -75,7 +80,7 @@ INSERT INTO inventory_process_rollup_1h (gpu_id, pid, bucket, deployment_id, nam
     used_max, used_sum, used_count, frag_index_max)
 SELECT gpu_id, pid, date_trunc('hour', bucket, 'UTC'), max(deployment_id), max(name),
     sum(samples), max(used_max), sum(used_sum), sum(used_count), max(frag_index_max)
-FROM inventory_process_rollup_1m
+FROM inventory_process_rollups_1m(%(first)s, %(last)s)
 WHERE bucket >= %(first)s AND bucket < %(last)s
   AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
 GROUP BY 1, 2, 3
@@ -85,9 +90,10 @@ INSERT INTO inventory_engine_rollup_1h (deployment_id, bucket, samples, running_
     running_sum, running_count, waiting_max, kv_usage_max, requests, requests_s,
     latency_p50_max, latency_p95_max, latency_p99_max)
 SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), sum(samples), max(running_max),
-    sum(running_sum), sum(running_count), max(waiting_max), max(kv_usage_max), sum(requests),
-    sum(requests_s), max(latency_p50_max), max(latency_p95_max), max(latency_p99_max)
-FROM inventory_engine_rollup_1m
+    sum(running_sum ORDER BY bucket), sum(running_count), max(waiting_max), max(kv_usage_max),
+    sum(requests ORDER BY bucket), sum(requests_s ORDER BY bucket), max(latency_p50_max),
+    max(latency_p95_max), max(latency_p99_max)
+FROM inventory_engine_rollups_1m(%(first)s, %(last)s)
 WHERE bucket >= %(first)s AND bucket < %(last)s
   AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
 GROUP BY 1, 2
@@ -103,7 +109,7 @@ SELECT gpu_id, deployment_id, date_trunc('hour', bucket, 'UTC'), count(*),
 FROM (
     -- By deployment, not PID: the highest any of its processes on the card held that minute.
     SELECT gpu_id, deployment_id, bucket, max(used_max) AS used_max
-    FROM inventory_process_rollup_1m
+    FROM inventory_process_rollups_1m(%(first)s, %(last)s)
     WHERE bucket >= %(first)s AND bucket < %(last)s
       AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
       AND deployment_id IS NOT NULL AND used_max IS NOT NULL
@@ -121,7 +127,7 @@ SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), count(*),
                ORDER BY bucket),
     string_agg(float8send(coalesce(latency_p99_max::text::float8, 'NaN')), ''::bytea
                ORDER BY bucket)
-FROM inventory_engine_rollup_1m
+FROM inventory_engine_rollups_1m(%(first)s, %(last)s)
 WHERE bucket >= %(first)s AND bucket < %(last)s
   AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
 GROUP BY 1, 2
@@ -132,9 +138,9 @@ _PACKS = (
 )
 
 WITH_SAMPLES = " UNION ".join(
-    f"SELECT DISTINCT date_trunc('minute', ts, 'UTC') FROM {table} "
+    f"SELECT DISTINCT date_trunc('minute', ts, 'UTC') FROM {table}(%(first)s, %(last)s) "
     "WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)"
-    for table in ("inventory_card_sample", "inventory_process_sample", "inventory_engine_sample")
+    for table in ("inventory_card_samples", "inventory_process_samples", "inventory_engine_samples")
 )
 
 _KINDS = (
@@ -144,8 +150,7 @@ _KINDS = (
 )
 # How many dirty minutes one refresh takes: a backlog (a long backfill) goes in pieces.
 MINUTES_PER_REFRESH = 240
-# pg_advisory_xact_lock key, arbitrary but fixed: "rollups" in ASCII.
-REFRESH_LOCK = 0x726F6C6C757073
+REFRESH_LOCK = packing.REFRESH_LOCK
 
 
 def _hour(moment: dt.datetime) -> dt.datetime:
@@ -179,6 +184,9 @@ def refresh(limit: int = MINUTES_PER_REFRESH) -> int:
             "last": minutes[-1] + dt.timedelta(minutes=1),
         }
         by_hour = {"hours": hours, "first": hours[0], "last": hours[-1] + dt.timedelta(hours=1)}
+        # A late minute of an hour already packed: its minute rows are rewritten below.
+        packing.unpack_hours(cursor, packing.MINUTE_TABLES, hours)
+        packing.mark_due(cursor, hours)
         for kind, minute_sql, hour_sql in _KINDS:
             cursor.execute(
                 f"DELETE FROM inventory_{kind}_rollup_1m WHERE bucket = ANY(%s)", [minutes]

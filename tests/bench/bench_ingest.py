@@ -35,6 +35,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -109,10 +110,18 @@ def build_fleet(hosts: int) -> list[tuple[Host, list[Gpu], list[Deployment]]]:
     return fleet
 
 
-def make_batch(host, gpus, deployments, seq: int, end: float, sampler: str) -> dict:
+def make_batch(
+    host, gpus, deployments, seq: int, end: float, sampler: str, noise: random.Random | None = None
+) -> dict:
+    """One host's batch. With `noise`, every memory figure moves by up to 256 MiB from one
+    interval to the next (a busy host's allocator): what compresses worst."""
+
+    def jitter(value: int) -> int:
+        return value + noise.randrange(-(2**28), 2**28) if noise else value
+
     cards, processes = [], []
     for gpu in gpus:
-        used = 60 * GIB + seq * 1024**2
+        used = jitter(60 * GIB + seq * 1024**2)
         cards.append({
             "index": gpu.index, "uuid": gpu.uuid, "name": gpu.product_name, "lost": False,
             "samples": 10, "total_bytes": gpu.memory_total_bytes, "used_bytes_max": used,
@@ -126,11 +135,13 @@ def make_batch(host, gpus, deployments, seq: int, end: float, sampler: str) -> d
             processes.append({
                 "card_index": gpu.index, "card_uuid": gpu.uuid, "pid": 10_000 + n,
                 "kind": "compute", "name": "python3 -m vllm.entrypoints.openai.api_server",
-                "name_error": None, "used_bytes_max": 15 * GIB, "used_bytes_last": 14 * GIB,
+                "name_error": None, "used_bytes_max": jitter(15 * GIB),
+                "used_bytes_last": jitter(14 * GIB),
                 "gpu_instance_id": None, "compute_instance_id": None, "mig_device_uuid": None,
                 "deployment_id": str(deployment.pk), "first_seen": end - 10,
                 "last_seen": end, "samples": 10,
-                "allocator": {"reserved_bytes": 14 * GIB, "allocated_bytes": 13 * GIB,
+                "allocator": {"reserved_bytes": jitter(14 * GIB),
+                              "allocated_bytes": jitter(13 * GIB),
                               "inactive_split_bytes": GIB // 4,
                               "largest_free_block_bytes": GIB // 2},
             })  # fmt: skip
@@ -143,14 +154,18 @@ def make_batch(host, gpus, deployments, seq: int, end: float, sampler: str) -> d
     }  # fmt: skip
 
 
-def wire_batches(fleet, intervals: int, start: float) -> list[tuple[bytes, str]]:
+def wire_batches(
+    fleet, intervals: int, start: float, noise: random.Random | None = None
+) -> list[tuple[bytes, str]]:
     """The batches as the broker carries them: JSON bodies with the process rows as columns,
     as agents publish them (batch_schema.on_the_wire), each signed by its host."""
     samplers = {host.name: str(uuid.uuid4()) for host, _, _ in fleet}
     wire = []
     for seq in range(1, intervals + 1):
         for host, gpus, deps in fleet:
-            batch = make_batch(host, gpus, deps, seq, start + 10 * seq, samplers[host.name])
+            batch = make_batch(
+                host, gpus, deps, seq, start + 10 * seq, samplers[host.name], noise
+            )
             body = signing.encode(on_the_wire(batch))
             wire.append((body, signing.sign(host.agent_secret, body)))
     return wire

@@ -1,7 +1,7 @@
 """Page server times with a big fleet: 1,000 hosts x 8 cards x 30 days of history.
 
     python tests/bench/bench_pages.py [--hosts 1000] [--requests 15] [--days 30]
-        [--minute-hours 6] [--json OUT]
+        [--minute-hours 6] [--reuse] [--packed] [--only LABEL] [--json OUT]
 
 Needs the database of DATABASE_URL migrated (make bench uses a separate bench database).
 
@@ -46,7 +46,7 @@ from django.utils import timezone
 from console.heap import settle
 from inventory.models import Deployment, Gpu, Host, ServedModel
 from inventory.reports.fleet import SORTS
-from inventory.timeseries import partitions, rollups
+from inventory.timeseries import packing, partitions, rollups
 
 GIB = 1024**3
 CARDS = 8
@@ -310,6 +310,18 @@ def write_history(
     return timings
 
 
+def pack_window(days: int) -> None:
+    """The history above went straight into the tables, past the refresh that marks hours due
+    for packing: mark every hour of it due, then pack them all (the timed pages then read
+    packs wherever the hour is closed, and rows for the newest)."""
+    now = timezone.now().replace(minute=0, second=0, microsecond=0)
+    hours = [now - timezone.timedelta(hours=h) for h in range(days * 24 + 2)]
+    with connection.cursor() as cursor:
+        packing.mark_due(cursor, hours)
+    packing.pack_all()
+    sql("ANALYZE")
+
+
 def median_ms(client: Client, urls: list[str], repeats: int) -> tuple[float, int]:
     client.get(urls[0])  # warm the connection and the template cache
     times, size = [], 0
@@ -385,6 +397,9 @@ def main() -> None:
     parser.add_argument("--minute-hours", type=int, default=6, help="minute history, every card")
     parser.add_argument("--reuse", action="store_true", help="time the fleet already built")
     parser.add_argument("--only", default="", help="time only the pages whose label has this")
+    parser.add_argument(
+        "--packed", action="store_true", help="pack every closed hour first (packing.pack_all)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     settings.ALLOWED_HOSTS = ["testserver"]
@@ -399,6 +414,11 @@ def main() -> None:
         shared = build_shared_hosts(SHARED_HOSTS)
         generation = write_history(hosts, shared, args.days, args.minute_hours)
         print(f"  loaded in {time.perf_counter() - started:.0f} s", flush=True)
+    if args.packed:
+        started = time.perf_counter()
+        pack_window(args.days)
+        generation["packed every closed hour"] = round(time.perf_counter() - started, 1)
+        print(f"  packed in {generation['packed every closed hour']} s", flush=True)
     user, _ = get_user_model().objects.get_or_create(username="bench-manager")
     user.groups.add(Group.objects.get(name="manager"))
     client = Client()

@@ -332,23 +332,42 @@ def faults_section(figures: dict) -> str:
 
 
 def disk_section(figures: dict) -> str:
+    noise = " --noise" if figures.get("noise") else ""
     lines = [
-        "## Disk per host (issue 19)",
+        "## Disk per host (issues 19 and 31)",
         "",
-        f"`python tests/bench/bench_disk.py --hosts {figures['hosts']}` — {figures['hosts']} "
-        f"hosts x {figures['hours']:g} h of bench_ingest's batches (8 cards, 4 processes a "
-        f"card, one batch every {figures['flush_interval_s']} s; {figures['batches']:,} "
-        "batches) through the real ingest path, then the rollups; each table's partitions "
-        "with their indexes after VACUUM. docs/deploy.md sizes 1,000 hosts from these.",
+        f"`python tests/bench/bench_disk.py --hosts {figures['hosts']}{noise}` — "
+        f"{figures['hosts']} hosts x {figures['hours']:g} h of bench_ingest's batches (8 cards, "
+        f"4 processes a card, one batch every {figures['flush_interval_s']} s; "
+        f"{figures['batches']:,} batches) through the real ingest path, then the rollups; each "
+        "table's partitions with their indexes and TOAST after VACUUM, first as rows, then "
+        f"packed (inventory.timeseries.packing: {figures['pack_steps']} steps, "
+        f"{figures['pack_s']:g} s), in the same run. docs/deploy.md sizes hosts from these.",
         "",
-        "| table | rows | bytes | bytes a row |",
-        "|---|---|---|---|",
+        "| table | rows | as rows, bytes | bytes a row | packed, bytes | packed, bytes a row |",
+        "|---|---|---|---|---|---|",
     ]
     for name, table in figures["tables"].items():
         if table["rows"]:
+            packed = table["packed_bytes"] or table["bytes"]
             lines.append(
-                f"| {name} | {table['rows']:,} | {table['bytes']:,} | {table['bytes_per_row']} |"
+                f"| {name} | {table['rows']:,} | {table['bytes']:,} | {table['bytes_per_row']} "
+                f"| {packed:,} | {packed / table['rows']:.1f} |"
             )
+    mb = 1e6
+    lines += [
+        "",
+        f"- Raw samples a host a day: {figures['raw_rows_bytes_per_host_day'] / mb:.1f} MB as "
+        f"rows, **{figures['raw_packed_bytes_per_host_day'] / mb:.2f} MB packed** (target "
+        "at most 10 MB).",
+        f"- Minute rollups a host a day: {figures['minute_rows_bytes_per_host_day'] / mb:.1f} "
+        f"MB as rows, **{figures['minute_packed_bytes_per_host_day'] / mb:.2f} MB packed** "
+        "(target at most 2 MB).",
+        "- Rows not yet packed (the open hour and the one before, until 15 minutes past): "
+        f"about {figures['raw_rows_working_set_bytes_per_host'] / mb:.1f} MB raw and "
+        f"{figures['minute_rows_working_set_bytes_per_host'] / mb:.1f} MB of minutes a host, "
+        "whatever the retention.",
+    ]
     return "\n".join(lines)
 
 
