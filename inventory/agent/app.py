@@ -120,6 +120,12 @@ def _source_factory(secret_for):
         # none. A folder that is not there is a host where no engine does.
         allocator_dir = env_str("AGENT_ALLOCATOR_DIR", "/run/gpu-console/allocator")
         allocator_dir = None if allocator_dir == "off" else Path(allocator_dir)
+        # The engines whose containerised deployments are named when they leave no snapshot.
+        allocator_engines = tuple(
+            name.strip()
+            for name in env_str("AGENT_ALLOCATOR_ENGINES", "vllm").split(",")
+            if name.strip() and name.strip() != "none"
+        )
 
         def nvml_source(plan):
             if plan["host"] != this_host or plan.get("collector") != "nvml":
@@ -130,6 +136,7 @@ def _source_factory(secret_for):
                 real_host_signals(pynvml),
                 pods=pods,
                 allocator_dir=allocator_dir,
+                allocator_engines=allocator_engines,
             )
 
         # It knows its host: it asks for that plan at start, kept or not, rather than wait
