@@ -159,8 +159,12 @@ def real_host_signals(nvml):
         # One control daemon per GPU, as the runbooks set MPS up: each pipe directory named
         # here, and those of the daemons found running.
         configured = env_str("AGENT_MPS_PIPE_DIRS") or env_str("CUDA_MPS_PIPE_DIRECTORY")
+        # AGENT_MPS_PIPE_GLOB: folders holding a daemon's `control` socket, each a daemon's
+        # pipe directory, for an agent that cannot read the daemons' environment (a pod).
+        globs = [pattern for pattern in env_str("AGENT_MPS_PIPE_GLOB").split(os.pathsep) if pattern]
         options.mps = MpsMonitors(
             (configured or DEFAULT_PIPE_DIR).split(os.pathsep),
+            globs=globs,
             interval_s=env_float("AGENT_MPS_INTERVAL_S", 5.0, minimum=0.5),
         )
         options.mps.start()

@@ -53,7 +53,8 @@ def test_the_agent_daemonset_runs_on_gpu_nodes_with_host_pids_and_read_only_host
     assert security["readOnlyRootFilesystem"] is True
     mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
-    for name in ("mps-pipes", "engine-logs", "pod-logs", "secret", "config", "allocator"):
+    for name in ("mps-pipes", "mps-pipe-folders", "engine-logs", "pod-logs", "secret", "config",
+                 "allocator"):  # fmt: skip
         assert mounts[name].get("readOnly") is True, name
     assert volumes["mps-pipes"]["hostPath"]["path"] == "/tmp/nvidia-mps"
     # where the engines' pods leave their allocator snapshots, read where the agent looks
@@ -73,6 +74,11 @@ def test_the_agent_daemonset_runs_on_gpu_nodes_with_host_pids_and_read_only_host
     assert container["command"][-1] == str(config)
     settings = dotenv_values(stream=io.StringIO(config_map["data"]["agent.env"]))
     assert settings["AGENT_POD_ATTRIBUTION"] == "true"
+    # MPS pipe directories by glob: the pod reads no daemon's environment; the glob's folder
+    # is the node's, mounted where it is on the node (the directories' names stay the node's)
+    parent = Path(settings["AGENT_MPS_PIPE_GLOB"]).parent
+    assert volumes["mps-pipe-folders"]["hostPath"]["path"] == str(parent)
+    assert mounts["mps-pipe-folders"]["mountPath"] == str(parent)
     role = documents[("ClusterRole", "gpu-console-agent")]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
 
