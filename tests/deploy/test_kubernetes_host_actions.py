@@ -6,6 +6,7 @@ allowed request comes to exactly the expected kubectl argv; a deployment or an a
 files do not list is refused, its reason in the agent's outcome and the helper's log.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -53,6 +54,14 @@ def _manifest(name: str) -> dict:
 def node(agent_venv):
     if os.geteuid() != 0:
         pytest.skip("the agent's pod runs as uid 0 without capabilities: setpriv needs root")
+    with shipped_node(agent_venv) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def shipped_node(agent_venv):
+    """The helper as its DaemonSet starts it on node HOST (NODE_NAME), on its ConfigMap's file
+    with a fake kubectl, and the agent's ConfigMap's actions.toml pointing at its socket."""
     helper_yaml, agent_yaml = _manifest("host-actions.yaml"), _manifest("agent.yaml")
     work = Path(tempfile.mkdtemp(prefix="k8s-host-actions-"))
     work.chmod(0o755)  # the other uid below reaches the socket
@@ -110,12 +119,15 @@ def node(agent_venv):
             f'"{client}", "--socket", "{socket_path}"',
         )
     )
-    yield {"work": work, "record": record, "socket": socket_path, "actions": actions, "pods": pods,
-           "client": client, "python": str(agent_venv / "bin" / "python"),
-           "venv": agent_venv}  # fmt: skip
-    helper.terminate()
-    helper.wait(10)
-    shutil.rmtree(work, ignore_errors=True)
+    started = {"work": work, "record": record, "socket": socket_path, "actions": actions,
+               "pods": pods, "client": client, "python": str(agent_venv / "bin" / "python"),
+               "venv": agent_venv}  # fmt: skip
+    try:
+        yield started
+    finally:
+        helper.terminate()
+        helper.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _pod(deployment: str, node: str) -> dict:
