@@ -379,8 +379,11 @@ def _note_stopped(config: Config, check: NodeCheck) -> None:
         return
     if config.stopped_file is not None:
         temporary = config.stopped_file.with_name(f".{config.stopped_file.name}.tmp")
-        temporary.write_text(json.dumps(sorted(config.stopped)))
-        os.replace(temporary, config.stopped_file)
+        try:
+            temporary.write_text(json.dumps(sorted(config.stopped)))
+            os.replace(temporary, config.stopped_file)
+        except OSError as error:  # the action ran: its answer still goes back
+            log.warning("cannot keep %s: %s (kept in memory)", config.stopped_file, error)
 
 
 def _kubectl(config: Config, deployment: dict) -> list[str]:
