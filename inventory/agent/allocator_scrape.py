@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from inventory.agent.allocator_exporter import PORT_SPAN
+from inventory.telemetry.readings import CollectorFault
 
 Fetch = Callable[[str, float], str]
 _SERIES = re.compile(
@@ -169,3 +170,87 @@ def _read_regular(path: Path) -> tuple[bytes, float]:
         if info.st_size > SNAPSHOT_MAX_BYTES:
             raise OSError(f"{info.st_size} bytes, more than {SNAPSHOT_MAX_BYTES}")
         return file.read(SNAPSHOT_MAX_BYTES), info.st_mtime
+
+
+# Engines whose every process publishes allocator figures once the engine plugin is in its
+# image, with no change to its start command: vLLM loads the plugin itself (the
+# `vllm.general_plugins` entry point). Other PyTorch servers publish only when their launcher
+# calls the exporter, so a missing figure is no fault of theirs unless AGENT_ALLOCATOR_ENGINES
+# names them; Ollama and llama.cpp have no PyTorch allocator at all.
+DEFAULT_PUBLISHING_ENGINES = ("vllm",)
+# The plugin writes its snapshot when it loads, before the model (and so before NVML lists
+# the process) and again every 5 s: a process NVML has listed this long without one has none.
+MISSING_AFTER_S = 60.0
+
+
+class MissingFigures:
+    """Names a containerised deployment of a publishing engine that leaves no figures: its
+    GPU processes run in containers, none has a snapshot in the folder (nor figures from an
+    exporter URL), and NVML has listed the oldest of them for `after_s`. Said once per
+    deployment, as a `scrape:allocator` fault `NotPublished`, and again only after figures
+    came and went. A deployment with an `allocator_url` is the URL's to report."""
+
+    def __init__(
+        self,
+        directory: Path,
+        engines: Iterable[str] = DEFAULT_PUBLISHING_ENGINES,
+        after_s: float = MISSING_AFTER_S,
+    ) -> None:
+        self.directory = directory
+        self.engines = frozenset(engines)
+        self.after_s = after_s
+        self._first_seen: dict[int, float] = {}
+        self._said: set[str] = set()
+
+    def check(
+        self,
+        now: float,
+        entries: list[dict],
+        deployments: dict[tuple[int, int], str],
+        have: set[int],
+        in_container: Callable[[int], bool],
+    ) -> list[CollectorFault]:
+        pids_of: dict[str, set[int]] = {}
+        for (_, pid), deployment_id in deployments.items():
+            pids_of.setdefault(deployment_id, set()).add(pid)
+        listed = {pid for pids in pids_of.values() for pid in pids}
+        self._first_seen = {pid: at for pid, at in self._first_seen.items() if pid in listed}
+        faults = []
+        for entry in entries:
+            deployment_id = str(entry.get("deployment_id"))
+            pids = pids_of.get(deployment_id, set())
+            if pids & have:
+                self._said.discard(deployment_id)  # figures arrive: a later loss is new
+                continue
+            if (
+                entry.get("engine") not in self.engines
+                or entry.get("allocator_url")
+                or deployment_id in self._said
+            ):
+                continue
+            contained = sorted(pid for pid in pids if in_container(pid))
+            for pid in contained:
+                self._first_seen.setdefault(pid, now)
+            if not contained or now - min(self._first_seen[p] for p in contained) < self.after_s:
+                continue
+            self._said.add(deployment_id)
+            name = entry.get("runtime_name") or entry.get("model") or deployment_id
+            absent = "" if self.directory.is_dir() else (
+                f"; the agent's own {self.directory} is not there either: mount it into the "
+                "agent too"
+            )  # fmt: skip
+            faults.append(
+                CollectorFault(
+                    None,
+                    "scrape:allocator",
+                    "NotPublished",
+                    f"allocator statistics missing for deployment {name} (id {deployment_id}, "
+                    f"{entry.get('engine')} in a container, host pid(s) "
+                    f"{', '.join(map(str, contained))}): no snapshot in {self.directory} after "
+                    f"{self.after_s:.0f} s: the engine plugin is not installed in its image or "
+                    "its folder is not mounted into the container (ALLOCATOR_EXPORTER_DIR)"
+                    f"{absent}; see docs/deploy.md, engines in containers",
+                    ts=now,
+                )
+            )
+        return faults

@@ -120,6 +120,12 @@ def _source_factory(secret_for):
         # none. A folder that is not there is a host where no engine does.
         allocator_dir = env_str("AGENT_ALLOCATOR_DIR", "/run/gpu-console/allocator")
         allocator_dir = None if allocator_dir == "off" else Path(allocator_dir)
+        # The engines whose containerised deployments are named when they leave no snapshot.
+        allocator_engines = tuple(
+            name.strip()
+            for name in env_str("AGENT_ALLOCATOR_ENGINES", "vllm").split(",")
+            if name.strip() and name.strip() != "none"
+        )
 
         def nvml_source(plan):
             if plan["host"] != this_host or plan.get("collector") != "nvml":
@@ -130,6 +136,7 @@ def _source_factory(secret_for):
                 real_host_signals(pynvml),
                 pods=pods,
                 allocator_dir=allocator_dir,
+                allocator_engines=allocator_engines,
             )
 
         # It knows its host: it asks for that plan at start, kept or not, rather than wait
@@ -152,8 +159,12 @@ def real_host_signals(nvml):
         # One control daemon per GPU, as the runbooks set MPS up: each pipe directory named
         # here, and those of the daemons found running.
         configured = env_str("AGENT_MPS_PIPE_DIRS") or env_str("CUDA_MPS_PIPE_DIRECTORY")
+        # AGENT_MPS_PIPE_GLOB: folders holding a daemon's `control` socket, each a daemon's
+        # pipe directory, for an agent that cannot read the daemons' environment (a pod).
+        globs = [pattern for pattern in env_str("AGENT_MPS_PIPE_GLOB").split(os.pathsep) if pattern]
         options.mps = MpsMonitors(
             (configured or DEFAULT_PIPE_DIR).split(os.pathsep),
+            globs=globs,
             interval_s=env_float("AGENT_MPS_INTERVAL_S", 5.0, minimum=0.5),
         )
         options.mps.start()

@@ -20,6 +20,12 @@ programs, never a shell. Every request, run or refused, is logged with its peer.
     [mps."0"]                                            # per card: its daemon
     pipe_directory = "/tmp/nvidia-mps-0"                 # or systemd = "nvidia-mps@0.service"
 
+On a Kubernetes node (deploy/kubernetes/host-actions.yaml) `node_name_env = "NODE_NAME"` names
+the variable holding the helper's node (the downward API's spec.nodeName): a pod's action runs
+only when the deployment has a pod on that node (`kubectl get pods --field-selector
+spec.nodeName=...`), or, for a start, when this helper stopped it (`stopped_file`); any other is
+refused by name, in the log with its peer.
+
 The client (`gpu-console-host-action restart llama-70b`, `... reload_with llama-70b
 --kv-bytes N`, `... mps_restart --card 0`) prints the helper's output and exits with the
 command's status; 77 (EX_NOPERM) when the helper refused, its reason on the last line, which
@@ -33,13 +39,15 @@ import json
 import logging
 import os
 import pwd
+import re
 import socket
 import struct
 import subprocess
 import sys
 import time
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +102,23 @@ class Step:
 
 
 @dataclass(frozen=True)
+class NodeCheck:
+    """Before a pod's action on a node-scoped helper: this node's pods of the namespace
+    (`argv`, kubectl's JSON), of which one must be the deployment's (`pod_owner`)."""
+
+    argv: tuple[str, ...]
+    name: str  # the runtime name asked for
+    pod_owner: str  # namespace/deployment
+    action: str
+
+
+@dataclass(frozen=True)
 class Plan:
     steps: tuple[Step, ...]
     # For a reload: the file written before the steps, and what it holds.
     write: tuple[Path, str] | None = None
+    # On a node-scoped helper (Kubernetes), the check that comes before the steps.
+    check: NodeCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +129,13 @@ class Config:
     programs: dict[str, str]
     timeout_s: float
     log_file: Path | None
+    # Kubernetes: the node this helper runs on (`node_name_env`, the downward API's
+    # spec.nodeName); it acts only on deployments with a pod there. None: not scoped.
+    node: str | None = None
+    # Deployments this helper stopped (scaled to 0: no pod left anywhere), which it may start
+    # again; kept in this file across the helper's restarts (None: in memory).
+    stopped_file: Path | None = None
+    stopped: set[str] = field(default_factory=set)
 
     def program(self, name: str) -> str:
         return self.programs[name]
@@ -128,12 +156,13 @@ def _uid(name: Any) -> int:
         raise ConfigError(f"allowed_users: no user {name!r} on this host") from None
 
 
-def parse_config(text: str) -> Config:
+def parse_config(text: str, environ: Mapping[str, str] = os.environ) -> Config:
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"not TOML: {error}") from None
-    known = {"allowed_users", "log_file", "timeout_s", "programs", "deployments", "mps"}
+    known = {"allowed_users", "log_file", "timeout_s", "programs", "deployments", "mps",
+             "node_name_env", "stopped_file"}  # fmt: skip
     if set(document) - known:
         raise ConfigError(f"unknown setting(s) {sorted(set(document) - known)}")
     users = document.get("allowed_users")
@@ -152,6 +181,15 @@ def parse_config(text: str) -> Config:
     ):
         raise ConfigError("timeout_s: expected seconds")
     log_file = document.get("log_file")
+    node = None
+    if "node_name_env" in document:
+        variable = document["node_name_env"]
+        node = environ.get(variable) if isinstance(variable, str) else None
+        if not node or not _NODE_NAME.fullmatch(node):
+            # Unscoped, it would act for any node's agent: better not to start.
+            raise ConfigError(f"node_name_env: ${variable} holds no node name: {node!r}")
+    stopped_file = document.get("stopped_file")
+    stopped_path = Path(_absolute("stopped_file", stopped_file)) if stopped_file else None
     return Config(
         allowed_uids=frozenset(_uid(user) for user in users),
         deployments={
@@ -162,7 +200,21 @@ def parse_config(text: str) -> Config:
         programs=programs,
         timeout_s=float(timeout),
         log_file=Path(_absolute("log_file", log_file)) if log_file else None,
+        node=node,
+        stopped_file=stopped_path,
+        stopped=_read_stopped(stopped_path),
     )
+
+
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _read_stopped(path: Path | None) -> set[str]:
+    try:
+        names = json.loads(path.read_text()) if path is not None else []
+    except (OSError, ValueError):
+        return set()
+    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
 
 
 def _deployment(name: str, spec: Any) -> dict[str, Any]:
@@ -265,8 +317,73 @@ def plan(config: Config, request: Any) -> Plan:
     if deployment is None:
         raise Refused(f"this host's helper lists no deployment {name!r}")
     if action == ha.RELOAD_WITH:
-        return _reload_plan(config, name, deployment, params)
-    return Plan((_lifecycle(config, deployment, action),))
+        planned = _reload_plan(config, name, deployment, params)
+    else:
+        planned = Plan((_lifecycle(config, deployment, action),))
+    if config.node is not None and deployment["kind"] == "kubernetes":
+        *kubectl, _ = _kubectl(config, deployment)
+        argv = (*kubectl, "get", "pods", "--field-selector", f"spec.nodeName={config.node}",
+                "--output", "json")  # fmt: skip
+        planned = replace(planned, check=NodeCheck(argv, name, deployment["target"], action))
+    return planned
+
+
+def check_node(config: Config, check: NodeCheck) -> dict[str, Any] | None:
+    """None when the deployment has a pod on this helper's node (or, for a start, this helper
+    stopped it); a failed answer when kubectl could not say; Refused otherwise."""
+    namespace, owner = check.pod_owner.split("/")
+    try:
+        done = subprocess.run(
+            check.argv, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+            capture_output=True, text=True, errors="replace",
+            timeout=min(config.timeout_s, 60), check=False,
+        )  # fmt: skip
+        pods = json.loads(done.stdout)["items"] if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, TypeError) as error:
+        done, pods = None, f"{type(error).__name__}: {error}"
+    if not isinstance(pods, list):
+        why = pods if isinstance(pods, str) else f"exited {done.returncode}: {done.stderr[-200:]}"
+        reason = f"cannot list the pods of node {config.node} ({' '.join(check.argv)}): {why}"
+        return _answer("failed", reason.strip(), 1, [])
+    if any(_owned_by(pod, owner) for pod in pods):
+        return None
+    if check.action == ha.START and check.name in config.stopped:
+        return None  # scaled to 0 here: no pod left anywhere to show it was this node's
+    raise Refused(
+        f"{check.name} ({namespace}/{owner}) has no pod on node {config.node}: this helper acts "
+        "only on its own node's deployments"
+    )
+
+
+def _owned_by(pod: Any, deployment: str) -> bool:
+    """A pod of the deployment: its ReplicaSet owner is `<deployment>-<pod-template-hash>`."""
+    if not isinstance(pod, dict):
+        return False
+    metadata = pod.get("metadata") or {}
+    template_hash = (metadata.get("labels") or {}).get("pod-template-hash")
+    return bool(template_hash) and any(
+        isinstance(ref, dict)
+        and ref.get("kind") == "ReplicaSet"
+        and ref.get("name") == f"{deployment}-{template_hash}"
+        for ref in metadata.get("ownerReferences") or []
+    )
+
+
+def _note_stopped(config: Config, check: NodeCheck) -> None:
+    """What this helper stopped it may start again, and only that."""
+    if check.action == ha.STOP:
+        config.stopped.add(check.name)
+    elif check.action == ha.START:
+        config.stopped.discard(check.name)
+    else:
+        return
+    if config.stopped_file is not None:
+        temporary = config.stopped_file.with_name(f".{config.stopped_file.name}.tmp")
+        try:
+            temporary.write_text(json.dumps(sorted(config.stopped)))
+            os.replace(temporary, config.stopped_file)
+        except OSError as error:  # the action ran: its answer still goes back
+            log.warning("cannot keep %s: %s (kept in memory)", config.stopped_file, error)
 
 
 def _kubectl(config: Config, deployment: dict) -> list[str]:
@@ -367,18 +484,28 @@ def handle(config: Config, connection: socket.socket) -> dict[str, Any]:
     pid, uid, _ = struct.unpack("3i", connection.getsockopt(
         socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))  # fmt: skip
     request: Any = None
+    checked: list[str] | None = None
+    failed: dict[str, Any] | None = None
     try:
         # Read first, whoever asks: an answer over unread data would reach the client as a reset.
         request = _read_request(connection)
         if uid not in config.allowed_uids:
             raise Refused(f"uid {uid} is not one of this helper's allowed_users")
         steps = plan(config, request)
-        answer = run_plan(config, steps)
-        argv = [list(step.argv) for step in steps.steps]
+        if steps.check is not None:
+            checked = list(steps.check.argv)
+            failed = check_node(config, steps.check)
+        answer = failed or run_plan(config, steps)
+        argv = [] if failed else [list(step.argv) for step in steps.steps]
+        if steps.check is not None and answer["state"] == "succeeded":
+            _note_stopped(config, steps.check)
     except Refused as refused:
         answer, argv = _answer("refused", str(refused), REFUSED_EXIT, []), []
-    _log(config, {"peer_uid": uid, "peer_pid": pid, "request": request, "argv": argv,
-                  **{k: answer[k] for k in ("state", "reason", "exit_code")}})  # fmt: skip
+    entry = {"peer_uid": uid, "peer_pid": pid, "request": request, "argv": argv,
+             **{k: answer[k] for k in ("state", "reason", "exit_code")}}  # fmt: skip
+    if checked is not None:
+        entry["checked"] = checked  # the node's pods, listed before deciding
+    _log(config, entry)
     connection.sendall(json.dumps(answer).encode() + b"\n")
     return answer
 

@@ -13,8 +13,10 @@ so a daemon that hangs never holds up a poll: the poll reads the latest answer.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import stat
 import subprocess
 import threading
 import time
@@ -230,13 +232,21 @@ class MpsMonitor:
 
 class MpsMonitors:
     """Every MPS control daemon of the host, one monitor each: the pipe directories configured
-    (AGENT_MPS_PIPE_DIRS) and those the running daemons were started with, looked for again
-    every `rescan_s` (a daemon per GPU, as the runbooks set MPS up, starts and stops apart)."""
+    (AGENT_MPS_PIPE_DIRS), those under the folders AGENT_MPS_PIPE_GLOB names that hold a
+    daemon's `control` socket, and those the running daemons were started with, looked for
+    again every `rescan_s` (a daemon per GPU, as the runbooks set MPS up, starts and stops
+    apart).
+
+    A daemon's environment, which names its directory, is closed to an agent of another user
+    or without capabilities (the DaemonSet's pod): such a daemon is named EnvironUnreadable,
+    unless the glob found at least as many directories as there are such daemons (which
+    directory is whose cannot be told, only that none is left without one)."""
 
     def __init__(
         self,
         configured: list[str],
         *,
+        globs: list[str] = (),
         interval_s: float = 5.0,
         proc: str = "/proc",
         rescan_s: float = 60.0,
@@ -244,6 +254,7 @@ class MpsMonitors:
         binary: str = CONTROL,
     ) -> None:
         self.configured = configured
+        self.globs = list(globs)
         self.binary = binary
         self.interval_s = interval_s
         self.proc = proc
@@ -277,6 +288,10 @@ class MpsMonitors:
             return
         self._scanned_at = now
         found, unreadable = running_pipe_dirs(self.proc)
+        globbed = discover_pipe_dirs(self.globs)
+        if self.globs and len(set(unreadable)) <= len(set(globbed) - set(found)):
+            # as many directories found as daemons that could not say theirs: none is unseen
+            self._unreadable |= set(unreadable)
         self._pending += [
             CollectorFault(
                 None,
@@ -285,12 +300,19 @@ class MpsMonitors:
                 f"MPS control daemon pid {pid}: its pipe directory cannot be read "
                 "from its environment (another user's, or, to an agent without "
                 "capabilities such as the DaemonSet's pod, any daemon's): list it in "
-                "AGENT_MPS_PIPE_DIRS",
+                "AGENT_MPS_PIPE_DIRS"
+                + (
+                    f" or put it under AGENT_MPS_PIPE_GLOB ({', '.join(self.globs)}: "
+                    f"{len(globbed)} directories with a control socket for "
+                    f"{len(set(unreadable))} such daemons)"
+                    if self.globs
+                    else ", or find it by AGENT_MPS_PIPE_GLOB"
+                ),
             )
             for pid in sorted(set(unreadable) - self._unreadable)
         ]
         self._unreadable |= set(unreadable)
-        for pipe_dir in dict.fromkeys([*self.configured, *found]):
+        for pipe_dir in dict.fromkeys([*self.configured, *globbed, *found]):
             if pipe_dir not in self.monitors:
                 monitor = MpsMonitor(MpsControl(self.binary, pipe_dir), self.interval_s)
                 self.monitors[pipe_dir] = monitor
@@ -314,6 +336,22 @@ class MpsMonitors:
     @property
     def live(self) -> list[dict]:
         return [server for monitor in self.monitors.values() for server in monitor.live]
+
+
+def discover_pipe_dirs(patterns: list[str]) -> list[str]:
+    """The directories the glob patterns match that hold a `control` socket (or FIFO): the
+    pipe directories of MPS control daemons, found without reading any process's environment.
+    A `control` that is a link or a plain file is none."""
+    found = []
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern)):
+            try:
+                mode = os.lstat(os.path.join(path, "control")).st_mode
+            except OSError:
+                continue  # no daemon there, or a directory closed to this user
+            if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
+                found.append(os.path.normpath(path))
+    return list(dict.fromkeys(found))
 
 
 def running_pipe_dirs(proc: str = "/proc") -> tuple[list[str], list[int]]:

@@ -88,6 +88,9 @@ class HostRuntime:
         self.outbox = Outbox(outbox_max, outbox)
         self.plan: dict[str, Any] = dict(DEFAULT_PLAN)
         self._allocator: dict[int, dict] = {}
+        # Containerised engines that should publish allocator figures and leave none.
+        make_missing = getattr(source, "missing_allocator_figures", None)
+        self.missing_allocator = make_missing() if make_missing is not None else None
         # A real host's exits, restarts, engine logs, kernel Xids and MPS daemon
         # (inventory.agent.signals); the simulator raises those events itself.
         make_signals = getattr(source, "signals", None)
@@ -125,7 +128,7 @@ class HostRuntime:
         self.sampler.add_events(self.source.events())
         if now >= self._next_scrape:
             self._next_scrape = now + float(self.plan["scrape_interval_s"])
-            self._scrape(entries, poll)
+            self._scrape(entries, poll, mapping.deployments)
         if now >= self._next_flush:
             # On a grid too: a batch a flush interval, not one every interval plus a poll.
             flush_every = float(self.plan["flush_interval_s"])
@@ -173,7 +176,7 @@ class HostRuntime:
             log.info("%s: backfilled %d batches", self.host, sent)
         return sent
 
-    def _scrape(self, entries: list[dict], poll: PollResult) -> None:
+    def _scrape(self, entries: list[dict], poll: PollResult, deployments=None) -> None:
         targets = [
             ScrapeTarget(e["deployment_id"], e["engine"], e["metrics_url"], e.get("model_name"))
             for e in entries
@@ -190,6 +193,16 @@ class HostRuntime:
             if entry.get("allocator_url"):
                 self._read_allocator(entry)
         self._read_allocator_snapshots(poll)
+        if self.missing_allocator is not None and self.signals is not None:
+            self.sampler.add_faults(
+                self.missing_allocator.check(
+                    self.source.now(),
+                    entries,
+                    deployments or {},
+                    set(self._allocator),
+                    lambda pid: self.signals.container_of(pid) is not None,
+                )
+            )
 
     def _read_allocator(self, entry: dict) -> None:
         """Per-process caching-allocator figures (torch.cuda.memory_stats()), with the

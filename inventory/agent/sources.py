@@ -30,6 +30,7 @@ class NvmlSource:
         signal_options: SignalOptions | None = None,
         pods=None,
         allocator_dir: Path | None = None,
+        allocator_engines: tuple[str, ...] = allocator_scrape.DEFAULT_PUBLISHING_ENGINES,
     ) -> None:
         self._nvml = nvml_module
         self.now = clock
@@ -37,6 +38,9 @@ class NvmlSource:
         self.pods = pods  # on a Kubernetes node: this node's pods (inventory.agent.kubernetes)
         # The host folder engines in containers write their allocator snapshots to.
         self._allocator_dir = allocator_dir
+        self._proc = signal_options.proc if signal_options is not None else Path("/proc")
+        # Containerised deployments of these engines that leave no snapshot are named.
+        self._allocator_engines = allocator_engines
 
     def nvml(self) -> Any:
         return self._nvml
@@ -50,7 +54,12 @@ class NvmlSource:
     def allocator_snapshots(self, pids: set[int]) -> tuple[dict[int, dict], list[str]]:
         if self._allocator_dir is None:
             return {}, []
-        return allocator_scrape.read_snapshots(self._allocator_dir, pids)
+        return allocator_scrape.read_snapshots(self._allocator_dir, pids, proc=self._proc)
+
+    def missing_allocator_figures(self) -> allocator_scrape.MissingFigures | None:
+        if self._allocator_dir is None or not self._allocator_engines:
+            return None
+        return allocator_scrape.MissingFigures(self._allocator_dir, self._allocator_engines)
 
     def events(self) -> list[TelemetryEvent]:
         return []  # Xids arrive through the collector's NVML event set, the rest via signals()

@@ -53,7 +53,8 @@ def test_the_agent_daemonset_runs_on_gpu_nodes_with_host_pids_and_read_only_host
     assert security["readOnlyRootFilesystem"] is True
     mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
-    for name in ("mps-pipes", "engine-logs", "pod-logs", "secret", "config", "allocator"):
+    for name in ("mps-pipes", "mps-pipe-folders", "engine-logs", "pod-logs", "secret", "config",
+                 "allocator"):  # fmt: skip
         assert mounts[name].get("readOnly") is True, name
     assert volumes["mps-pipes"]["hostPath"]["path"] == "/tmp/nvidia-mps"
     # where the engines' pods leave their allocator snapshots, read where the agent looks
@@ -73,6 +74,11 @@ def test_the_agent_daemonset_runs_on_gpu_nodes_with_host_pids_and_read_only_host
     assert container["command"][-1] == str(config)
     settings = dotenv_values(stream=io.StringIO(config_map["data"]["agent.env"]))
     assert settings["AGENT_POD_ATTRIBUTION"] == "true"
+    # MPS pipe directories by glob: the pod reads no daemon's environment; the glob's folder
+    # is the node's, mounted where it is on the node (the directories' names stay the node's)
+    parent = Path(settings["AGENT_MPS_PIPE_GLOB"]).parent
+    assert volumes["mps-pipe-folders"]["hostPath"]["path"] == str(parent)
+    assert mounts["mps-pipe-folders"]["mountPath"] == str(parent)
     role = documents[("ClusterRole", "gpu-console-agent")]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
 
@@ -140,11 +146,17 @@ def test_the_admin_sets_a_pod_selector_refuses_a_bad_one_and_clears_it(client):
 # scale (that GET+PUT is the precondition path, and a scale GET only follows with --timeout);
 # `rollout restart` (the template's restartedAt annotation, pkg/cmd/rollout/rollout_restart.go)
 # and `set env` (pkg/cmd/set/set_env.go) send a strategic merge PATCH to the deployment.
+# The node check before each action, `get pods --field-selector spec.nodeName=N --output json`
+# (pkg/cmd/get/get.go Run): a resource type and no name, so the builder's selector visitor LISTs
+# the namespace's pods with that field selector (in chunks of --chunk-size, each a list; no
+# table conversion for JSON output), and nothing else: a list, which resourceNames cannot narrow.
 KUBECTL_REQUESTS = {
     ("rollout", "restart"): {("apps", "deployments", "get"), ("apps", "deployments", "patch")},
     ("scale",): {("apps", "deployments", "get"), ("apps", "deployments/scale", "patch")},
     ("set", "env"): {("apps", "deployments", "get"), ("apps", "deployments", "patch")},
+    ("get", "pods"): {("", "pods", "list")},
 }
+NODE = "gpu-node-3"
 SAMPLE_PARAMS = {"kv_bytes": 8 << 30, "mem_fraction": 0.85}
 
 
@@ -166,7 +178,13 @@ def _every_allowed_request(config):
 def _api_requests(argv: list[str]) -> set[tuple]:
     """(namespace, group, resource, name, verb) that one kubectl argv of the helper sends."""
     namespace = argv[argv.index("--namespace") + 1]
-    (target,) = [arg for arg in argv if arg.startswith("deployment/")]
+    targets = [arg for arg in argv if arg.startswith("deployment/")]
+    if not targets:  # the node's pods: a collection, no name
+        after = argv[argv.index("--namespace") + 2 :]
+        words = tuple(after[: next(i for i, a in enumerate(after) if a.startswith("--"))])
+        assert argv[argv.index("--field-selector") + 1] == f"spec.nodeName={NODE}"
+        return {(namespace, *request[:2], None, request[2]) for request in KUBECTL_REQUESTS[words]}
+    (target,) = targets
     words = tuple(argv[argv.index("--namespace") + 2 : argv.index(target)])
     name = target.removeprefix("deployment/")
     return {(namespace, *request[:2], name, request[2]) for request in KUBECTL_REQUESTS[words]}
@@ -176,14 +194,17 @@ def test_the_host_action_helpers_rbac_is_exactly_what_its_allowed_commands_send(
     """The helper's Role grants each (namespace, resource, name, verb) some allowed kubectl
     command needs, and nothing else: no other verb, resource, deployment or namespace."""
     documents = {(d["kind"], d["metadata"]["name"]): d for d in _documents("host-actions.yaml")}
-    config = helper.parse_config(_helper_config(documents))
+    config = helper.parse_config(_helper_config(documents), {"NODE_NAME": NODE})
     assert {d["kind"] for d in config.deployments.values()} == {"kubernetes"}
     assert config.mps == {}, "no MPS restart on Kubernetes nodes"
+    assert config.node == NODE, "scoped to its own node"
     needed = set()
     for request in _every_allowed_request(config):
-        (step,) = helper.plan(config, request).steps
-        assert step.argv[0] == config.program("kubectl")
-        needed |= _api_requests(list(step.argv))
+        planned = helper.plan(config, request)
+        (step,) = planned.steps
+        for argv in (planned.check.argv, step.argv):
+            assert argv[0] == config.program("kubectl")
+            needed |= _api_requests(list(argv))
     granted = {
         (role["metadata"]["namespace"], group, resource, name, verb)
         for (kind, _), role in documents.items()
@@ -191,7 +212,7 @@ def test_the_host_action_helpers_rbac_is_exactly_what_its_allowed_commands_send(
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
-        for name in rule["resourceNames"]
+        for name in rule.get("resourceNames", [None])
         for verb in rule["verbs"]
     }
     assert granted == needed
@@ -208,6 +229,10 @@ def test_the_host_action_helpers_rbac_is_exactly_what_its_allowed_commands_send(
     assert not {"hostPID", "hostNetwork", "hostIPC", "runtimeClassName"} & set(pod)
     (container,) = pod["containers"]
     assert container["command"][:3] == ["python", "-m", "inventory.agent.host_action_helper"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    mounts_at = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert config.stopped_file.parent.as_posix() in mounts_at, "its record outlives the pod"
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     # its kubeconfig (the pod's token) is in the ConfigMap it mounts
@@ -249,7 +274,7 @@ def test_the_agent_asks_the_helper_over_the_nodes_socket_and_stays_read_only_and
     assert actions_file.parent == Path(mounts["config"]["mountPath"])
     table = parse_actions(config_map[actions_file.name])
     assert table.host == {}, "no mps_restart on Kubernetes nodes"
-    helper_config = helper.parse_config(_helper_config(helper_documents))
+    helper_config = helper.parse_config(_helper_config(helper_documents), {"NODE_NAME": NODE})
     assert set(table.deployments) == set(helper_config.deployments)
     for name, commands in table.deployments.items():
         for action, command in commands.items():

@@ -6,6 +6,7 @@ allowed request comes to exactly the expected kubectl argv; a deployment or an a
 files do not list is refused, its reason in the agent's outcome and the helper's log.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -53,14 +54,30 @@ def _manifest(name: str) -> dict:
 def node(agent_venv):
     if os.geteuid() != 0:
         pytest.skip("the agent's pod runs as uid 0 without capabilities: setpriv needs root")
+    with shipped_node(agent_venv) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def shipped_node(agent_venv):
+    """The helper as its DaemonSet starts it on node HOST (NODE_NAME), on its ConfigMap's file
+    with a fake kubectl, and the agent's ConfigMap's actions.toml pointing at its socket."""
     helper_yaml, agent_yaml = _manifest("host-actions.yaml"), _manifest("agent.yaml")
     work = Path(tempfile.mkdtemp(prefix="k8s-host-actions-"))
     work.chmod(0o755)  # the other uid below reaches the socket
     record, socket_path = work / "kubectl.jsonl", work / "socket"
     kubectl = work / "kubectl"
+    # kubectl: records its argv; `get pods` answers pods.json's pods on the selector's node
+    pods = work / "pods.json"
+    pods.write_text(json.dumps([_pod("vllm-mistral", HOST), _pod("sglang-qwen32b", HOST)]))
     kubectl.write_text(
         f"#!{agent_venv / 'bin' / 'python'}\nimport json, sys\n"
         f"open({str(record)!r}, 'a').write(json.dumps(sys.argv) + '\\n')\n"
+        "if 'get' in sys.argv:\n"
+        "    node = sys.argv[sys.argv.index('--field-selector') + 1].split('=', 1)[1]\n"
+        f"    items = json.load(open({str(pods)!r}))\n"
+        "    items = [p for p in items if p['spec']['nodeName'] == node]\n"
+        "    print(json.dumps({'kind': 'PodList', 'items': items}))\n"
     )
     kubectl.chmod(0o755)
     shipped = helper_yaml[("ConfigMap", "gpu-console-host-actions")]["data"]["host-actions.toml"]
@@ -77,9 +94,18 @@ def node(agent_venv):
     command[0] = str(agent_venv / "bin" / "python")
     command[command.index("--socket") + 1] = str(socket_path)
     command[command.index("--config") + 1] = str(config)
-    helper = subprocess.Popen(
-        command, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    # NODE_NAME as the DaemonSet's downward API sets it
+    env = {item["name"]: item for item in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    shipped_stopped = 'stopped_file = "/run/gpu-console-host-actions/stopped-here.json"'
+    assert shipped_stopped in config.read_text()
+    config.write_text(
+        config.read_text().replace(shipped_stopped, f'stopped_file = "{work / "stopped.json"}"')
     )
+    helper = subprocess.Popen(
+        command, env=clean_env(NODE_NAME=HOST), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
     deadline = time.monotonic() + 20
     while not socket_path.exists():
         assert helper.poll() is None and time.monotonic() < deadline, helper.stdout.read()
@@ -93,12 +119,32 @@ def node(agent_venv):
             f'"{client}", "--socket", "{socket_path}"',
         )
     )
-    yield {"work": work, "record": record, "socket": socket_path, "actions": actions,
-           "client": client, "python": str(agent_venv / "bin" / "python"),
-           "venv": agent_venv}  # fmt: skip
-    helper.terminate()
-    helper.wait(10)
-    shutil.rmtree(work, ignore_errors=True)
+    started = {"work": work, "record": record, "socket": socket_path, "actions": actions,
+               "pods": pods, "client": client, "python": str(agent_venv / "bin" / "python"),
+               "venv": agent_venv}  # fmt: skip
+    try:
+        yield started
+    finally:
+        helper.terminate()
+        helper.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _pod(deployment: str, node: str) -> dict:
+    """A pod of the deployment (its ReplicaSet's) as `kubectl get pods -o json` lists it."""
+    return {"metadata": {"name": f"{deployment}-7c9d-x", "labels": {"pod-template-hash": "7c9d"},
+                         "ownerReferences": [{"kind": "ReplicaSet", "name": f"{deployment}-7c9d"}]},
+            "spec": {"nodeName": node}}  # fmt: skip
+
+
+def _run_as_the_pod(node, requests) -> dict:
+    ran = subprocess.run(
+        [*AS_THE_POD, node["python"], "-c", AGENT, node["actions"]],
+        input=json.dumps(requests), env=clean_env(HOST=HOST, SECRET=SECRET),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    return json.loads(ran.stdout)
 
 
 def _signed(action: str, deployment: str | None, params: dict) -> list[str]:
@@ -120,13 +166,7 @@ def test_the_agents_pod_runs_the_listed_kubectl_commands_and_is_refused_the_rest
         _signed("mps_restart", None, {"card_index": 0}),
         _signed("restart", "llama-70b", {}),  # a deployment neither file lists
     ]
-    ran = subprocess.run(
-        [*AS_THE_POD, node["python"], "-c", AGENT, node["actions"]],
-        input=json.dumps(requests), env=clean_env(HOST=HOST, SECRET=SECRET),
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stderr
-    agent = json.loads(ran.stdout)
+    agent = _run_as_the_pod(node, requests)
     assert (agent["uid"], int(agent["cap_eff"], 16)) == (0, 0), "uid 0, no capability"
     outcomes = agent["outcomes"]
     assert [o["state"] for o in outcomes] == ["succeeded"] * 5 + ["refused"] * 2
@@ -135,7 +175,11 @@ def test_the_agents_pod_runs_the_listed_kubectl_commands_and_is_refused_the_rest
         ("not_allowed", "the actions file names no deployment 'llama-70b'"),
     ]
     kubectl = [str(node["work"] / "kubectl"), "--kubeconfig", KUBECONFIG, "--namespace"]
-    ran_argv = [json.loads(line) for line in node["record"].read_text().splitlines()]
+    recorded = [json.loads(line) for line in node["record"].read_text().splitlines()]
+    check = [*kubectl, "inference", "get", "pods", "--field-selector",
+             f"spec.nodeName={HOST}", "--output", "json"]  # fmt: skip
+    assert recorded[0::2] == [check] * 5, "the node's pods listed before each action"
+    ran_argv = recorded[1::2]
     assert ran_argv == [
         [*kubectl, "inference", "rollout", "restart", "deployment/vllm-mistral"],
         [*kubectl, "inference", "scale", "deployment/vllm-mistral", "--replicas=0"],
@@ -146,9 +190,32 @@ def test_the_agents_pod_runs_the_listed_kubectl_commands_and_is_refused_the_rest
          "GPU_CONSOLE_ENGINE_ARGS=--mem-fraction-static=0.8500"],
     ]  # fmt: skip
     logged = [json.loads(line) for line in (node["work"] / "helper.log").read_text().splitlines()]
-    assert [(e["state"], e["peer_uid"], e["argv"]) for e in logged] == [
-        ("succeeded", 0, [argv]) for argv in ran_argv
+    assert [(e["state"], e["peer_uid"], e["argv"], e["checked"]) for e in logged] == [
+        ("succeeded", 0, [argv], check) for argv in ran_argv
     ]
+
+
+def test_another_nodes_deployment_is_refused_by_the_helper_by_name_and_logged(node):
+    """Every node's agent holds the same actions.toml: the helper on gpu-node-3 refuses a
+    deployment whose pods run elsewhere, whoever asks, before any kubectl that changes it."""
+    node["pods"].write_text(json.dumps([_pod("vllm-mistral", HOST),
+                                        _pod("sglang-qwen32b", "gpu-node-9")]))  # fmt: skip
+    agent = _run_as_the_pod(node, [_signed("restart", "qwen-32b", {}),
+                                   _signed("restart", "mistral-7b", {})])  # fmt: skip
+    refused, allowed = agent["outcomes"]
+    reason = ("qwen-32b (inference/sglang-qwen32b) has no pod on node gpu-node-3: this helper "
+              "acts only on its own node's deployments")  # fmt: skip
+    assert (refused["state"], refused["reason_code"]) == ("refused", "host_refused")
+    assert refused["detail"].endswith(reason), refused["detail"]
+    assert allowed["state"] == "succeeded"
+    recorded = [json.loads(line)[4:] for line in node["record"].read_text().splitlines()]
+    assert [argv[:3] for argv in recorded] == [
+        ["inference", "get", "pods"], ["inference", "get", "pods"],
+        ["inference", "rollout", "restart"]]  # fmt: skip
+    logged = [json.loads(line) for line in (node["work"] / "helper.log").read_text().splitlines()]
+    first = logged[0]
+    assert (first["state"], first["peer_uid"], first["reason"], first["argv"]) == (
+        "refused", 0, reason, [])  # fmt: skip
 
 
 def test_the_helper_refuses_by_name_what_its_file_does_not_list(node):

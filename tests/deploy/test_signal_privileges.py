@@ -21,6 +21,7 @@ signal with its grant and its test.
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -547,6 +548,105 @@ def test_what_the_daemonsets_pod_may_not_read_is_named(agent_venv):
     assert by_error[("mps_control", "Unanswered")].startswith(f"{pipe_dir}: OSError: get_server")
     assert by_error[("engine_log", "PermissionError")].startswith(f"7 {log}: ")
     assert live == [] and ["oom", "7"] not in events
+
+
+# As the DaemonSet's pod, with AGENT_MPS_PIPE_GLOB: the node's parent folder of the daemons'
+# pipe directories (the runbooks' /run/nvidia-mps/gpuN) bind-mounted read-only into a mount
+# namespace of its own, the daemons (root's: their environment closed to the pod) in a PID
+# namespace of their own with the pod, so that no other daemon on this machine is counted.
+# Each directory holding a `control` socket is found and asked without any environment read;
+# a daemon more than the directories found is named.
+
+GLOB_READER = """
+import json, os, sys, time
+from inventory.agent.mps import MpsMonitors
+from inventory.telemetry.readings import PollResult
+mps = MpsMonitors([], globs=[sys.argv[1]])
+mps.refresh()
+events, faults = mps.poll(time.time(), PollResult("h", time.time(), 0.0, None, [], []), {})
+caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff:")][0]
+print(json.dumps({"uid": os.getuid(), "caps": caps, "live": mps.live,
+                  "faults": [[f.call, f.error, f.message] for f in faults]}))
+"""
+GLOB_POD = """
+set -e
+mkdir -p "$MOUNTED" && mount --bind "$NODE_FOLDER" "$MOUNTED"
+mount -o remount,bind,ro "$MOUNTED"
+for dir in $DAEMON_DIRS; do
+  CUDA_MPS_PIPE_DIRECTORY="$dir" bash -c 'exec -a /usr/bin/nvidia-cuda-mps-control sleep 60' &
+done
+sleep 0.2
+exec "$@"
+"""
+
+
+def _globbed_daemons_as_the_pod(agent_venv, *, elsewhere: bool) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="mps-glob-"))  # short: a socket's path is at most 107
+    try:
+        work.chmod(0o755)
+        (work / "bin").mkdir(mode=0o755)
+        control = work / "bin" / "nvidia-cuda-mps-control"
+        control.write_text((FAKE_CONTROL / "nvidia-cuda-mps-control").read_text())
+        control.chmod(0o755)
+        node_folder, mounted = work / "node" / "nvidia-mps", work / "pod" / "nvidia-mps"
+        daemons, sockets = [], []
+        for index, server in ((0, 900), (1, 910)):
+            pipe_dir = node_folder / f"gpu{index}"
+            pipe_dir.mkdir(parents=True)
+            listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listening.bind(str(pipe_dir / "control"))
+            sockets.append(listening)
+            (pipe_dir / "daemon.json").write_text(
+                json.dumps({"servers": {str(server): [server + 1]}})
+            )
+            (pipe_dir / "daemon.json").chmod(0o600)
+            pipe_dir.chmod(0o700)  # root's, as a root daemon makes it: the pod is uid 0
+            daemons.append(str(mounted / f"gpu{index}"))
+        (node_folder / "not-a-daemon").mkdir()
+        if elsewhere:
+            daemons.append(str(work / "tmp-nvidia-mps-2"))  # outside the glob
+        ran = subprocess.run(
+            ["unshare", "--mount", "--pid", "--fork", "--mount-proc", "bash", "-c", GLOB_POD,
+             "pod", *AS_THE_POD, str(agent_venv / "bin" / "python"), "-c", GLOB_READER,
+             f"{mounted}/*"],
+            env={"PATH": f"{work / 'bin'}:/usr/bin:/bin", "LANG": "C.UTF-8",
+                 "NODE_FOLDER": str(node_folder), "MOUNTED": str(mounted),
+                 "DAEMON_DIRS": " ".join(daemons)},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        for listening in sockets:
+            listening.close()
+        assert ran.returncode == 0, ran.stderr
+        return {**json.loads(ran.stdout.splitlines()[-1]), "mounted": mounted}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+needs_root_and_namespaces = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None,
+    reason="needs root, unshare and setpriv (mount and PID namespaces, the pod's uid 0)",
+)
+
+
+@needs_root_and_namespaces
+def test_the_daemonsets_pod_finds_every_mps_daemon_by_the_glob_on_a_read_only_mount(agent_venv):
+    found = _globbed_daemons_as_the_pod(agent_venv, elsewhere=False)
+    assert (found["uid"], int(found["caps"], 16)) == (0, 0), "uid 0, no capability"
+    mounted = found["mounted"]
+    assert sorted((s["pipe_dir"], s["server_pid"], [c["pid"] for c in s["clients"]])
+                  for s in found["live"]) == [
+        (str(mounted / "gpu0"), 900, [901]), (str(mounted / "gpu1"), 910, [911])]  # fmt: skip
+    assert found["faults"] == [], "no daemon left unnamed, none named needlessly"
+
+
+@needs_root_and_namespaces
+def test_a_daemon_outside_the_glob_is_named_to_the_daemonsets_pod(agent_venv):
+    found = _globbed_daemons_as_the_pod(agent_venv, elsewhere=True)
+    assert len(found["live"]) == 2
+    faults = found["faults"]
+    assert {(call, error) for call, error, _ in faults} == {("mps_control", "EnvironUnreadable")}
+    assert len(faults) == 3, "three daemons, two directories: which is unseen cannot be told"
+    assert all("AGENT_MPS_PIPE_GLOB" in message for *_, message in faults)
 
 
 # ---- The allocator exporter's folder, as the unit's user and as the DaemonSet's pod ----

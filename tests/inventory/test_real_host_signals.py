@@ -151,3 +151,105 @@ def test_an_admin_may_set_a_deployments_log_path_and_it_is_audited(admin_client)
     deployment.refresh_from_db()
     assert deployment.log_path == "journald:vllm-chat.service"
     assert AuditEntry.objects.filter(action="deployment.change").exists()
+
+
+def _in_container(proc, host_pid: int, inner_pid: int, started: int, container: str | None):
+    """A GPU process's /proc entry: its container's cgroup (None: the host's), its NSpid and
+    start time, as inventory.telemetry.containers and allocator_scrape read them."""
+    (proc / str(host_pid)).mkdir(parents=True)
+    cgroup = f"0::/system.slice/docker-{container}.scope" if container else "0::/user.slice"
+    nspid = f"{host_pid} {inner_pid}" if container else str(host_pid)
+    (proc / str(host_pid) / "cgroup").write_text(cgroup + "\n")
+    (proc / str(host_pid) / "status").write_text(f"Name:\tpython3\nNSpid:\t{nspid}\n")
+    fields = " ".join(["S", *["0"] * 18, str(started), "0"])
+    (proc / str(host_pid) / "stat").write_text(f"{host_pid} (python3) {fields}\n")
+
+
+def test_a_containerised_vllm_without_the_plugin_or_its_folder_is_named_once_on_the_host_page(
+    tmp_path, client_as
+):
+    """docs/deploy.md's "allocator exporter" row, when missing: a vLLM in a container whose
+    processes leave no snapshot (no plugin in its image, or the folder not mounted) is a
+    `scrape:allocator` fault NotPublished naming it, once, and only after the plugin had a
+    minute; an engine that never publishes (Ollama), a vLLM that publishes, a vLLM on the host
+    (its exporter is its allocator_url's) and one with an allocator_url are not named."""
+    host = HostFactory(name="gpu-containers-01", collector=Host.Collector.NVML)
+    processes = {
+        pid: FakeProcess(pid, "python3", 10 * GIB) for pid in (4101, 4102, 4201, 4301, 4401, 4501)
+    }
+    card = h100_card(host.name, 0, list(processes.values()))
+    gpu = GpuFactory(host=host, index=0, uuid=card.uuid, memory_total_bytes=card.total_bytes)
+    proc, folder = tmp_path / "proc", tmp_path / "allocator"
+    folder.mkdir()
+    hexid = "{:064x}".format
+    for host_pid, inner, container in (
+        (4101, 7, hexid(1)), (4102, 8, hexid(1)),  # vLLM TP2, no plugin
+        (4201, 7, hexid(2)),  # Ollama: never publishes
+        (4301, 7, hexid(3)),  # vLLM with the plugin and the folder
+        (4401, None, None),  # vLLM on the host
+        (4501, 7, hexid(5)),  # vLLM with an allocator_url
+    ):  # fmt: skip
+        _in_container(proc, host_pid, inner or host_pid, 5000 + host_pid, container)
+    deployments = {
+        name: DeploymentFactory(host=host, gpus=[gpu], runtime_name=name,
+                                served_model__name=name, served_model__engine=engine)
+        for name, engine in (("vllm-llama", "vllm"), ("ollama-small", "ollama"),
+                             ("vllm-ok", "vllm"), ("vllm-host", "vllm"), ("vllm-url", "vllm"))
+    }  # fmt: skip
+    pids = {"vllm-llama": [4101, 4102], "ollama-small": [4201], "vllm-ok": [4301],
+            "vllm-host": [4401], "vllm-url": [4501]}  # fmt: skip
+    engines = {"ollama-small": "ollama"}
+
+    def publish_ok():  # the plugin's snapshot of vllm-ok, rewritten as it does every 5 s
+        row = {"pid": 7, "device": 0, "largest_free_block_bytes": None,
+               "memory_stats": {"reserved_bytes.all.current": 8 * GIB,
+                                "allocated_bytes.all.current": 6 * GIB}}  # fmt: skip
+        (folder / "7-9301.json").write_text(json.dumps({"ns_pid": 7, "rows": [row]}))
+
+    clock = Clock()
+    batches = []
+    source = NvmlSource(nvml_for(card), clock, SignalOptions(proc=proc), allocator_dir=folder)
+    runtime = HostRuntime(host.name, source, batches.append)
+    runtime.apply_plan({
+        "host": host.name, "collector": "nvml", "sample_interval_s": 1.0,
+        "flush_interval_s": 10.0, "scrape_interval_s": 5.0,
+        "deployments": [
+            {"deployment_id": str(d.pk), "engine": engines.get(name, "vllm"), "model": name,
+             "runtime_name": name, "device_uuids": [card.uuid], "pids": pids[name],
+             **({"allocator_url": "http://127.0.0.1:1/memory_stats"}
+                if name == "vllm-url" else {})}
+            for name, d in deployments.items()
+        ],
+    })  # fmt: skip
+
+    def faults_until(seconds):
+        for _ in range(seconds):
+            publish_ok()
+            clock.t += 1
+            runtime.tick()
+        runtime.flush(clock.t)
+        runtime.publish_pending()
+        said = [f for b in batches for f in b["faults"] if f["error"] == "NotPublished"]
+        batches_now = list(batches)
+        batches.clear()
+        return said, batches_now
+
+    early, first = faults_until(55)
+    assert early == [], "not before the plugin had its minute"
+    (fault,), second = faults_until(20)
+    assert fault["call"] == "scrape:allocator"
+    assert fault["message"].startswith(
+        f"allocator statistics missing for deployment vllm-llama (id {deployments['vllm-llama'].pk}"
+    )
+    assert "host pid(s) 4101, 4102" in fault["message"]
+    assert "engine plugin is not installed" in fault["message"]
+    assert "not mounted" in fault["message"] and "docs/deploy.md" in fault["message"]
+    again, third = faults_until(60)
+    assert again == [], "once, not every poll"
+    by_pid = {row["pid"]: row for b in third for row in b["processes"]}
+    assert by_pid[4301]["allocator"]["reserved_bytes"] == 8 * GIB  # the one that publishes
+    for batch in first + second + third:
+        ingest_batch(batch)
+    text = client_as("oncall").get(f"/hosts/{host.name}/").content.decode()
+    assert "<code>scrape:allocator</code> NotPublished" in text
+    assert "allocator statistics missing for deployment vllm-llama" in text

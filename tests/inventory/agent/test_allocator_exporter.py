@@ -315,3 +315,46 @@ def test_a_forked_worker_keeps_a_snapshot_of_its_own_and_its_exit_removes_only_t
 
 def test_the_exporter_names_itself_as_the_agent_finds_it_in_the_hosts_proc():
     assert allocator_scrape.host_processes({os.getpid()}) == {identity(): os.getpid()}
+
+
+# ---- a containerised engine that leaves no figures is named --------------------------------
+
+
+def _missing(watch, now, pids, have=(), engine="vllm", contained=True, **entry):
+    entries = [{"deployment_id": "7", "engine": engine, "runtime_name": "vllm-llama", **entry}]
+    deployments = {(0, pid): "7" for pid in pids}
+    return watch.check(now, entries, deployments, set(have), lambda pid: contained)
+
+
+def test_a_deployment_without_figures_is_named_once_and_again_only_after_figures_came_and_went(
+    tmp_path,
+):
+    watch = allocator_scrape.MissingFigures(tmp_path, after_s=60)
+    assert _missing(watch, 0, [41]) == []
+    assert _missing(watch, 59, [41]) == [], "the plugin's minute"
+    (fault,) = _missing(watch, 60, [41])
+    assert (fault.call, fault.error) == ("scrape:allocator", "NotPublished")
+    assert "not there either" not in fault.message, "the agent's folder is there"
+    assert _missing(watch, 120, [41]) == [], "once"
+    assert _missing(watch, 500, [42]) == [], "restarted without the plugin: still said"
+    assert _missing(watch, 505, [42], have=[42]) == [], "the plugin came"
+    assert _missing(watch, 510, [43]) == [], "a new process: its own minute again"
+    assert len(_missing(watch, 570, [43])) == 1, "figures came and went: said again"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [{"engine": "ollama"}, {"engine": "sglang"}, {"contained": False},
+     {"allocator_url": "http://127.0.0.1:9464/memory_stats"}],
+)  # fmt: skip
+def test_what_never_publishes_to_the_folder_is_not_named(tmp_path, case):
+    watch = allocator_scrape.MissingFigures(tmp_path, after_s=60)
+    assert _missing(watch, 0, [41], **case) == []
+    assert _missing(watch, 600, [41], **case) == []
+
+
+def test_an_engine_the_operator_names_is_watched_and_a_missing_agent_folder_is_said(tmp_path):
+    watch = allocator_scrape.MissingFigures(tmp_path / "absent", ("vllm", "sglang"), after_s=60)
+    _missing(watch, 0, [41], engine="sglang")
+    (fault,) = _missing(watch, 60, [41], engine="sglang")
+    assert f"the agent's own {tmp_path / 'absent'} is not there either" in fault.message

@@ -2,6 +2,8 @@
 absolute programs), and what it refuses; the MPS restart run against the fake control binary."""
 
 import json
+import os
+import socket
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from inventory.agent.actions import parse_actions
 from inventory.agent.host_action_helper import (
     ConfigError,
     Refused,
+    handle,
     parse_config,
     plan,
     run_plan,
@@ -183,3 +186,114 @@ def test_the_shipped_examples_ask_the_helper_only_for_what_it_lists():
     mps = agent.host["mps_restart"].render({"card_index": 1})
     assert mps == [CLIENT, "mps_restart", "--card", "1"]
     assert plan(helper, {"action": "mps_restart", "params": {"card_index": 1}}).steps
+
+
+# ---- Kubernetes: a helper scoped to its node ---------------------------------------------
+
+
+def _pod(deployment: str, node: str, template_hash: str = "5d8f7c") -> dict:
+    """A pod as `kubectl get pods -o json` lists it: its ReplicaSet is the deployment's."""
+    return {"metadata": {"name": f"{deployment}-{template_hash}-x1", "namespace": "inference",
+                         "labels": {"pod-template-hash": template_hash},
+                         "ownerReferences": [{"kind": "ReplicaSet",
+                                              "name": f"{deployment}-{template_hash}"}]},
+            "spec": {"nodeName": node}}  # fmt: skip
+
+
+@pytest.fixture
+def scoped(tmp_path):
+    """A helper on node gpu-node-3 with a fake kubectl: `get pods` answers the pods of
+    pods.json on the node its field selector names; every run is recorded."""
+    record, pods = tmp_path / "kubectl.jsonl", tmp_path / "pods.json"
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(record)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "if 'get' in sys.argv:\n"
+        "    node = sys.argv[sys.argv.index('--field-selector') + 1].split('=', 1)[1]\n"
+        f"    items = json.load(open({str(pods)!r}))\n"
+        "    if items == 'down': sys.exit('The connection to the server was refused')\n"
+        "    print(json.dumps({'kind': 'PodList', 'items': "
+        "[p for p in items if p['spec']['nodeName'] == node]}))\n"
+    )
+    kubectl.chmod(0o755)
+    text = (
+        f"allowed_users = [{os.getuid()}]\n"
+        f'node_name_env = "NODE_NAME"\nstopped_file = "{tmp_path}/stopped-here.json"\n'
+        f'log_file = "{tmp_path}/helper.log"\n[programs]\nkubectl = "{kubectl}"\n'
+        '[deployments."mistral"]\nkubernetes = "inference/vllm-mistral"\nengine = "vllm"\n'
+        '[deployments."qwen"]\nkubernetes = "inference/sglang-qwen32b"\nengine = "sglang"\n'
+    )
+    pods.write_text(json.dumps([_pod("vllm-mistral", "gpu-node-3"),
+                                _pod("sglang-qwen32b", "gpu-node-9")]))  # fmt: skip
+
+    def ask(action, deployment, config=None):
+        config = config or state["config"]
+        mine, theirs = socket.socketpair()
+        with mine, theirs:
+            mine.sendall(json.dumps({"action": action, "deployment": deployment}).encode() + b"\n")
+            return handle(config, theirs)
+
+    def ran():
+        lines = record.read_text().splitlines() if record.exists() else []
+        record.unlink(missing_ok=True)
+        return [json.loads(line) for line in lines]
+
+    state = {"config": parse_config(text, {"NODE_NAME": "gpu-node-3"})}
+    return {"ask": ask, "ran": ran, "pods": pods, "text": text, "state": state,
+            "log": tmp_path / "helper.log", "kubectl": str(kubectl)}  # fmt: skip
+
+
+def test_a_node_scoped_helper_acts_only_on_deployments_with_a_pod_on_its_node(scoped):
+    ask, ran = scoped["ask"], scoped["ran"]
+    check = ["--namespace", "inference", "get", "pods", "--field-selector",
+             "spec.nodeName=gpu-node-3", "--output", "json"]  # fmt: skip
+    assert ask("restart", "mistral")["state"] == "succeeded"
+    assert ran() == [check, ["--namespace", "inference", "rollout", "restart",
+                             "deployment/vllm-mistral"]]  # fmt: skip
+    refused = ask("restart", "qwen")  # its pod is on gpu-node-9
+    assert (refused["state"], refused["exit_code"]) == ("refused", 77)
+    assert refused["reason"] == (
+        "qwen (inference/sglang-qwen32b) has no pod on node gpu-node-3: this helper acts only "
+        "on its own node's deployments"
+    )
+    assert ran() == [check], "listed, never acted on"
+    logged = [json.loads(line) for line in scoped["log"].read_text().splitlines()]
+    assert [(e["state"], e["peer_uid"], e["request"]["deployment"]) for e in logged] == [
+        ("succeeded", os.getuid(), "mistral"), ("refused", os.getuid(), "qwen")]  # fmt: skip
+    assert logged[1]["checked"] == [scoped["kubectl"], *check] and logged[1]["argv"] == []
+    # a pod named like the deployment but of another owner (a bare pod, a StatefulSet) is not it
+    scoped["pods"].write_text(json.dumps([{**_pod("vllm-mistral", "gpu-node-3"), "metadata": {
+        "name": "vllm-mistral-0", "labels": {}, "ownerReferences": [
+            {"kind": "StatefulSet", "name": "vllm-mistral"}]}}]))  # fmt: skip
+    assert ask("restart", "mistral")["state"] == "refused"
+
+
+def test_a_node_scoped_helper_starts_again_what_it_stopped_and_nothing_else(scoped, tmp_path):
+    ask, ran = scoped["ask"], scoped["ran"]
+    assert ask("stop", "mistral")["state"] == "succeeded"
+    scoped["pods"].write_text("[]")  # scaled to 0: no pod left anywhere
+    assert ask("restart", "mistral")["state"] == "refused"
+    assert ask("start", "qwen")["state"] == "refused", "stopped by no one here"
+    # the record survives the helper's restart (the node folder)
+    again = parse_config(scoped["text"], {"NODE_NAME": "gpu-node-3"})
+    assert json.loads((tmp_path / "stopped-here.json").read_text()) == ["mistral"]
+    ran()
+    assert ask("start", "mistral", again)["state"] == "succeeded"
+    assert ran()[-1][-2:] == ["deployment/vllm-mistral", "--replicas=1"]
+    assert ask("start", "mistral", again)["state"] == "refused", "started: the record is gone"
+
+
+def test_a_node_scoped_helper_that_cannot_list_its_pods_fails_and_runs_nothing(scoped):
+    scoped["pods"].write_text('"down"')
+    answer = scoped["ask"]("restart", "mistral")
+    assert answer["state"] == "failed" and answer["exit_code"] == 1
+    assert answer["reason"].startswith("cannot list the pods of node gpu-node-3 (")
+    assert "The connection to the server was refused" in answer["reason"]
+    assert len(scoped["ran"]()) == 1, "only the list"
+
+
+@pytest.mark.parametrize("environ", [{}, {"NODE_NAME": ""}, {"NODE_NAME": "a b"}])
+def test_a_node_scoped_helper_without_its_node_name_does_not_start(scoped, environ):
+    with pytest.raises(ConfigError, match=r"^node_name_env: \$NODE_NAME holds no node name"):
+        parse_config(scoped["text"], environ)

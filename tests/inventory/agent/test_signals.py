@@ -4,6 +4,9 @@ all driven through the real collector and agent runtime against the fake NVML.""
 import itertools
 import json
 import os
+import shutil
+import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,7 +22,13 @@ from inventory.agent.kernel_log import (
     open_journal,
     open_kmsg,
 )
-from inventory.agent.mps import MpsControl, MpsMonitor, MpsMonitors, running_pipe_dirs
+from inventory.agent.mps import (
+    MpsControl,
+    MpsMonitor,
+    MpsMonitors,
+    discover_pipe_dirs,
+    running_pipe_dirs,
+)
 from inventory.agent.runtime import HostRuntime
 from inventory.agent.signals import SignalOptions
 from inventory.agent.sources import NvmlSource
@@ -854,3 +863,75 @@ def test_a_driver_fault_without_an_xid_is_a_gpu_lost_event_for_its_card(tmp_path
     assert init_failed["detail"]["pci_bus_id"] == "0000:18:00"
     (heartbeat,) = [e for e in events if e["detail"].get("reason") == "gsp_heartbeat_timeout"]
     assert heartbeat.get("card_index") is None  # the line names no card
+
+
+def _control_socket(pipe_dir: Path) -> socket.socket:
+    """A daemon's `control` socket in its pipe directory, as nvidia-cuda-mps-control -d makes."""
+    pipe_dir.mkdir(parents=True, exist_ok=True)
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(str(pipe_dir / "control"))
+    return listening
+
+
+@pytest.fixture
+def short_dir():
+    """A folder of a short path: a Unix socket's path has at most 107 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix="mps-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_pipe_directories_are_found_by_their_control_socket_under_a_glob(tmp_path, short_dir):
+    """AGENT_MPS_PIPE_GLOB: each match holding a `control` socket (or FIFO) is a daemon's pipe
+    directory; a folder without one, a plain file or a link named `control` are not."""
+    parent = short_dir / "nvidia-mps"
+    sockets = [_control_socket(parent / f"gpu{i}") for i in (0, 1)]
+    (parent / "gpu2").mkdir()
+    os.mkfifo(parent / "gpu2" / "control")
+    (parent / "stale").mkdir()
+    (parent / "stale" / "control").write_text("")  # a plain file
+    (parent / "linked").mkdir()
+    (parent / "linked" / "control").symlink_to(parent / "gpu0" / "control")
+    (parent / "empty").mkdir()
+    try:
+        found = discover_pipe_dirs([f"{parent}/*", f"{parent}/gpu0"])
+    finally:
+        for listening in sockets:
+            listening.close()
+    assert found == [str(parent / "gpu0"), str(parent / "gpu1"), str(parent / "gpu2")]
+    assert discover_pipe_dirs([str(tmp_path / "absent" / "*")]) == []
+
+
+def test_daemons_whose_environment_is_closed_are_watched_by_the_glob_and_named_when_it_is_short(
+    tmp_path, short_dir
+):
+    """As the DaemonSet's pod: no daemon's environment can be read, their pipe directories are
+    found by the glob and asked; only a daemon more than the glob found is named."""
+    proc, parent = tmp_path / "proc", short_dir / "nvidia-mps"
+    (proc / "self").mkdir(parents=True)
+    for pid in (12, 13):
+        (proc / str(pid)).mkdir()
+        (proc / str(pid) / "cmdline").write_bytes(b"nvidia-cuda-mps-control\0-d\0")
+        (proc / str(pid) / "environ").mkdir()  # unreadable, as to a pod without capabilities
+    sockets = [_control_socket(parent / f"gpu{i}") for i in (0, 1)]
+    _daemon(parent / "gpu0", {"900": [901]})
+    _daemon(parent / "gpu1", {"910": [911]})
+    poll = NvmlCollector(nvml_for(h100_card("h", 0)), "h", watch_xid=False).poll()
+    try:
+        monitors = MpsMonitors([], globs=[f"{parent}/*"], proc=str(proc), binary=FAKE_MPS_CONTROL)
+        monitors.refresh()
+        _, faults = monitors.poll(1.0, poll, {})
+        assert faults == [], "two daemons, two directories found"
+        assert sorted((s["pipe_dir"], s["server_pid"]) for s in monitors.live) == [
+            (str(parent / "gpu0"), 900), (str(parent / "gpu1"), 910)]  # fmt: skip
+        (proc / "14").mkdir()  # a third daemon, its directory elsewhere
+        (proc / "14" / "cmdline").write_bytes(b"nvidia-cuda-mps-control\0-d\0")
+        (proc / "14" / "environ").mkdir()
+        short = MpsMonitors([], globs=[f"{parent}/*"], proc=str(proc), binary=FAKE_MPS_CONTROL)
+        short.refresh()
+        _, faults = short.poll(1.0, poll, {})
+    finally:
+        for listening in sockets:
+            listening.close()
+    assert sorted(f.error for f in faults) == ["EnvironUnreadable"] * 3
+    assert all("AGENT_MPS_PIPE_GLOB" in f.message and "2 directories" in f.message for f in faults)
