@@ -39,6 +39,7 @@ BENCHES = {
     "placement": ["tests/bench/bench_placement.py", "--limit", "10"],
     "faults": ["tests/bench/faults.py"],
     "disk": ["tests/bench/bench_disk.py"],
+    "disk_noise": ["tests/bench/bench_disk.py", "--noise"],
     "partition": ["tests/bench/bench_partition.py"],
     "alerts": ["tests/bench/bench_alerts.py"],
     "loadtest": ["tests/bench/bench_loadtest.py"],
