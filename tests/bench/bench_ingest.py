@@ -163,9 +163,7 @@ def wire_batches(
     wire = []
     for seq in range(1, intervals + 1):
         for host, gpus, deps in fleet:
-            batch = make_batch(
-                host, gpus, deps, seq, start + 10 * seq, samplers[host.name], noise
-            )
+            batch = make_batch(host, gpus, deps, seq, start + 10 * seq, samplers[host.name], noise)
             body = signing.encode(on_the_wire(batch))
             wire.append((body, signing.sign(host.agent_secret, body)))
     return wire
