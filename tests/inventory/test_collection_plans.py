@@ -36,9 +36,11 @@ def sent(monkeypatch):
     monkeypatch.setattr(
         tasks.current_app,
         "send_task",
-        lambda name, args, queue, expires: messages.append((name, args, queue, expires)),
+        lambda name, args, queue, expires, producer=None: messages.append(
+            (name, args, queue, expires)
+        ),
     )
-    monkeypatch.setattr(tasks, "_waiting", lambda queue: 0)
+    monkeypatch.setattr(tasks, "_waiting_counts", lambda queues: dict.fromkeys(queues, 0))
     return messages
 
 
