@@ -369,6 +369,15 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 60},
     },
 }
+# The fleet board's figures per host (inventory.reports.board) are recomputed this often; a
+# board whose hosts' summaries are older than HOST_SUMMARY_STALE_AFTER_S computes them live.
+HOST_SUMMARY_INTERVAL_S = env_float("HOST_SUMMARY_INTERVAL_S", 20.0, minimum=1.0)
+HOST_SUMMARY_STALE_AFTER_S = env_float("HOST_SUMMARY_STALE_AFTER_S", 60.0, minimum=1.0)
+CELERY_BEAT_SCHEDULE["refresh-host-summaries"] = {
+    "task": "inventory.refresh_host_summaries",
+    "schedule": HOST_SUMMARY_INTERVAL_S,
+    "options": {"expires": HOST_SUMMARY_INTERVAL_S},
+}
 
 # Demo fleet: the logins `make run` creates and prints.
 DEMO_PASSWORD = env_str("DEMO_PASSWORD", "colocate-demo")

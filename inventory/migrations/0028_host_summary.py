@@ -1,0 +1,37 @@
+"""The fleet board's figures per host, kept by a periodic job so SQL can sort and page the
+board (inventory.models.HostSummary)."""
+
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("inventory", "0027_plan_delivery"),
+    ]
+
+    operations = [
+        migrations.CreateModel(
+            name="HostSummary",
+            fields=[
+                (
+                    "host",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="board_summary",
+                        serialize=False,
+                        to="inventory.host",
+                    ),
+                ),
+                ("computed_at", models.DateTimeField()),
+                ("cards", models.PositiveIntegerField()),
+                ("largest_headroom_bytes", models.BigIntegerField(null=True)),
+                ("headroom_card", models.CharField(blank=True, max_length=32)),
+                ("worst_fragmentation", models.FloatField(null=True)),
+                ("fragmentation_status", models.CharField(max_length=8, null=True)),
+                ("p99_status", models.CharField(max_length=8)),
+                ("p99_detail", models.TextField(blank=True)),
+            ],
+        ),
+    ]

@@ -1,0 +1,170 @@
+"""The fleet board's summary table (inventory.models.HostSummary): written by the periodic job
+in one statement, and read by the board to count, filter, sort and page in SQL.
+
+The figures are computed elsewhere (inventory.reports.fleet.host_figures, the same function
+as the live board); this module only stores them and orders hosts by them. The OOM count and
+the collector's staleness, which change by the second, are read live from their own tables
+here, with the same definitions as inventory.reports.oom.oom_counts (events of kind OOM with
+start <= at <= end) and inventory.reports.collector.collector_health (no sample, or the newest
+older than the limit); tests hold the two equal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.core.exceptions import EmptyResultSet
+from django.db import connection
+from django.db.models import QuerySet
+
+from inventory.models import CollectorStatus, Event, Host, HostSummary
+
+# The figure columns, in the order of inventory.reports.fleet.HostFigures' fields.
+COLUMNS = (
+    "cards", "largest_headroom_bytes", "headroom_card", "worst_fragmentation",
+    "fragmentation_status", "p99_status", "p99_detail",
+)  # fmt: skip
+_TYPES = ("int", "bigint", "text", "float8", "text", "text", "text")
+
+# The board's sorts in SQL, each the order of inventory.reports.fleet.SORTS' key of the same
+# name (a stable sort over hosts by name: ties go by name). From this fixed mapping only,
+# never from the request. `b` is a row of `_from`.
+SORTS = {
+    "name": 'b.name COLLATE "C"',  # Python compares code points, as the C collation does
+    "headroom": "coalesce(b.largest_headroom_bytes, -1)",
+    "fragmentation": "coalesce(b.worst_fragmentation, 0) DESC",
+    "ooms": "coalesce(b.n, 0) DESC",
+    "p99": "CASE b.p99_status WHEN 'red' THEN 0 WHEN 'unknown' THEN 1 ELSE 2 END",
+    # -(age or inf): no sample (and an age of exactly 0 s) first, then the oldest sample.
+    "collector": "(b.last_sample_at IS NULL OR b.last_sample_at = %s) DESC, b.last_sample_at",
+}
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a board request at `now` counts as fresh, stale and recent."""
+
+    now: dt.datetime
+    fresh_since: dt.datetime  # a summary computed before this is not used
+    fresh_until: dt.datetime  # nor one computed at or after this (another hour's window)
+    stale_before: dt.datetime  # a collector whose newest sample is older is stale
+    oom_since: dt.datetime  # OOMs counted: oom_since <= at <= now
+
+
+@dataclass(frozen=True)
+class Totals:
+    hosts: int  # that the board lists (problems only: those with a problem)
+    problems: int  # of them, with a problem
+    unsummarised: int  # hosts of the selection without a fresh summary (before `problems`)
+
+
+def write(figures: dict[int, tuple], computed_at: dt.datetime) -> int:
+    """Store each host's figures (a tuple in COLUMNS' order, by host id) as computed at
+    `computed_at`, in one statement. Idempotent; a row is never replaced by one computed
+    earlier (two jobs at once), and a host deleted meanwhile is skipped."""
+    if not figures:
+        return 0
+    table = HostSummary._meta.db_table
+    columns = ", ".join(COLUMNS)
+    arrays = ", ".join(f"%s::{kind}[]" for kind in ("bigint", *_TYPES))
+    updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in ("computed_at", *COLUMNS))
+    ids = list(figures)
+    params = [ids, *([figures[host][n] for host in ids] for n in range(len(COLUMNS)))]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {table} (host_id, computed_at, {columns})
+            SELECT f.host_id, %s, {", ".join(f"f.{name}" for name in COLUMNS)}
+            FROM unnest({arrays}) AS f(host_id, {columns})
+            JOIN {Host._meta.db_table} h ON h.id = f.host_id
+            ON CONFLICT (host_id) DO UPDATE SET {updates}
+            WHERE {table}.computed_at <= EXCLUDED.computed_at
+            """,  # names from the constants above, never from a request
+            [computed_at, *params],
+        )
+        return cursor.rowcount
+
+
+def _from(hosts: QuerySet, window: Window) -> tuple[str, list]:
+    """The board's hosts with their summary, collector status and OOM count, and the params.
+    Raises EmptyResultSet for a selection that can hold no host."""
+    chosen, chosen_params = hosts.order_by().values("pk").query.sql_with_params()
+    sql = f"""
+        WITH chosen AS MATERIALIZED ({chosen})
+        SELECT h.id, h.name, s.*, o.n,
+               coalesce(s.computed_at >= %s AND s.computed_at < %s, false) AS fresh,
+               (coalesce(s.fragmentation_status = 'red', false)
+                OR coalesce(s.p99_status = 'red', false)
+                OR coalesce(o.n, 0) > 0
+                OR c.last_sample_at IS NULL OR c.last_sample_at < %s) AS problem,
+               c.last_sample_at
+        FROM {Host._meta.db_table} h
+        LEFT JOIN {HostSummary._meta.db_table} s ON s.host_id = h.id
+        LEFT JOIN {CollectorStatus._meta.db_table} c ON c.host_id = h.id
+        LEFT JOIN (
+            SELECT host_id, count(*) AS n FROM {Event._meta.db_table}
+            WHERE kind = %s AND at >= %s AND at <= %s AND host_id IN (SELECT pk FROM chosen)
+            GROUP BY host_id
+        ) o ON o.host_id = h.id
+        WHERE h.id IN (SELECT pk FROM chosen)
+    """
+    params = [
+        *chosen_params,
+        window.fresh_since,
+        window.fresh_until,
+        window.stale_before,
+        Event.Kind.OOM.value,
+        window.oom_since,
+        window.now,
+    ]
+    return sql, params
+
+
+def totals(hosts: QuerySet, window: Window, *, problems_only: bool) -> Totals:
+    try:
+        board, params = _from(hosts, window)
+    except EmptyResultSet:
+        return Totals(0, 0, 0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT count(*), count(*) FILTER (WHERE problem), count(*) FILTER (WHERE NOT fresh)
+            FROM ({board}) b
+            """,
+            params,
+        )
+        every, problems, unsummarised = cursor.fetchone()
+    return Totals(problems if problems_only else every, problems, unsummarised)
+
+
+def ordered(
+    hosts: QuerySet,
+    window: Window,
+    sort: str,
+    *,
+    problems_only: bool,
+    problems_first: bool,
+    offset: int = 0,
+    limit: int | None = None,
+) -> list[tuple]:
+    """The board's hosts in its order, from `offset`, at most `limit`: (host id, figures in
+    COLUMNS' order). Only meaningful when `totals` found every host summarised."""
+    try:
+        board, params = _from(hosts, window)
+    except EmptyResultSet:
+        return []
+    order = SORTS[sort]
+    order_params = [window.now] if "%s" in order else []
+    figures = ", ".join(f"b.{name}" for name in COLUMNS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT b.id, {figures} FROM ({board}) b
+            {"WHERE b.problem" if problems_only else ""}
+            ORDER BY {"NOT b.problem, " if problems_first else ""}{order}, b.name
+            LIMIT %s OFFSET %s
+            """,  # the order from SORTS, never from the request
+            [*params, *order_params, limit, offset],
+        )
+        return cursor.fetchall()
