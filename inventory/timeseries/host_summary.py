@@ -36,8 +36,8 @@ SORTS = {
     "fragmentation": "coalesce(b.worst_fragmentation, 0) DESC",
     "ooms": "coalesce(b.n, 0) DESC",
     "p99": "CASE b.p99_status WHEN 'red' THEN 0 WHEN 'unknown' THEN 1 ELSE 2 END",
-    # -(age or inf): no sample (and an age of exactly 0 s) first, then the oldest sample.
-    "collector": "(b.last_sample_at IS NULL OR b.last_sample_at = %s) DESC, b.last_sample_at",
+    # -(age or inf): no sample, and an age of exactly 0 s, first (tied), then the oldest.
+    "collector": "nullif(b.last_sample_at, %s) NULLS FIRST",
 }
 
 
