@@ -56,7 +56,16 @@ class Window:
 class Totals:
     hosts: int  # that the board lists (problems only: those with a problem)
     problems: int  # of them, with a problem
-    unsummarised: int  # hosts of the selection without a fresh summary (before `problems`)
+    unsummarised: list[int]  # hosts of the selection with neither a fresh summary nor figures
+
+
+_UNNEST = ", ".join(f"%s::{kind}[]" for kind in ("bigint", *_TYPES))
+
+
+def _arrays(figures: dict[int, tuple]) -> list[list]:
+    """Host ids and one array a column, for unnest()."""
+    ids = list(figures)
+    return [ids, *([figures[host][n] for host in ids] for n in range(len(COLUMNS)))]
 
 
 def write(figures: dict[int, tuple], computed_at: dt.datetime) -> int:
@@ -67,80 +76,88 @@ def write(figures: dict[int, tuple], computed_at: dt.datetime) -> int:
         return 0
     table = HostSummary._meta.db_table
     columns = ", ".join(COLUMNS)
-    arrays = ", ".join(f"%s::{kind}[]" for kind in ("bigint", *_TYPES))
     updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in ("computed_at", *COLUMNS))
-    ids = list(figures)
-    params = [ids, *([figures[host][n] for host in ids] for n in range(len(COLUMNS)))]
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             INSERT INTO {table} (host_id, computed_at, {columns})
             SELECT f.host_id, %s, {", ".join(f"f.{name}" for name in COLUMNS)}
-            FROM unnest({arrays}) AS f(host_id, {columns})
+            FROM unnest({_UNNEST}) AS f(host_id, {columns})
             JOIN {Host._meta.db_table} h ON h.id = f.host_id
             ON CONFLICT (host_id) DO UPDATE SET {updates}
             WHERE {table}.computed_at <= EXCLUDED.computed_at
             """,  # names from the constants above, never from a request
-            [computed_at, *params],
+            [computed_at, *_arrays(figures)],
         )
         return cursor.rowcount
 
 
-def _from(hosts: QuerySet, window: Window) -> tuple[str, list]:
-    """The board's hosts with their summary, collector status and OOM count, and the params.
+def _from(hosts: QuerySet, window: Window, live: dict[int, tuple]) -> tuple[str, list]:
+    """The board's hosts with their figures (a fresh summary, else the figures in `live`, by
+    host id: computed for this request), collector status and OOM count, and the params.
     Raises EmptyResultSet for a selection that can hold no host."""
     chosen, chosen_params = hosts.order_by().values("pk").query.sql_with_params()
+    columns = ", ".join(COLUMNS)
     sql = f"""
-        WITH chosen AS MATERIALIZED ({chosen})
-        SELECT h.id, h.name, s.*, o.n,
-               coalesce(s.computed_at >= %s AND s.computed_at < %s, false) AS fresh,
+        SELECT h.id, h.name, s.*, o.n, s.host_id IS NOT NULL AS summarised,
                (coalesce(s.fragmentation_status = 'red', false)
                 OR coalesce(s.p99_status = 'red', false)
                 OR coalesce(o.n, 0) > 0
                 OR c.last_sample_at IS NULL OR c.last_sample_at < %s) AS problem,
                c.last_sample_at
         FROM {Host._meta.db_table} h
-        LEFT JOIN {HostSummary._meta.db_table} s ON s.host_id = h.id
+        LEFT JOIN (
+            SELECT host_id, {columns} FROM {HostSummary._meta.db_table}
+            WHERE computed_at >= %s AND computed_at < %s AND host_id <> ALL(%s::bigint[])
+            UNION ALL
+            SELECT * FROM unnest({_UNNEST}) AS f(host_id, {columns})
+        ) s ON s.host_id = h.id
         LEFT JOIN {CollectorStatus._meta.db_table} c ON c.host_id = h.id
         LEFT JOIN (
             SELECT host_id, count(*) AS n FROM {Event._meta.db_table}
-            WHERE kind = %s AND at >= %s AND at <= %s AND host_id IN (SELECT pk FROM chosen)
-            GROUP BY host_id
+            WHERE kind = %s AND at >= %s AND at <= %s GROUP BY host_id
         ) o ON o.host_id = h.id
-        WHERE h.id IN (SELECT pk FROM chosen)
-    """
+        WHERE h.id IN ({chosen})
+    """  # names from the constants above and the ORM's own SQL, never from a request
+    arrays = _arrays(live)
     params = [
-        *chosen_params,
+        window.stale_before,
         window.fresh_since,
         window.fresh_until,
-        window.stale_before,
+        arrays[0],
+        *arrays,
         Event.Kind.OOM.value,
         window.oom_since,
         window.now,
+        *chosen_params,
     ]
     return sql, params
 
 
-def totals(hosts: QuerySet, window: Window, *, problems_only: bool) -> Totals:
+def totals(
+    hosts: QuerySet, window: Window, live: dict[int, tuple], *, problems_only: bool
+) -> Totals:
     try:
-        board, params = _from(hosts, window)
+        board, params = _from(hosts, window, live)
     except EmptyResultSet:
-        return Totals(0, 0, 0)
+        return Totals(0, 0, [])
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT count(*), count(*) FILTER (WHERE problem), count(*) FILTER (WHERE NOT fresh)
+            SELECT count(*), count(*) FILTER (WHERE problem),
+                   array_agg(id) FILTER (WHERE NOT summarised)
             FROM ({board}) b
             """,
             params,
         )
         every, problems, unsummarised = cursor.fetchone()
-    return Totals(problems if problems_only else every, problems, unsummarised)
+    return Totals(problems if problems_only else every, problems, unsummarised or [])
 
 
 def ordered(
     hosts: QuerySet,
     window: Window,
+    live: dict[int, tuple],
     sort: str,
     *,
     problems_only: bool,
@@ -149,9 +166,9 @@ def ordered(
     limit: int | None = None,
 ) -> list[tuple]:
     """The board's hosts in its order, from `offset`, at most `limit`: (host id, figures in
-    COLUMNS' order). Only meaningful when `totals` found every host summarised."""
+    COLUMNS' order; None for a host with neither a fresh summary nor figures in `live`)."""
     try:
-        board, params = _from(hosts, window)
+        board, params = _from(hosts, window, live)
     except EmptyResultSet:
         return []
     order = SORTS[sort]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from console.core.pagination import PAGE_SIZE
 from inventory.models import CollectorStatus, Event, Host, HostSummary
 from inventory.reports import board
-from inventory.reports.fleet import SORTS, HostFigures, host_figures
+from inventory.reports.fleet import SORTS, HostFigures, fleet_rows, host_figures, sorted_rows
 from inventory.tasks import refresh_host_summaries
 from inventory.timeseries import host_summary, partitions
 from tests.batches import GIB, write_history
@@ -113,6 +113,7 @@ HOUR = NOW.replace(minute=0)
 # Names the C collation and a language's collation order differently (dots, dashes, case).
 NAMES = ("a-2", "a1", "A1", "b_c", "b.c", "bc", "z9", "a")
 STALE_S = 120.0
+STALE_SUMMARY_S = 600.0  # NOW is half past: a summary that much older is still of its hour
 # Collector ages (s) about the stale limit; None: no sample; "none": no status row at all.
 _AGES = st.sampled_from(
     (None, "none", 0.0, 1.5, STALE_S - 1e-6, STALE_S, STALE_S + 1e-6, 3600.0, -5.0)
@@ -192,7 +193,14 @@ def _hosts():
 @pytest.fixture
 def summaries(settings):
     settings.COLLECTOR_STALE_AFTER_S = STALE_S
+    settings.HOST_SUMMARY_STALE_AFTER_S = STALE_SUMMARY_S
     partitions.ensure_partitions(HOUR - dt.timedelta(hours=3), NOW)
+
+
+# What becomes of a host's summary after the job has run: kept; kept, older but within the
+# limit; deleted; made up and older than the limit; made up and stamped in the next hour.
+_AFTER = st.sampled_from(("kept", "older", "missing", "stale", "next hour"))
+SPOILED = {"missing", "stale", "next hour"}
 
 
 @hypothesis_settings(
@@ -200,15 +208,32 @@ def summaries(settings):
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(fleet=_fleet, chosen=st.sets(st.sampled_from(NAMES)))
-def test_the_summary_is_the_live_figures_and_orders_the_board_as_before(summaries, fleet, chosen):
+@given(
+    fleet=_fleet,
+    chosen=st.sets(st.sampled_from(NAMES)),
+    after=st.lists(_AFTER, min_size=len(NAMES), max_size=len(NAMES)),
+)
+def test_the_summary_is_the_live_figures_and_orders_the_board_as_before(
+    summaries, fleet, chosen, after
+):
     # The examples share one test's database: each one's rows go with its savepoint.
     with transaction.atomic():
-        _check_against_live(fleet, chosen)
+        _check_against_live(fleet, chosen, dict(zip(NAMES, after, strict=True)))
         transaction.set_rollback(True)
 
 
-def _check_against_live(fleet: dict, chosen: set) -> None:
+def _as_before(hosts, sort, *, problems_only, problems_first, now):
+    """The board as its view computed it before the summary table: every row live."""
+    rows = fleet_rows(list(hosts), now)
+    if problems_only:
+        rows = [row for row in rows if row.problems]
+    ordered = sorted_rows(rows, sort)
+    if problems_first:
+        ordered = sorted(ordered, key=lambda row: not row.problems)
+    return ordered, sum(row.problems for row in rows)
+
+
+def _check_against_live(fleet: dict, chosen: set, after: dict) -> None:
     _build(fleet)
     ids = list(_hosts().values_list("pk", flat=True))
     assert board.refresh_summaries(NOW) == len(ids)
@@ -218,24 +243,39 @@ def _check_against_live(fleet: dict, chosen: set) -> None:
     }
     live = host_figures(ids, NOW)
     assert stored == {host_id: astuple(figures) for host_id, figures in live.items()}
+    # Summaries a late, failed or not yet run job leaves: each must be computed live.
+    for host in _hosts():
+        summary = HostSummary.objects.filter(host=host)
+        made_up = {"largest_headroom_bytes": 999 * GIB, "fragmentation_status": "red"}
+        match after[host.name]:
+            case "older":
+                summary.update(computed_at=NOW - dt.timedelta(seconds=STALE_SUMMARY_S - 1))
+            case "missing":
+                summary.delete()
+            case "stale":
+                summary.update(computed_at=NOW - dt.timedelta(seconds=STALE_SUMMARY_S + 1),
+                               **made_up)  # fmt: skip
+            case "next hour":
+                summary.update(computed_at=HOUR + dt.timedelta(hours=1), **made_up)
     # Every filter the board has narrows the queryset: a status, a set of names, none.
     for hosts in (
         _hosts(),
         _hosts().filter(status="maintenance"),
         _hosts().filter(name__in=chosen),
     ):
+        spoiled = sum(after[host.name] in SPOILED for host in hosts)
         for sort, problems_only, problems_first in itertools.product(
             SORTS, (False, True), (True, False)
         ):
             kind = {"problems_only": problems_only, "problems_first": problems_first, "now": NOW}
             summarised = board.board(hosts, sort, **kind)
-            assert summarised.summarised
-            before = board._live(hosts, sort, **kind)
-            assert list(summarised.rows) == before.rows, (sort, problems_only, problems_first)
-            assert len(summarised.rows) == len(before.rows)
-            assert summarised.problem_hosts == before.problem_hosts
+            assert summarised.computed_live == spoiled
+            rows, problems = _as_before(hosts, sort, **kind)
+            assert list(summarised.rows) == rows, (sort, problems_only, problems_first)
+            assert len(summarised.rows) == len(rows)
+            assert summarised.problem_hosts == problems
             # A page is a slice: the rows from the second on, two at a time.
-            assert summarised.rows[1:3] == before.rows[1:3]
+            assert summarised.rows[1:3] == rows[1:3]
 
 
 def test_the_sorts_in_sql_are_the_sorts_of_the_board():
@@ -270,20 +310,17 @@ def test_the_board_reads_fresh_summaries_and_computes_missing_or_stale_ones_live
     _fresh_summary(calm, timezone.now())
     _fresh_summary(busy, timezone.now())
     assert _board_rows(client)["calm"][1] == 1234 * GIB
-    # ... and never once one host's is missing, older than the limit or from another hour.
-    HostSummary.objects.filter(host=busy).delete()
-    assert _board_rows(client) == live
-    _fresh_summary(
-        busy, timezone.now() - dt.timedelta(seconds=settings.HOST_SUMMARY_STALE_AFTER_S + 1)
-    )
-    assert _board_rows(client) == live
-    now = timezone.now()
-    last_hour = now.replace(minute=59, second=59) - dt.timedelta(hours=1)
-    settings.HOST_SUMMARY_STALE_AFTER_S = 7200
-    _fresh_summary(busy, last_hour)
-    assert _board_rows(client) == live
-    # A filter that leaves the host out is read from the table again.
-    assert _board_rows(client, q="calm")["calm"][1] == 1234 * GIB
+    stale_after = settings.HOST_SUMMARY_STALE_AFTER_S = 3600
+    last_hour = timezone.now().replace(minute=59, second=59) - dt.timedelta(hours=1)
+    # ... and never once the host's is missing, older than the limit or from another hour.
+    for summary in (None, timezone.now() - dt.timedelta(seconds=stale_after + 1), last_hour):
+        HostSummary.objects.filter(host=busy).delete()
+        if summary is not None:
+            _fresh_summary(busy, summary)
+        rows = _board_rows(client)
+        assert rows["busy"] == live["busy"], summary
+        assert rows["calm"][1] == 1234 * GIB
+    assert board.board(_hosts(), "name", problems_only=False).computed_live == 1
 
 
 def test_an_agent_that_stops_reporting_is_stale_on_a_summarised_board(client_as, fleet, settings):
@@ -298,7 +335,7 @@ def test_an_agent_that_stops_reporting_is_stale_on_a_summarised_board(client_as,
         last_sample_at=timezone.now() - dt.timedelta(hours=1)
     )
     rows = client.get("/", {"sort": "name", "partial": "1"})
-    assert board.board(_hosts(), "name", problems_only=False).summarised
+    assert board.board(_hosts(), "name", problems_only=False).computed_live == 0
     names = re.findall(r'<tr data-host="([^"]+)"', rows.content.decode())
     assert names == ["calm", "busy"]  # the stale one is a problem: first
     assert "stale" in rows.content.decode()
@@ -317,7 +354,7 @@ def test_the_summarised_board_pages_on_the_server_with_problems_first(client_as)
     board.refresh_summaries()
     client = client_as("oncall")
     first = client.get("/?sort=name")
-    assert isinstance(first.context["page"].paginator.object_list, board.SummaryRows)
+    assert board.board(_hosts(), "name", problems_only=False).computed_live == 0
     assert first.context["problem_hosts"] == 1
     names = [row.host.name for row in first.context["rows"]]
     assert len(names) == PAGE_SIZE
@@ -345,7 +382,7 @@ def test_the_export_is_the_same_from_the_summary(client_as, fleet):
     client = client_as("manager")
     live = b"".join(client.get("/export.csv?sort=headroom").streaming_content)
     board.refresh_summaries()
-    assert board.board(_hosts(), "headroom", problems_only=False).summarised
+    assert board.board(_hosts(), "headroom", problems_only=False).computed_live == 0
     assert b"".join(client.get("/export.csv?sort=headroom").streaming_content) == live
 
 
