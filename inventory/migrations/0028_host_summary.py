@@ -1,5 +1,5 @@
-"""The fleet board's figures per host, kept by a periodic job so SQL can sort and page the
-board (inventory.models.HostSummary)."""
+"""The fleet board's figures per host and the run that wrote them, kept by a periodic job so SQL
+can sort and page the board (inventory.models.summary)."""
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -24,7 +24,6 @@ class Migration(migrations.Migration):
                         to="inventory.host",
                     ),
                 ),
-                ("computed_at", models.DateTimeField()),
                 ("cards", models.PositiveIntegerField()),
                 ("largest_headroom_bytes", models.BigIntegerField(null=True)),
                 ("headroom_card", models.CharField(blank=True, max_length=32)),
@@ -32,6 +31,16 @@ class Migration(migrations.Migration):
                 ("fragmentation_status", models.CharField(max_length=8, null=True)),
                 ("p99_status", models.CharField(max_length=8)),
                 ("p99_detail", models.TextField(blank=True)),
+            ],
+        ),
+        migrations.CreateModel(
+            name="HostSummaryRun",
+            fields=[
+                (
+                    "id",
+                    models.PositiveSmallIntegerField(default=1, primary_key=True, serialize=False),
+                ),
+                ("computed_at", models.DateTimeField()),
             ],
         ),
     ]

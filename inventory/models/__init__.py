@@ -1,6 +1,6 @@
 from inventory.models.fleet import KV_DTYPES, Deployment, Gpu, Host, MigSlice, ServedModel
 from inventory.models.refusal import CardRefusal
-from inventory.models.summary import HostSummary
+from inventory.models.summary import HostSummary, HostSummaryRun
 from inventory.models.telemetry import (
     CardSample,
     CollectorFault,
@@ -27,6 +27,7 @@ __all__ = [
     "Gpu",
     "Host",
     "HostSummary",
+    "HostSummaryRun",
     "IngestedBatch",
     "MigSample",
     "MigSlice",

@@ -8,13 +8,13 @@ beat every HOST_SUMMARY_INTERVAL_S) keeps each host's figures in inventory.model
 computed by the same host_figures as a live row, so SQL can order the fleet and only the
 page's hosts are read into rows.
 
-A host whose summary is missing (a new host) or not fresh (older than
-HOST_SUMMARY_STALE_AFTER_S, or computed in another hour, whose two-hour window held other
-buckets) has its figures computed for the request, live, and handed to the same SQL: slower
-the more such hosts there are (every host's, once an hour until the job has run: the cost of
-the board before the table), never wrong. OOMs in 24 h and the collector's health are read
-live either way, so an agent that stops reporting is stale on the board as soon as it would
-have been without the table.
+A host whose summary is missing (a new host) or not fresh (the last run older than
+HOST_SUMMARY_STALE_AFTER_S, or of another hour, whose two-hour window held other buckets) has
+its figures computed for the request, live, and handed to the same SQL: slower the more such
+hosts there are (every host's, once an hour until the job has run again: the board's cost
+before the table), never wrong. OOMs in 24 h and the collector's health are read live either
+way, so an agent that stops reporting is stale on the board as soon as it would have been
+without the table.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _figures(columns: list) -> HostFigures:
 
 def refresh_summaries(now: dt.datetime | None = None) -> int:
     """Compute every host's figures at `now` (host_figures, the live board's function) and
-    store them: the periodic job's work. Idempotent; returns the rows written."""
+    store those that changed: the periodic job's work. Idempotent; returns the rows written."""
     now = now or timezone.now()
     ids = list(Host.objects.order_by().values_list("pk", flat=True))
     figures = host_figures(ids, now)

@@ -15,10 +15,10 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.core.exceptions import EmptyResultSet
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import QuerySet
 
-from inventory.models import CollectorStatus, Event, Host, HostSummary
+from inventory.models import CollectorStatus, Event, Host, HostSummary, HostSummaryRun
 
 # The figure columns, in the order of inventory.reports.fleet.HostFigures' fields.
 COLUMNS = (
@@ -46,8 +46,8 @@ class Window:
     """What a board request at `now` counts as fresh, stale and recent."""
 
     now: dt.datetime
-    fresh_since: dt.datetime  # a summary computed before this is not used
-    fresh_until: dt.datetime  # nor one computed at or after this (another hour's window)
+    fresh_since: dt.datetime  # summaries of a run before this are not used
+    fresh_until: dt.datetime  # nor of one at or after this (another hour's window)
     stale_before: dt.datetime  # a collector whose newest sample is older is stale
     oom_since: dt.datetime  # OOMs counted: oom_since <= at <= now
 
@@ -69,27 +69,38 @@ def _arrays(figures: dict[int, tuple]) -> list[list]:
 
 
 def write(figures: dict[int, tuple], computed_at: dt.datetime) -> int:
-    """Store each host's figures (a tuple in COLUMNS' order, by host id) as computed at
-    `computed_at`, in one statement. Idempotent; a row is never replaced by one computed
-    earlier (two jobs at once), and a host deleted meanwhile is skipped."""
-    if not figures:
-        return 0
-    table = HostSummary._meta.db_table
+    """Store every host's figures (a tuple in COLUMNS' order, by host id) as computed at
+    `computed_at`, and stamp the run, in one transaction; returns the rows written. Only rows
+    whose figures changed are written (a quiet fleet costs no row, and no WAL, a run). A run
+    older than the one stored writes nothing (two at once: the later one stands); a host
+    deleted meanwhile is skipped."""
+    table, run = HostSummary._meta.db_table, HostSummaryRun._meta.db_table
     columns = ", ".join(COLUMNS)
-    updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in ("computed_at", *COLUMNS))
-    with connection.cursor() as cursor:
+    updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in COLUMNS)
+    changed = ", ".join(f"{table}.{name}" for name in COLUMNS)
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The run's row, locked: runs write one after the other.
+        cursor.execute(
+            f"INSERT INTO {run} (id, computed_at) VALUES (1, 'epoch') ON CONFLICT DO NOTHING"
+        )
+        cursor.execute(f"SELECT computed_at FROM {run} WHERE id = 1 FOR UPDATE")
+        (last,) = cursor.fetchone()
+        if last > computed_at:
+            return 0
         cursor.execute(
             f"""
-            INSERT INTO {table} (host_id, computed_at, {columns})
-            SELECT f.host_id, %s, {", ".join(f"f.{name}" for name in COLUMNS)}
+            INSERT INTO {table} (host_id, {columns})
+            SELECT f.host_id, {", ".join(f"f.{name}" for name in COLUMNS)}
             FROM unnest({_UNNEST}) AS f(host_id, {columns})
             JOIN {Host._meta.db_table} h ON h.id = f.host_id
             ON CONFLICT (host_id) DO UPDATE SET {updates}
-            WHERE {table}.computed_at <= EXCLUDED.computed_at
+            WHERE ({changed}) IS DISTINCT FROM ({", ".join(f"EXCLUDED.{n}" for n in COLUMNS)})
             """,  # names from the constants above, never from a request
-            [computed_at, *_arrays(figures)],
+            _arrays(figures),
         )
-        return cursor.rowcount
+        written = cursor.rowcount
+        cursor.execute(f"UPDATE {run} SET computed_at = %s WHERE id = 1", [computed_at])
+    return written
 
 
 def _from(hosts: QuerySet, window: Window, live: dict[int, tuple]) -> tuple[str, list]:
@@ -115,8 +126,9 @@ def _from(hosts: QuerySet, window: Window, live: dict[int, tuple]) -> tuple[str,
                    s.host_id IS NOT NULL OR f.host_id IS NOT NULL AS summarised
             FROM {Host._meta.db_table} h
             LEFT JOIN {HostSummary._meta.db_table} s
-              ON s.host_id = h.id AND s.computed_at >= %s AND s.computed_at < %s
-                 AND s.host_id <> ALL(%s::bigint[])
+              ON s.host_id = h.id AND s.host_id <> ALL(%s::bigint[]) AND EXISTS (
+                  SELECT FROM {HostSummaryRun._meta.db_table}
+                  WHERE id = 1 AND computed_at >= %s AND computed_at < %s)
             LEFT JOIN unnest({_UNNEST}) AS f(host_id, {columns}) ON f.host_id = h.id
             LEFT JOIN {CollectorStatus._meta.db_table} c ON c.host_id = h.id
             LEFT JOIN (
@@ -129,9 +141,9 @@ def _from(hosts: QuerySet, window: Window, live: dict[int, tuple]) -> tuple[str,
     arrays = _arrays(live)
     params = [
         window.stale_before,
+        arrays[0],
         window.fresh_since,
         window.fresh_until,
-        arrays[0],
         *arrays,
         Event.Kind.OOM.value,
         window.oom_since,

@@ -15,7 +15,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from console.core.pagination import PAGE_SIZE
-from inventory.models import CollectorStatus, Event, Host, HostSummary
+from inventory.models import CollectorStatus, Event, Host, HostSummary, HostSummaryRun
 from inventory.reports import board
 from inventory.reports.fleet import SORTS, HostFigures, fleet_rows, host_figures, sorted_rows
 from inventory.tasks import refresh_host_summaries
@@ -197,10 +197,17 @@ def summaries(settings):
     partitions.ensure_partitions(HOUR - dt.timedelta(hours=3), NOW)
 
 
-# What becomes of a host's summary after the job has run: kept; kept, older but within the
-# limit; deleted; made up and older than the limit; made up and stamped in the next hour.
-_AFTER = st.sampled_from(("kept", "older", "missing", "stale", "next hour"))
-SPOILED = {"missing", "stale", "next hour"}
+# What becomes of a host's summary after the job has run: kept, deleted, or (where the run is
+# not fresh, so it must not be read) made up; and of the run: fresh; older but within the
+# limit; older than the limit; stamped in the next hour.
+_HOST_AFTER = st.sampled_from(("kept", "missing", "made up"))
+_RUN_AFTER = st.sampled_from(("fresh", "older", "stale", "next hour"))
+RUN_AT = {
+    "fresh": NOW,
+    "older": NOW - dt.timedelta(seconds=STALE_SUMMARY_S - 1),
+    "stale": NOW - dt.timedelta(seconds=STALE_SUMMARY_S + 1),
+    "next hour": HOUR + dt.timedelta(hours=1),
+}
 
 
 @hypothesis_settings(
@@ -211,14 +218,15 @@ SPOILED = {"missing", "stale", "next hour"}
 @given(
     fleet=_fleet,
     chosen=st.sets(st.sampled_from(NAMES)),
-    after=st.lists(_AFTER, min_size=len(NAMES), max_size=len(NAMES)),
+    after=st.lists(_HOST_AFTER, min_size=len(NAMES), max_size=len(NAMES)),
+    run=_RUN_AFTER,
 )
 def test_the_summary_is_the_live_figures_and_orders_the_board_as_before(
-    summaries, fleet, chosen, after
+    summaries, fleet, chosen, after, run
 ):
     # The examples share one test's database: each one's rows go with its savepoint.
     with transaction.atomic():
-        _check_against_live(fleet, chosen, dict(zip(NAMES, after, strict=True)))
+        _check_against_live(fleet, chosen, dict(zip(NAMES, after, strict=True)), run)
         transaction.set_rollback(True)
 
 
@@ -233,37 +241,34 @@ def _as_before(hosts, sort, *, problems_only, problems_first, now):
     return ordered, sum(row.problems for row in rows)
 
 
-def _check_against_live(fleet: dict, chosen: set, after: dict) -> None:
+def _check_against_live(fleet: dict, chosen: set, after: dict, run: str) -> None:
     _build(fleet)
     ids = list(_hosts().values_list("pk", flat=True))
     assert board.refresh_summaries(NOW) == len(ids)
+    assert board.refresh_summaries(NOW) == 0  # nothing changed: no row written again
     stored = {
         s.host_id: tuple(getattr(s, name) for name in host_summary.COLUMNS)
         for s in HostSummary.objects.all()
     }
     live = host_figures(ids, NOW)
     assert stored == {host_id: astuple(figures) for host_id, figures in live.items()}
-    # Summaries a late, failed or not yet run job leaves: each must be computed live.
+    # What a late, failed or not yet run job leaves: each host without a summary of a fresh
+    # run must be computed live.
+    HostSummaryRun.objects.update(computed_at=RUN_AT[run])
+    run_fresh = run in ("fresh", "older")
     for host in _hosts():
         summary = HostSummary.objects.filter(host=host)
-        made_up = {"largest_headroom_bytes": 999 * GIB, "fragmentation_status": "red"}
-        match after[host.name]:
-            case "older":
-                summary.update(computed_at=NOW - dt.timedelta(seconds=STALE_SUMMARY_S - 1))
-            case "missing":
-                summary.delete()
-            case "stale":
-                summary.update(computed_at=NOW - dt.timedelta(seconds=STALE_SUMMARY_S + 1),
-                               **made_up)  # fmt: skip
-            case "next hour":
-                summary.update(computed_at=HOUR + dt.timedelta(hours=1), **made_up)
+        if after[host.name] == "missing":
+            summary.delete()
+        elif after[host.name] == "made up" and not run_fresh:
+            summary.update(largest_headroom_bytes=999 * GIB, fragmentation_status="red")
     # Every filter the board has narrows the queryset: a status, a set of names, none.
     for hosts in (
         _hosts(),
         _hosts().filter(status="maintenance"),
         _hosts().filter(name__in=chosen),
     ):
-        spoiled = sum(after[host.name] in SPOILED for host in hosts)
+        spoiled = sum(not run_fresh or after[host.name] == "missing" for host in hosts)
         for sort, problems_only, problems_first in itertools.product(
             SORTS, (False, True), (True, False)
         ):
@@ -283,11 +288,14 @@ def test_the_sorts_in_sql_are_the_sorts_of_the_board():
     assert tuple(field.name for field in fields(HostFigures)) == host_summary.COLUMNS
 
 
-def _fresh_summary(host, computed_at, **figures):
-    values = {"cards": 1, "largest_headroom_bytes": 1234 * GIB, "headroom_card": "card 7",
-              "worst_fragmentation": 0.1, "fragmentation_status": "green",
-              "p99_status": "green", "p99_detail": "summarised"} | figures  # fmt: skip
-    HostSummary.objects.update_or_create(host=host, defaults={"computed_at": computed_at, **values})
+def _made_up(host):
+    HostSummary.objects.filter(host=host).update(
+        largest_headroom_bytes=1234 * GIB, headroom_card="card 7", p99_detail="made up"
+    )
+
+
+def _run_at(at):
+    HostSummaryRun.objects.update(computed_at=at)
 
 
 def _board_rows(client, **params):
@@ -306,21 +314,26 @@ def test_the_board_reads_fresh_summaries_and_computes_missing_or_stale_ones_live
     live = _board_rows(client)
     board.refresh_summaries()
     assert _board_rows(client) == live  # fresh: the same rows, now from the table
-    # A summary that says something else (made up here) shows while it is fresh...
-    _fresh_summary(calm, timezone.now())
-    _fresh_summary(busy, timezone.now())
+    # A summary that says something else (made up here) shows while its run is fresh...
+    _made_up(calm)
+    _made_up(busy)
     assert _board_rows(client)["calm"][1] == 1234 * GIB
-    stale_after = settings.HOST_SUMMARY_STALE_AFTER_S = 3600
-    last_hour = timezone.now().replace(minute=59, second=59) - dt.timedelta(hours=1)
-    # ... and never once the host's is missing, older than the limit or from another hour.
-    for summary in (None, timezone.now() - dt.timedelta(seconds=stale_after + 1), last_hour):
-        HostSummary.objects.filter(host=busy).delete()
-        if summary is not None:
-            _fresh_summary(busy, summary)
-        rows = _board_rows(client)
-        assert rows["busy"] == live["busy"], summary
-        assert rows["calm"][1] == 1234 * GIB
+    # ... not for a host without one (computed for the request) ...
+    HostSummary.objects.filter(host=busy).delete()
+    rows = _board_rows(client)
+    assert rows["busy"] == live["busy"]
+    assert rows["calm"][1] == 1234 * GIB
     assert board.board(_hosts(), "name", problems_only=False).computed_live == 1
+    # ... and for none once the run is older than the limit, or of another hour.
+    settings.HOST_SUMMARY_STALE_AFTER_S = 3600
+    last_hour = timezone.now().replace(minute=59, second=59) - dt.timedelta(hours=1)
+    for at in (timezone.now() - dt.timedelta(seconds=3601), last_hour):
+        _run_at(at)
+        assert _board_rows(client) == live, at
+    # A filter is no different: the host it keeps is computed live while the run is stale...
+    assert _board_rows(client, q="calm") == {"calm": live["calm"]}
+    _run_at(timezone.now())  # ... and read from the table again once it is fresh
+    assert _board_rows(client, q="calm")["calm"][1] == 1234 * GIB
 
 
 def test_an_agent_that_stops_reporting_is_stale_on_a_summarised_board(client_as, fleet, settings):
@@ -386,13 +399,20 @@ def test_the_export_is_the_same_from_the_summary(client_as, fleet):
     assert b"".join(client.get("/export.csv?sort=headroom").streaming_content) == live
 
 
-def test_the_job_keeps_the_newest_summary_and_runs_on_beat(fleet, settings):
+def test_the_job_writes_what_changed_keeps_the_newest_run_and_runs_on_beat(fleet, settings):
     busy, _ = fleet
     assert refresh_host_summaries() == 2
-    newest = HostSummary.objects.get(host=busy).computed_at
-    # A run that started earlier and ends later leaves the newer rows as they are.
+    newest = HostSummaryRun.objects.get().computed_at
+    assert board.refresh_summaries() == 0  # nothing changed: nothing written, the run stamped
+    assert HostSummaryRun.objects.get().computed_at > newest
+    newest = HostSummaryRun.objects.get().computed_at
+    # A run that started earlier and ends later leaves the newer one as it is.
+    HostSummary.objects.filter(host=busy).update(cards=7)
     assert board.refresh_summaries(newest - dt.timedelta(seconds=5)) == 0
-    assert HostSummary.objects.get(host=busy).computed_at == newest
+    assert HostSummaryRun.objects.get().computed_at == newest
+    assert HostSummary.objects.get(host=busy).cards == 7
+    assert board.refresh_summaries() == 1  # the next one puts it right
+    assert HostSummary.objects.get(host=busy).cards == 1
     entry = settings.CELERY_BEAT_SCHEDULE["refresh-host-summaries"]
     assert entry["task"] == refresh_host_summaries.name
     assert entry["options"]["expires"] == entry["schedule"]
