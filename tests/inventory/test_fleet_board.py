@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from console.checks import host_summaries_outlast_their_interval
 from console.core.pagination import PAGE_SIZE
 from inventory.models import CollectorStatus, Event, Host, HostSummary, HostSummaryRun
 from inventory.reports import board
@@ -422,3 +423,10 @@ def test_a_board_with_nothing_visible_is_empty_not_an_error(fleet):
     board.refresh_summaries()
     empty = board.board(Host.objects.none(), "name", problems_only=False)
     assert list(empty.rows) == [] and empty.problem_hosts == 0
+
+
+def test_a_stale_limit_within_the_interval_is_warned_of(settings):
+    assert host_summaries_outlast_their_interval(None) == []
+    settings.HOST_SUMMARY_STALE_AFTER_S = settings.HOST_SUMMARY_INTERVAL_S
+    (warning,) = host_summaries_outlast_their_interval(None)
+    assert warning.id == "console.W001"
