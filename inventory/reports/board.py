@@ -11,10 +11,10 @@ page's hosts are read into rows.
 A host whose summary is missing (a new host) or not fresh (the last run older than
 HOST_SUMMARY_STALE_AFTER_S, or of another hour, whose two-hour window held other buckets) has
 its figures computed for the request, live, and handed to the same SQL: slower the more such
-hosts there are (every host's, once an hour until the job has run again: the board's cost
-before the table), never wrong. OOMs in 24 h and the collector's health are read live either
-way, so an agent that stops reporting is stale on the board as soon as it would have been
-without the table.
+hosts there are (every host, from the top of each hour until the job's run at minute 0 has
+written, a few seconds: the board's cost before the table), never wrong. OOMs in 24 h and the
+collector's health are read live either way, so an agent that stops reporting is stale on the
+board as soon as it would have been without the table.
 """
 
 from __future__ import annotations

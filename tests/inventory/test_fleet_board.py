@@ -417,6 +417,10 @@ def test_the_job_writes_what_changed_keeps_the_newest_run_and_runs_on_beat(fleet
     entry = settings.CELERY_BEAT_SCHEDULE["refresh-host-summaries"]
     assert entry["task"] == refresh_host_summaries.name
     assert entry["options"]["expires"] == entry["schedule"]
+    # And at the top of each hour, when the last run's window stops being the board's.
+    hourly = settings.CELERY_BEAT_SCHEDULE["refresh-host-summaries-on-the-hour"]
+    assert hourly["task"] == refresh_host_summaries.name
+    assert hourly["schedule"].minute == {0} and len(hourly["schedule"].hour) == 24
 
 
 def test_a_board_with_nothing_visible_is_empty_not_an_error(fleet):
