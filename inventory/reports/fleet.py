@@ -1,7 +1,8 @@
 """The fleet board's row per host: headroom, worst fragmentation, P99, OOMs, collector health.
 
 Built with one query per figure over the whole fleet (never one per host), from the hourly
-rollups of the last two hours, so the board stays fast with a thousand hosts.
+rollups of the last two hours. host_figures is the one computation of the figures, for a row
+computed live and for the summary table the board sorts and pages by (inventory.reports.board).
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ def _p99(rows: list[tuple]) -> tuple[str, str]:
     return "green", f"{len(measured)} model(s) within their P99 SLO"
 
 
+# The board's order, defined on rows: inventory.timeseries.host_summary.SORTS is the same order
+# in SQL, over the summary table (tests/inventory/test_fleet_board.py holds the two equal).
 SORTS = {
     "name": lambda row: row.host.name,
     "headroom": lambda row: (

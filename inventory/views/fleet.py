@@ -28,8 +28,8 @@ def _board(request) -> FleetBoardFilter:
 @permission_required("inventory.view_host", raise_exception=True)
 def fleet(request):
     board = _board(request)
-    # Paged on the server, hosts with a problem first, then the chosen sort: in SQL from the
-    # hosts' summaries when each is fresh, else computed live (inventory.reports.board).
+    # Paged on the server, hosts with a problem first, then the chosen sort: in SQL over the
+    # hosts' summaries, a host without a fresh one computed live (inventory.reports.board).
     ordered = fleet_board(board.qs, board.sort, problems_only=board.problems_only)
     page = page_of(request, ordered.rows)
     context = {
