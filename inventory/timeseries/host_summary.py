@@ -1,5 +1,6 @@
 """The fleet board's summary table (inventory.models.HostSummary): written by the periodic job
-in one statement, and read by the board to count, filter, sort and page in SQL.
+(only the rows that changed, and the run's stamp, in one transaction), and read by the board to
+count, filter, sort and page in SQL.
 
 The figures are computed elsewhere (inventory.reports.fleet.host_figures, the same function
 as the live board); this module only stores them and orders hosts by them. The OOM count and
