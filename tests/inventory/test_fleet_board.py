@@ -212,7 +212,7 @@ RUN_AT = {
 
 
 @hypothesis_settings(
-    max_examples=examples(50),
+    max_examples=examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
