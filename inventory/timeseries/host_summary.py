@@ -191,7 +191,7 @@ def ordered(
         board, params = _from(hosts, window, live)
     except EmptyResultSet:
         return []
-    order = SORTS[sort]
+    order = SORTS.get(sort, SORTS["name"])  # as sorted_rows: an unknown sort is by name
     order_params = [window.now] if "%s" in order else []
     figures = ", ".join(f"b.{name}" for name in COLUMNS)
     with connection.cursor() as cursor:

@@ -427,6 +427,10 @@ def test_a_board_with_nothing_visible_is_empty_not_an_error(fleet):
     board.refresh_summaries()
     empty = board.board(Host.objects.none(), "name", problems_only=False)
     assert list(empty.rows) == [] and empty.problem_hosts == 0
+    # An unknown sort (the form refuses one; a caller might not) is by name, as sorted_rows.
+    kind = {"problems_only": False, "problems_first": False, "now": timezone.now()}
+    named, unknown = board.board(_hosts(), "name", **kind), board.board(_hosts(), "colour", **kind)
+    assert list(unknown.rows) and list(unknown.rows) == list(named.rows)
 
 
 def test_a_stale_limit_within_the_interval_is_warned_of(settings):
