@@ -19,6 +19,7 @@ from django.utils import timezone
 from inventory.collection import agent_queue, collection_plan, hosts_with_plans
 from inventory.demo_history import backfill
 from inventory.models import Host, PlanDelivery
+from inventory.reports.board import refresh_summaries
 from inventory.timeseries import packing, partitions, rollups
 from inventory.wire import signing
 
@@ -176,6 +177,15 @@ def pack_samples() -> int:
     PACK_BUDGET_S (idempotent; the next run goes on where this one stopped)."""
 
     return len(packing.pack(budget_s=PACK_BUDGET_S))
+
+
+@shared_task(name="inventory.refresh_host_summaries", time_limit=120, soft_time_limit=110)
+def refresh_host_summaries() -> int:
+    """Recompute every host's fleet board figures into its summary (idempotent; safe in
+    parallel: a summary is never replaced by an older one). A board whose summaries are late
+    computes its figures live, so a missed or slow run costs time, never a wrong row."""
+
+    return refresh_summaries()
 
 
 @shared_task(

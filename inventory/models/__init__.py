@@ -1,5 +1,6 @@
 from inventory.models.fleet import KV_DTYPES, Deployment, Gpu, Host, MigSlice, ServedModel
 from inventory.models.refusal import CardRefusal
+from inventory.models.summary import HostSummary, HostSummaryRun
 from inventory.models.telemetry import (
     CardSample,
     CollectorFault,
@@ -25,6 +26,8 @@ __all__ = [
     "Event",
     "Gpu",
     "Host",
+    "HostSummary",
+    "HostSummaryRun",
     "IngestedBatch",
     "MigSample",
     "MigSlice",

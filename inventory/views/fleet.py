@@ -9,7 +9,7 @@ from console.core.pagination import page_of
 from inventory.filters import FleetBoardFilter
 from inventory.models import Host
 from inventory.reports.backfill import BackfillProgress
-from inventory.reports.fleet import fleet_rows, sorted_rows
+from inventory.reports.board import board as fleet_board
 
 # What a row shows of its host and collector: a thousand hosts' other columns (labels, the
 # agent's MPS servers) would be read and converted on every refresh for nothing.
@@ -28,16 +28,14 @@ def _board(request) -> FleetBoardFilter:
 @permission_required("inventory.view_host", raise_exception=True)
 def fleet(request):
     board = _board(request)
-    rows = fleet_rows(list(board.qs))
-    if board.problems_only:
-        rows = [row for row in rows if row.problems]
-    # Paged on the server, hosts with a problem first (a stable sort keeps the chosen order).
-    ordered = sorted(sorted_rows(rows, board.sort), key=lambda row: not row.problems)
-    page = page_of(request, ordered)
+    # Paged on the server, hosts with a problem first, then the chosen sort: in SQL over the
+    # hosts' summaries, a host without a fresh one computed live (inventory.reports.board).
+    ordered = fleet_board(board.qs, board.sort, problems_only=board.problems_only)
+    page = page_of(request, ordered.rows)
     context = {
         "rows": page.object_list,
         "page": page,
-        "problem_hosts": sum(row.problems for row in rows),
+        "problem_hosts": ordered.problem_hosts,
         "board": board,
         "form": board.form,
         "demo_progress": BackfillProgress.current(),
@@ -51,9 +49,9 @@ def fleet(request):
 def fleet_export(request):
     """The fleet board as filtered and sorted on screen, every host, as CSV."""
     board = _board(request)
-    rows = fleet_rows(list(board.qs))
-    if board.problems_only:
-        rows = [row for row in rows if row.problems]
+    ordered = fleet_board(
+        board.qs, board.sort, problems_only=board.problems_only, problems_first=False
+    )
     header = [
         "host", "cards", "best_card", "best_card_headroom_bytes", "worst_fragmentation",
         "fragmentation_status", "p99_status", "p99_detail", "ooms_24h", "problems",
@@ -61,7 +59,7 @@ def fleet_export(request):
     lines = [
         (r.host.name, r.cards, r.headroom_card, r.largest_headroom_bytes, r.worst_fragmentation,
          r.fragmentation_status, r.p99_status, r.p99_detail, r.ooms_24h, r.problems)
-        for r in sorted_rows(rows, board.sort)
+        for r in ordered.rows
     ]  # fmt: skip
     return csv_response("fleet-board", header, lines)
 
