@@ -57,8 +57,9 @@ RETURNS SETOF inventory_card_sample LANGUAGE sql STABLE PARALLEL SAFE AS $$
       AND u.ts >= lo AND u.ts <= hi
 $$;
 
--- A card's newest sample at or before `at`, however old: the newest row, or the newest pack's
--- last element, without unnesting the card's whole history.
+-- A card's newest sample at or before `at`, however old, without unnesting its history: the
+-- newest row; in the pack of `at`'s own hour, the last element not after `at`; and the last
+-- element of the newest pack before that hour (all of whose elements are before `at`).
 CREATE FUNCTION inventory_card_sample_newest(gpu bigint, at timestamptz)
 RETURNS SETOF inventory_card_sample LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT * FROM (
@@ -74,8 +75,21 @@ RETURNS SETOF inventory_card_sample LANGUAGE sql STABLE PARALLEL SAFE AS $$
              p.frag_index_max) AS u(ts, batch_id, interval_s, samples, lost, total_bytes,
              used_max, used_last, reserved_last, free_min, free_last, util_gpu_max,
              util_gpu_last, util_memory_max, frag_index_max)
-         WHERE p.gpu_id = gpu AND p.hour <= at AND u.ts <= at
-         ORDER BY p.hour DESC, u.ts DESC LIMIT 1)
+         WHERE p.gpu_id = gpu AND p.hour = date_trunc('hour', at, 'UTC') AND u.ts <= at
+         ORDER BY u.ts DESC LIMIT 1)
+        UNION ALL
+        (SELECT p.gpu_id, u.ts, u.batch_id, u.interval_s, u.samples, u.lost, u.total_bytes,
+                u.used_max, u.used_last, u.reserved_last, u.free_min, u.free_last,
+                u.util_gpu_max, u.util_gpu_last, u.util_memory_max, u.frag_index_max
+         FROM (SELECT * FROM inventory_card_sample_pack
+               WHERE gpu_id = gpu AND hour < date_trunc('hour', at, 'UTC')
+               ORDER BY hour DESC LIMIT 1) p, unnest(p.ts, p.batch_id, p.interval_s, p.samples,
+             p.lost, p.total_bytes, p.used_max, p.used_last, p.reserved_last, p.free_min,
+             p.free_last, p.util_gpu_max, p.util_gpu_last, p.util_memory_max,
+             p.frag_index_max) AS u(ts, batch_id, interval_s, samples, lost, total_bytes,
+             used_max, used_last, reserved_last, free_min, free_last, util_gpu_max,
+             util_gpu_last, util_memory_max, frag_index_max)
+         ORDER BY u.ts DESC LIMIT 1)
     ) newest
     ORDER BY ts DESC LIMIT 1
 $$;
