@@ -20,12 +20,12 @@ hour that `inventory_rollup_hour_folded` says is the fold of its minutes up to `
 takes minutes from `last_minute` on (new minutes, or that last minute again: the minute being
 filled, re-dirtied by every flush) into its rows (`FOLD_OF_*`: the minutes' old rows come off
 the sums, their new rows go in; maxima, minima and `lost` merge, since a minute's raw samples
-only grow) and into its packs (`STRIP_LAST`, then `APPEND_TO_*`). Anything else is recomputed
-whole from the hour's minute rows (`HOUR_OF_*`, `PACK_OF_*`): an hour without that row (the
-first of its minutes, or one written other than by a refresh), a minute before `last_minute`
-(a late batch), or a minute whose new row does not hold its old one (raw samples gone and come
-back). The engine hour rows, whose sums are floating point (an order-dependent sum), are
-recomputed whole every time; they are the smallest.
+only grow) and into its packs (`APPEND_TO_*`, the last minute's old entry replaced).
+Anything else is recomputed whole from the hour's minute rows (`HOUR_OF_*`, `PACK_OF_*`): an
+hour without that row (the first of its minutes, or one written other than by a refresh), a
+minute before `last_minute` (a late batch), or a minute whose new row does not hold its old
+one (raw samples gone and come back). The engine hour rows, whose sums are floating point (an
+order-dependent sum), are recomputed whole every time; they are the smallest.
 """
 
 from __future__ import annotations
@@ -235,14 +235,18 @@ _FOLDS = (
     ("process", FOLD_OF_PROCESSES + _merged("process")),
 )
 
-# A folded hour's packs take the refreshed minutes at their end: first the entry of the hour's
-# last minute comes off where that minute is refreshed again, then the minutes are appended.
+# A folded hour's packs take the refreshed minutes at their end (`APPEND_TO_*`), the entry of
+# the hour's last minute coming off first where that minute is refreshed again: in the same
+# write where the pack's last entry is the first of those it is given; by `STRIP_LAST` where
+# the minute no longer has an entry for the pack (its deployment changed, say).
 STRIP_LAST = """
 UPDATE {table} p SET minutes = p.minutes - 1, {strip}
 FROM unnest(%(hours)s::timestamptz[], %(lasts)s::timestamptz[]) folded (hour, last)
 WHERE p.bucket = folded.hour
   AND substring(p.at_us FROM octet_length(p.at_us) - 7)
       = int8send((extract(epoch FROM folded.last) * 1000000)::bigint)
+  AND NOT EXISTS ({present})
+RETURNING p.minutes
 """
 APPEND_TO_MEMORY = """
 INSERT INTO inventory_memory_minutes_1h AS p (gpu_id, deployment_id, bucket, minutes, at_us,
@@ -259,8 +263,7 @@ FROM (
     GROUP BY 1, 2, 3
 ) minutes
 GROUP BY 1, 2, 3
-ON CONFLICT (gpu_id, bucket, deployment_id) DO UPDATE SET minutes = p.minutes + excluded.minutes,
-    at_us = p.at_us || excluded.at_us, used_max = p.used_max || excluded.used_max
+ON CONFLICT (gpu_id, bucket, deployment_id) DO UPDATE SET
 """
 APPEND_TO_ENGINES = """
 INSERT INTO inventory_engine_minutes_1h AS p (deployment_id, bucket, minutes, at_us,
@@ -275,14 +278,39 @@ SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), count(*),
 FROM refreshed_engine_new
 WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
 GROUP BY 1, 2
-ON CONFLICT (deployment_id, bucket) DO UPDATE SET minutes = p.minutes + excluded.minutes,
-    at_us = p.at_us || excluded.at_us, running_max = p.running_max || excluded.running_max,
-    latency_p99_max = p.latency_p99_max || excluded.latency_p99_max
+ON CONFLICT (deployment_id, bucket) DO UPDATE SET
 """
+# The pack's last entry is the minute refreshed again: the first the append brings.
+_AGAIN = "substring(p.at_us FROM octet_length(p.at_us) - 7) = substring(excluded.at_us FOR 8)"
+
+
+def _appended(columns: tuple[str, ...]) -> str:
+    """The ON CONFLICT assignments that append a fold's entries to the pack they meet."""
+    return ", ".join(
+        [f"minutes = p.minutes + excluded.minutes - CASE WHEN {_AGAIN} THEN 1 ELSE 0 END"]
+        + [
+            f"{c} = CASE WHEN {_AGAIN} THEN substring(p.{c} FOR octet_length(p.{c}) - 8) "
+            f"ELSE p.{c} END || excluded.{c}"
+            for c in columns
+        ]
+    )
+
+
+def _stripped(columns: tuple[str, ...]) -> str:
+    return ", ".join(f"{c} = substring(p.{c} FOR octet_length(p.{c}) - 8)" for c in columns)
+
+
+_MEMORY = ("at_us", "used_max")
+_ENGINES = ("at_us", "running_max", "latency_p99_max")
+# Each pack: its table, its bytea columns, its append, and what says that a pack's minute
+# still has an entry among the refreshed minutes.
 _APPENDS = (
-    ("inventory_memory_minutes_1h", ("at_us", "used_max"), APPEND_TO_MEMORY),
-    ("inventory_engine_minutes_1h", ("at_us", "running_max", "latency_p99_max"),
-     APPEND_TO_ENGINES),
+    ("inventory_memory_minutes_1h", _MEMORY, APPEND_TO_MEMORY + _appended(_MEMORY),
+     "SELECT 1 FROM refreshed_process_new n WHERE n.gpu_id = p.gpu_id AND n.bucket = folded.last"
+     " AND n.deployment_id = p.deployment_id AND n.used_max IS NOT NULL"),
+    ("inventory_engine_minutes_1h", _ENGINES, APPEND_TO_ENGINES + _appended(_ENGINES),
+     "SELECT 1 FROM refreshed_engine_new n WHERE n.deployment_id = p.deployment_id"
+     " AND n.bucket = folded.last"),
 )  # fmt: skip
 
 # The last minute with rows in each hour: where an hour is recomputed without knowing it.
@@ -391,17 +419,16 @@ def _refresh_hours(cursor, minutes: list[dt.datetime]) -> None:
         for _kind, fold_sql in _FOLDS:
             cursor.execute(fold_sql, {"hours": folds})
         again = [hour for hour in folds if first_of[hour] == folded_to[hour]]
-        for table, columns, append_sql in _APPENDS:
+        for table, columns, append_sql, present in _APPENDS:
             if again:
-                strip = ", ".join(f"{c} = substring(p.{c} FOR octet_length(p.{c}) - 8)"
-                                  for c in columns)  # fmt: skip
                 cursor.execute(
-                    STRIP_LAST.format(table=table, strip=strip),
+                    STRIP_LAST.format(table=table, strip=_stripped(columns), present=present),
                     {"hours": again, "lasts": [folded_to[hour] for hour in again]},
                 )
-                cursor.execute(
-                    f"DELETE FROM {table} WHERE bucket = ANY(%s) AND minutes = 0", [again]
-                )
+                if 0 in {row[0] for row in cursor.fetchall()}:
+                    cursor.execute(
+                        f"DELETE FROM {table} WHERE bucket = ANY(%s) AND minutes = 0", [again]
+                    )
             cursor.execute(append_sql, {"hours": folds})
     for kind, _minute_sql, hour_sql in _KINDS:
         # The engine hour rows are always recomputed: their sums are floating point.
