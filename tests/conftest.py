@@ -71,7 +71,8 @@ def _telemetry_tables_emptied_after_transactional_tests(request):
     from inventory.timeseries.partitions import TABLES
 
     with connection.cursor() as cursor:
-        tables = [table.name for table in TABLES] + ["inventory_rollup_dirty"]
+        tables = [table.name for table in TABLES]
+        tables += ["inventory_rollup_dirty", "inventory_rollup_hour_folded", "inventory_pack_due"]
         cursor.execute(f"TRUNCATE {', '.join(tables)}")
 
 

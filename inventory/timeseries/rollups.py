@@ -1,23 +1,35 @@
 """The 1-minute and 1-hour rollups, recomputed for the minutes ingest marked dirty.
 
-Each refresh takes the oldest dirty minutes, recomputes those minutes' 1-minute rows from the
-raw samples and then the 1-hour rows of the hours they fall in from their 1-minute rows,
-replacing what was there. Recomputing rather than adding makes a refresh idempotent and late
-data harmless: a minute that receives another batch is dirty again and comes out right. Every
-figure keeps its peak (max of the interval maxima) beside sums and counts for means; a sum of
-floating-point figures adds them in time order, so that it comes out the same to the last bit
-however the rows lie on disk (as rows or packed). Refreshes
-run one at a time (a transaction advisory lock): two refreshers rebuilding the same hour would
-otherwise race on its rows.
+Each refresh takes the oldest dirty minutes and recomputes those minutes' 1-minute rows from
+the raw samples, replacing what was there. Recomputing rather than adding makes a refresh
+idempotent and late data harmless: a minute that receives another batch is dirty again and
+comes out right. Every figure keeps its peak (max of the interval maxima) beside sums and
+counts for means; a sum of floating-point figures adds them in time order, so that it comes
+out the same to the last bit however the rows lie on disk (as rows or packed). Refreshes run
+one at a time (a transaction advisory lock): two refreshers rebuilding the same hour would
+otherwise race on its rows. A late minute of an hour whose minute rows are packed
+(inventory.timeseries.packing) has that hour unpacked first; the refreshed hours are marked
+due for packing.
 
 Beside the hour rows, each hour's minutes that the host page's analyses read are packed in one
-row (`PACK_OF_MEMORY`, `PACK_OF_ENGINES`), recomputed from the same minute rows in the same
-step: a week of a shared host is then a few thousand rows to read, not a few hundred thousand.
-A pack holds the minutes in time order as big-endian 8-byte arrays, one `bytea` a figure
-(decoded by `inventory.timeseries.queries`): the minute's start in epoch microseconds and its
-figure, a missing figure as NaN (ingest refuses non-finite figures, so a NaN is never data).
-A `real` figure goes through its text form, as a `real` column reaches Python, so that a packed
-figure is the very float the minute row gives.
+row (`PACK_OF_MEMORY`, `PACK_OF_ENGINES`): a week of a shared host is then a few thousand rows
+to read, not a few hundred thousand. A pack holds the minutes in time order as big-endian
+8-byte arrays, one `bytea` a figure (decoded by `inventory.timeseries.queries`): the minute's
+start in epoch microseconds and its figure, a missing figure as NaN (ingest refuses non-finite
+figures, so a NaN is never data). A `real` figure goes through its text form, as a `real`
+column reaches Python, so that a packed figure is the very float the minute row gives.
+
+The hour rows and packs are folded, not recomputed, where that gives the very same rows: an
+hour that `inventory_rollup_hour_folded` says is the fold of its minutes up to `last_minute`
+takes minutes from `last_minute` on (new minutes, or that last minute again: the minute being
+filled, re-dirtied by every flush) into its rows (`FOLD_OF_*`: the minutes' old rows come off
+the sums, their new rows go in; maxima, minima and `lost` merge, since a minute's raw samples
+only grow) and into its packs (`APPEND_TO_*`, the last minute's old entry replaced).
+Anything else is recomputed whole from the hour's minute rows (`HOUR_OF_*`, `PACK_OF_*`): an
+hour without that row (the first of its minutes, or one written other than by a refresh), a
+minute before `last_minute` (a late batch), or a minute whose new row does not hold its old
+one (raw samples gone and come back). The engine hour rows, whose sums are floating point (an
+order-dependent sum), are recomputed whole every time; they are the smallest.
 """
 
 from __future__ import annotations
@@ -137,10 +149,183 @@ _PACKS = (
     ("inventory_engine_minutes_1h", PACK_OF_ENGINES),
 )
 
-WITH_SAMPLES = " UNION ".join(
-    f"SELECT DISTINCT date_trunc('minute', ts, 'UTC') FROM {table}(%(first)s, %(last)s) "
-    "WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)"
-    for table in ("inventory_card_samples", "inventory_process_samples", "inventory_engine_samples")
+# What a refresh keeps of the minutes it refreshes, for the hours it folds them into: the rows
+# the minutes held before (`_old`) and the rows they hold now (`_new`), each kind in a
+# temporary table shaped like its minute rollups, emptied at the start of every refresh.
+HELD = "refreshed_{kind}_{age}"
+
+# The hour rows of the minutes folded in: the refreshed minutes' new rows go in, their old rows
+# come off the sums. The new row of a minute holds its old one (checked by `NOT_HELD`), so
+# its maxima, minima and `lost` need no old row to come off: they merge with the hour's.
+FOLD_OF_CARDS = """
+INSERT INTO inventory_card_rollup_1h AS h (gpu_id, bucket, samples, lost, total_bytes,
+    used_max, used_sum, used_count, reserved_max, free_min, util_gpu_max, util_gpu_sum,
+    util_gpu_count, frag_index_max)
+SELECT gpu_id, date_trunc('hour', bucket, 'UTC'), sum(samples), bool_or(lost),
+    max(total_bytes), max(used_max), sum(used_sum), sum(used_count), max(reserved_max),
+    min(free_min), max(util_gpu_max), sum(util_gpu_sum), sum(util_gpu_count),
+    max(frag_index_max)
+FROM (
+    SELECT * FROM refreshed_card_new
+    UNION ALL
+    SELECT gpu_id, bucket, -samples, false, NULL, NULL, -used_sum, -used_count, NULL, NULL,
+        NULL, -util_gpu_sum, -util_gpu_count, NULL
+    FROM refreshed_card_old
+) minutes
+WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
+GROUP BY 1, 2
+ON CONFLICT (gpu_id, bucket) DO UPDATE SET
+"""
+FOLD_OF_PROCESSES = """
+INSERT INTO inventory_process_rollup_1h AS h (gpu_id, pid, bucket, deployment_id, name,
+    samples, used_max, used_sum, used_count, frag_index_max)
+SELECT gpu_id, pid, date_trunc('hour', bucket, 'UTC'), max(deployment_id), max(name),
+    sum(samples), max(used_max), sum(used_sum), sum(used_count), max(frag_index_max)
+FROM (
+    SELECT * FROM refreshed_process_new
+    UNION ALL
+    SELECT gpu_id, pid, bucket, NULL, NULL, -samples, NULL, -used_sum, -used_count, NULL
+    FROM refreshed_process_old
+) minutes
+WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
+GROUP BY 1, 2, 3
+ON CONFLICT (gpu_id, pid, bucket) DO UPDATE SET
+"""
+# How each kind's figures merge: (key, sums, maxima, minima, ors).
+_MERGES = {
+    "card": (
+        ("gpu_id", "bucket"),
+        ("samples", "used_sum", "used_count", "util_gpu_sum", "util_gpu_count"),
+        ("total_bytes", "used_max", "reserved_max", "util_gpu_max", "frag_index_max"),
+        ("free_min",),
+        ("lost",),
+    ),
+    "process": (
+        ("gpu_id", "pid", "bucket"),
+        ("samples", "used_sum", "used_count"),
+        ("deployment_id", "name", "used_max", "frag_index_max"),
+        (),
+        (),
+    ),
+}
+
+
+def _merged(kind: str) -> str:
+    """The ON CONFLICT assignments that merge a fold's row into the hour row it meets."""
+    _key, sums, maxima, minima, ors = _MERGES[kind]
+    return ", ".join(
+        [f"{c} = h.{c} + excluded.{c}" for c in sums]
+        + [f"{c} = greatest(h.{c}, excluded.{c})" for c in maxima]
+        + [f"{c} = least(h.{c}, excluded.{c})" for c in minima]
+        + [f"{c} = h.{c} OR excluded.{c}" for c in ors]
+    )
+
+
+def _not_held(kind: str) -> str:
+    """The hours where a refreshed minute's new row does not hold its old row (an old row
+    gone, a maximum lower, a minimum higher, `lost` cleared): those cannot be folded."""
+    key, _sums, maxima, minima, ors = _MERGES[kind]
+    lost = (
+        ["n.bucket IS NULL"]
+        + [f"greatest(o.{c}, n.{c}) IS DISTINCT FROM n.{c}" for c in maxima]
+        + [f"least(o.{c}, n.{c}) IS DISTINCT FROM n.{c}" for c in minima]
+        + [f"(o.{c} AND NOT n.{c})" for c in ors]
+    )
+    joined = " AND ".join(f"n.{c} = o.{c}" for c in key)
+    return (
+        f"SELECT DISTINCT date_trunc('hour', o.bucket, 'UTC') FROM refreshed_{kind}_old o "
+        f"LEFT JOIN refreshed_{kind}_new n ON {joined} WHERE {' OR '.join(lost)}"
+    )
+
+
+_FOLDS = (
+    ("card", FOLD_OF_CARDS + _merged("card")),
+    ("process", FOLD_OF_PROCESSES + _merged("process")),
+)
+
+# A folded hour's packs take the refreshed minutes at their end (`APPEND_TO_*`), the entry of
+# the hour's last minute coming off first where that minute is refreshed again: in the same
+# write where the pack's last entry is the first of those it is given; by `STRIP_LAST` where
+# the minute no longer has an entry for the pack (its deployment changed, say).
+STRIP_LAST = """
+UPDATE {table} p SET minutes = p.minutes - 1, {strip}
+FROM unnest(%(hours)s::timestamptz[], %(lasts)s::timestamptz[]) folded (hour, last)
+WHERE p.bucket = folded.hour
+  AND substring(p.at_us FROM octet_length(p.at_us) - 7)
+      = int8send((extract(epoch FROM folded.last) * 1000000)::bigint)
+  AND NOT EXISTS ({present})
+RETURNING p.minutes
+"""
+APPEND_TO_MEMORY = """
+INSERT INTO inventory_memory_minutes_1h AS p (gpu_id, deployment_id, bucket, minutes, at_us,
+    used_max)
+SELECT gpu_id, deployment_id, date_trunc('hour', bucket, 'UTC'), count(*),
+    string_agg(int8send((extract(epoch FROM bucket) * 1000000)::bigint), ''::bytea
+               ORDER BY bucket),
+    string_agg(int8send(used_max), ''::bytea ORDER BY bucket)
+FROM (
+    SELECT gpu_id, deployment_id, bucket, max(used_max) AS used_max
+    FROM refreshed_process_new
+    WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
+      AND deployment_id IS NOT NULL AND used_max IS NOT NULL
+    GROUP BY 1, 2, 3
+) minutes
+GROUP BY 1, 2, 3
+ON CONFLICT (gpu_id, bucket, deployment_id) DO UPDATE SET
+"""
+APPEND_TO_ENGINES = """
+INSERT INTO inventory_engine_minutes_1h AS p (deployment_id, bucket, minutes, at_us,
+    running_max, latency_p99_max)
+SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), count(*),
+    string_agg(int8send((extract(epoch FROM bucket) * 1000000)::bigint), ''::bytea
+               ORDER BY bucket),
+    string_agg(float8send(coalesce(running_max::text::float8, 'NaN')), ''::bytea
+               ORDER BY bucket),
+    string_agg(float8send(coalesce(latency_p99_max::text::float8, 'NaN')), ''::bytea
+               ORDER BY bucket)
+FROM refreshed_engine_new
+WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
+GROUP BY 1, 2
+ON CONFLICT (deployment_id, bucket) DO UPDATE SET
+"""
+# The pack's last entry is the minute refreshed again: the first the append brings.
+_AGAIN = "substring(p.at_us FROM octet_length(p.at_us) - 7) = substring(excluded.at_us FOR 8)"
+
+
+def _appended(columns: tuple[str, ...]) -> str:
+    """The ON CONFLICT assignments that append a fold's entries to the pack they meet."""
+    return ", ".join(
+        [f"minutes = p.minutes + excluded.minutes - CASE WHEN {_AGAIN} THEN 1 ELSE 0 END"]
+        + [
+            f"{c} = CASE WHEN {_AGAIN} THEN substring(p.{c} FOR octet_length(p.{c}) - 8) "
+            f"ELSE p.{c} END || excluded.{c}"
+            for c in columns
+        ]
+    )
+
+
+def _stripped(columns: tuple[str, ...]) -> str:
+    return ", ".join(f"{c} = substring(p.{c} FOR octet_length(p.{c}) - 8)" for c in columns)
+
+
+_MEMORY = ("at_us", "used_max")
+_ENGINES = ("at_us", "running_max", "latency_p99_max")
+# Each pack: its table, its bytea columns, its append, and what says that a pack's minute
+# still has an entry among the refreshed minutes.
+_APPENDS = (
+    ("inventory_memory_minutes_1h", _MEMORY, APPEND_TO_MEMORY + _appended(_MEMORY),
+     "SELECT 1 FROM refreshed_process_new n WHERE n.gpu_id = p.gpu_id AND n.bucket = folded.last"
+     " AND n.deployment_id = p.deployment_id AND n.used_max IS NOT NULL"),
+    ("inventory_engine_minutes_1h", _ENGINES, APPEND_TO_ENGINES + _appended(_ENGINES),
+     "SELECT 1 FROM refreshed_engine_new n WHERE n.deployment_id = p.deployment_id"
+     " AND n.bucket = folded.last"),
+)  # fmt: skip
+
+# The last minute with rows in each hour: where an hour is recomputed without knowing it.
+LAST_MINUTE = " UNION ALL ".join(
+    f"SELECT max(bucket) FROM inventory_{kind}_rollups_1m(%(start)s, %(end)s) "
+    "WHERE bucket >= %(start)s AND bucket < %(end)s"
+    for kind in ("card", "process", "engine")
 )
 
 _KINDS = (
@@ -157,6 +342,10 @@ def _hour(moment: dt.datetime) -> dt.datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
+def _span(hours: list[dt.datetime]) -> dict:
+    return {"hours": hours, "first": hours[0], "last": hours[-1] + dt.timedelta(hours=1)}
+
+
 @transaction.atomic
 def refresh(limit: int = MINUTES_PER_REFRESH) -> int:
     """Recompute the rollups of up to `limit` dirty minutes; return how many were refreshed."""
@@ -169,36 +358,121 @@ def refresh(limit: int = MINUTES_PER_REFRESH) -> int:
         dirty = [row[0] for row in cursor.fetchall()]
         if not dirty:
             return 0
-        # A minute whose raw samples are gone (aged out with their partition) cannot be
-        # recomputed: keep its rollups as they are.
-        span = {"minutes": dirty, "first": dirty[0], "last": dirty[-1] + dt.timedelta(minutes=1)}
-        cursor.execute(WITH_SAMPLES, span)
-        minutes = sorted(row[0] for row in cursor.fetchall())
-        if not minutes:
-            cursor.execute("DELETE FROM inventory_rollup_dirty WHERE bucket = ANY(%s)", [dirty])
-            return len(dirty)
-        hours = sorted({_hour(minute) for minute in minutes})
-        by_minute = {
-            "minutes": minutes,
-            "first": minutes[0],
-            "last": minutes[-1] + dt.timedelta(minutes=1),
-        }
-        by_hour = {"hours": hours, "first": hours[0], "last": hours[-1] + dt.timedelta(hours=1)}
         # A late minute of an hour already packed: its minute rows are rewritten below.
-        packing.unpack_hours(cursor, packing.MINUTE_TABLES, hours)
-        packing.mark_due(cursor, hours)
-        for kind, minute_sql, hour_sql in _KINDS:
-            cursor.execute(
-                f"DELETE FROM inventory_{kind}_rollup_1m WHERE bucket = ANY(%s)", [minutes]
-            )
-            cursor.execute(minute_sql, by_minute)
-            cursor.execute(
-                f"DELETE FROM inventory_{kind}_rollup_1h WHERE bucket = ANY(%s)", [hours]
-            )
-            cursor.execute(hour_sql, by_hour)
-        _pack(cursor, by_hour)
+        packing.unpack_hours(cursor, packing.MINUTE_TABLES, sorted({_hour(m) for m in dirty}))
+        minutes = _refresh_minutes(cursor, dirty)
+        if minutes:
+            _refresh_hours(cursor, minutes)
+            packing.mark_due(cursor, sorted({_hour(minute) for minute in minutes}))
         cursor.execute("DELETE FROM inventory_rollup_dirty WHERE bucket = ANY(%s)", [dirty])
     return len(dirty)
+
+
+def _refresh_minutes(cursor, dirty: list[dt.datetime]) -> list[dt.datetime]:
+    """Recompute the dirty minutes' rows from their raw samples, keeping their old and new rows
+    in the `HELD` tables; return the minutes that have raw samples (the others keep their
+    rows: their samples are gone, aged out with their partition)."""
+    span = {"minutes": dirty, "first": dirty[0], "last": dirty[-1] + dt.timedelta(minutes=1)}
+    for kind, minute_sql, _hour_sql in _KINDS:
+        old, new = HELD.format(kind=kind, age="old"), HELD.format(kind=kind, age="new")
+        for held in (old, new):
+            cursor.execute(
+                f"CREATE TEMPORARY TABLE IF NOT EXISTS {held} (LIKE inventory_{kind}_rollup_1m)"
+            )
+            cursor.execute(f"TRUNCATE {held}")
+        cursor.execute(
+            f"WITH gone AS (DELETE FROM inventory_{kind}_rollup_1m WHERE bucket = ANY(%(minutes)s)"
+            f" RETURNING *) INSERT INTO {old} SELECT * FROM gone",
+            span,
+        )
+        cursor.execute(
+            f"WITH made AS ({minute_sql.rstrip()} RETURNING *) "
+            f"INSERT INTO {new} SELECT * FROM made",
+            span,
+        )
+    cursor.execute(
+        " UNION ".join(f"SELECT DISTINCT bucket FROM {HELD.format(kind=kind, age='new')}"
+                       for kind, _minute_sql, _hour_sql in _KINDS)
+    )  # fmt: skip
+    minutes = sorted(row[0] for row in cursor.fetchall())
+    if len(minutes) < len(dirty):
+        for kind, _minute_sql, _hour_sql in _KINDS:
+            old = HELD.format(kind=kind, age="old")
+            cursor.execute(
+                f"WITH kept AS (DELETE FROM {old} WHERE bucket <> ALL(%s) RETURNING *) "
+                f"INSERT INTO inventory_{kind}_rollup_1m SELECT * FROM kept",
+                [minutes],
+            )
+    return minutes
+
+
+def _refresh_hours(cursor, minutes: list[dt.datetime]) -> None:
+    """Bring the hours of the refreshed minutes up to date: fold the minutes in where the hour
+    allows it, recompute it whole where not; note each hour's last minute."""
+    hours = sorted({_hour(minute) for minute in minutes})
+    cursor.execute(
+        "SELECT bucket, last_minute FROM inventory_rollup_hour_folded WHERE bucket = ANY(%s)",
+        [hours],
+    )
+    folded_to = dict(cursor.fetchall())
+    first_of = {}
+    for minute in minutes:
+        first_of.setdefault(_hour(minute), minute)
+    folds = {hour for hour in hours if hour in folded_to and first_of[hour] >= folded_to[hour]}
+    if folds:
+        for kind, _fold_sql in _FOLDS:
+            cursor.execute(_not_held(kind))
+            folds -= {row[0] for row in cursor.fetchall()}
+    wholes = [hour for hour in hours if hour not in folds]
+    folds = sorted(folds)
+    if folds:
+        for _kind, fold_sql in _FOLDS:
+            cursor.execute(fold_sql, {"hours": folds})
+        again = [hour for hour in folds if first_of[hour] == folded_to[hour]]
+        for table, columns, append_sql, present in _APPENDS:
+            if again:
+                cursor.execute(
+                    STRIP_LAST.format(table=table, strip=_stripped(columns), present=present),
+                    {"hours": again, "lasts": [folded_to[hour] for hour in again]},
+                )
+                if 0 in {row[0] for row in cursor.fetchall()}:
+                    cursor.execute(
+                        f"DELETE FROM {table} WHERE bucket = ANY(%s) AND minutes = 0", [again]
+                    )
+            cursor.execute(append_sql, {"hours": folds})
+    for kind, _minute_sql, hour_sql in _KINDS:
+        # The engine hour rows are always recomputed: their sums are floating point.
+        recomputed = hours if kind == "engine" else wholes
+        if recomputed:
+            cursor.execute(
+                f"DELETE FROM inventory_{kind}_rollup_1h WHERE bucket = ANY(%s)", [recomputed]
+            )
+            cursor.execute(hour_sql, _span(recomputed))
+    if wholes:
+        _pack(cursor, _span(wholes))
+    last_of = {}
+    for minute in minutes:
+        last_of[_hour(minute)] = minute
+    for hour in hours:
+        if hour in folded_to:
+            last_of[hour] = max(last_of[hour], folded_to[hour])
+        else:
+            last_of[hour] = max(last_of[hour], _last_minute(cursor, hour))
+    _note_folded(cursor, last_of)
+
+
+def _last_minute(cursor, hour: dt.datetime) -> dt.datetime:
+    cursor.execute(LAST_MINUTE, {"start": hour, "end": hour + dt.timedelta(hours=1)})
+    return max(row[0] for row in cursor.fetchall() if row[0] is not None)
+
+
+def _note_folded(cursor, last_of: dict[dt.datetime, dt.datetime]) -> None:
+    cursor.execute(
+        "INSERT INTO inventory_rollup_hour_folded (bucket, last_minute) "
+        "SELECT * FROM unnest(%s::timestamptz[], %s::timestamptz[]) "
+        "ON CONFLICT (bucket) DO UPDATE SET last_minute = excluded.last_minute",
+        [list(last_of), list(last_of.values())],
+    )
 
 
 def _pack(cursor, by_hour: dict) -> None:
@@ -207,19 +481,51 @@ def _pack(cursor, by_hour: dict) -> None:
         cursor.execute(pack_sql, by_hour)
 
 
-@transaction.atomic
-def pack_hours(start: dt.datetime, end: dt.datetime) -> None:
-    """Pack again every hour that [start, end] touches, from the minute rollups as they are:
-    for minute rollups written other than through a refresh (the benchmark's generated
-    history, tests that write minutes straight)."""
+def _hours(start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
     hours = []
     hour = _hour(start.astimezone(dt.UTC))
     while hour <= end:
         hours.append(hour)
         hour += dt.timedelta(hours=1)
+    return hours
+
+
+@transaction.atomic
+def pack_hours(start: dt.datetime, end: dt.datetime) -> None:
+    """Pack again every hour that [start, end] touches, from the minute rollups as they are:
+    for minute rollups written other than through a refresh (the benchmark's generated
+    history, tests that write minutes straight). The hour rows are left as they are, so the
+    next refresh of those hours recomputes them whole."""
+    hours = _hours(start, end)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REFRESH_LOCK])
-        _pack(cursor, {"hours": hours, "first": hours[0], "last": hour})
+        _pack(cursor, _span(hours))
+        cursor.execute("DELETE FROM inventory_rollup_hour_folded WHERE bucket = ANY(%s)", [hours])
+
+
+@transaction.atomic
+def rebuild_hours(start: dt.datetime, end: dt.datetime) -> None:
+    """Recompute the hour rows and packs of every hour that [start, end] touches from the
+    minute rollups as they are, as a refresh of each hour's minutes would leave them (the
+    benchmark's generated history, the tests' from-scratch reference)."""
+    hours = _hours(start, end)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REFRESH_LOCK])
+        for kind, _minute_sql, hour_sql in _KINDS:
+            cursor.execute(
+                f"DELETE FROM inventory_{kind}_rollup_1h WHERE bucket = ANY(%s)", [hours]
+            )
+            cursor.execute(hour_sql, _span(hours))
+        _pack(cursor, _span(hours))
+        cursor.execute("DELETE FROM inventory_rollup_hour_folded WHERE bucket = ANY(%s)", [hours])
+        last_of = {}
+        for hour in hours:
+            cursor.execute(LAST_MINUTE, {"start": hour, "end": hour + dt.timedelta(hours=1)})
+            found = [row[0] for row in cursor.fetchall() if row[0] is not None]
+            if found:
+                last_of[hour] = max(found)
+        if last_of:
+            _note_folded(cursor, last_of)
 
 
 def refresh_all() -> int:

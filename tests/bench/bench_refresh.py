@@ -6,14 +6,17 @@ Needs the database of DATABASE_URL migrated and a fleet in it (bench_alerts.py -
 leaves one: 10,000 hosts x 8 cards, three deployments a host). Every card gets 4 processes.
 
 An hour two hours back is filled as ingest and the refreshes before would have left it at
-`--minute` (worst case: late in the hour, since a refresh recomputes the whole hour's hourly
-rollups and packs from its minutes): minute rollups of every card, process and deployment for
-minutes 0 to minute - 1, raw samples every 10 s (the agents' flush) for the minutes `minute`
-and `minute + 1`. Then:
+`--minute` (late in the hour was the worst case while a refresh recomputed the whole hour's
+hourly rollups and packs from its minutes): minute rollups of every card, process and
+deployment for minutes 0 to minute - 1, the hour's hourly rollups and packs made from them
+(untimed, as a refresh of each minute would have left them), raw samples every 10 s (the
+agents' flush) for the minutes `minute` and `minute + 1`. Then:
 
 1. a refresh with those two minutes dirty (a cycle after a late or slow one);
 2. `--cycles` refreshes with one minute dirty (the steady state: each cycle, the minute the
-   flushes of the last interval touched), its raw samples in place.
+   flushes of the last interval touched, dirtied again), its raw samples in place;
+3. a refresh with the minute before it dirty again (a late batch: its hour is recomputed
+   whole).
 
 Each is timed against ROLLUP_REFRESH_INTERVAL_S (the beat interval of
 inventory.refresh_rollups). What the hour held before is replaced; --reuse times the hour an
@@ -123,6 +126,9 @@ def fill(hour: dt.datetime, minute: int) -> dict[str, float]:
             CROSS JOIN generate_series(%s, %s, interval '10 seconds') b ORDER BY b, d.id""",
         [done, raw_end - dt.timedelta(seconds=10)],
     )
+    started = time.perf_counter()
+    rollups.rebuild_hours(hour, hour)
+    timings["hour rollups and packs"] = time.perf_counter() - started
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return {label: round(seconds, 1) for label, seconds in timings.items()}
@@ -167,6 +173,9 @@ def main() -> int:
         seconds, refreshed = timed_refresh()
         assert refreshed == 1, refreshed
         steady.append(seconds)
+    dirty(first)
+    late_s, refreshed = timed_refresh()
+    assert refreshed == 1, refreshed
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM inventory_process_rollup_1m WHERE bucket >= %s AND bucket < %s",
@@ -182,6 +191,7 @@ def main() -> int:
         "two_dirty_minutes_s": round(two_s, 2),
         "one_dirty_minute_s": [round(s, 2) for s in steady],
         "one_dirty_minute_median_s": round(statistics.median(steady), 2),
+        "late_minute_s": round(late_s, 2),
         "interval_s": settings.CELERY_BEAT_SCHEDULE["refresh-rollups"]["schedule"],
         "load_average": os.getloadavg()[0],
     }

@@ -1,0 +1,225 @@
+"""The rollup refresh folds refreshed minutes into their hours instead of recomputing each hour
+from all its minutes: whatever order the minutes come in, however often a minute is dirtied
+again (the minute being filled, a late batch), repeated or in pieces, the hour rows and packs
+are the very rows a recompute of every hour from its minute rows gives."""
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from inventory.timeseries import partitions, rollups
+from tests.examples import examples
+
+pytestmark = pytest.mark.django_db
+
+HOUR0 = (dt.datetime.now(tz=dt.UTC) - dt.timedelta(days=2)).replace(
+    minute=0, second=0, microsecond=0
+)
+# Minutes of two hours, across the hour between them.
+OFFSETS = (0, 1, 2, 3, 57, 58, 59, 60, 61, 62, 119)
+CARDS = (11, 12)
+PIDS = (1000, 1001)
+DEPLOYMENTS = (21, 22)
+GIB = 1024**3
+
+HOURS = ("card_rollup_1h", "process_rollup_1h", "engine_rollup_1h")
+PACKS = ("memory_minutes_1h", "engine_minutes_1h")
+MINUTES = ("card_rollup_1m", "process_rollup_1m", "engine_rollup_1m")
+KEYS = {
+    "card_rollup_1h": "gpu_id, bucket",
+    "process_rollup_1h": "gpu_id, pid, bucket",
+    "engine_rollup_1h": "deployment_id, bucket",
+    "memory_minutes_1h": "gpu_id, deployment_id, bucket",
+    "engine_minutes_1h": "deployment_id, bucket",
+    "card_rollup_1m": "gpu_id, bucket",
+    "process_rollup_1m": "gpu_id, pid, bucket",
+    "engine_rollup_1m": "deployment_id, bucket",
+}
+
+_bytes = st.one_of(st.none(), st.integers(0, 80).map(lambda n: n * GIB + 12345))
+_real = st.one_of(st.none(), st.floats(0, 1e6, width=32), st.sampled_from((0.1, 1.7, 1e-3)))
+_card = st.tuples(
+    st.sampled_from(CARDS), st.integers(0, 59), st.booleans(), _bytes, _bytes,
+    st.one_of(st.none(), st.integers(0, 100)), _real,
+)  # fmt: skip
+_process = st.tuples(
+    st.sampled_from(CARDS), st.sampled_from(PIDS), st.integers(0, 59),
+    st.sampled_from((*DEPLOYMENTS, None)), _bytes, st.sampled_from(("python3", "vllm", None)),
+)  # fmt: skip
+_engine = st.tuples(st.sampled_from(DEPLOYMENTS), st.integers(0, 59), _real, _real, _real)
+# What happens between refreshes: a batch lands in a minute (its samples added, the minute
+# dirty; a refresh may follow at once), a minute is dirtied again with nothing new, a
+# minute's raw samples go (aged out) and it is dirtied, or a refresh runs taking up to so
+# many dirty minutes.
+_batch = st.tuples(
+    st.just("batch"),
+    # Mostly the minute after the last batch's, or that minute again (the minute being
+    # filled), as flushes come; sometimes any minute (late, early, out of order).
+    st.one_of(st.just("next"), st.just("same"), st.sampled_from(OFFSETS)),
+    st.lists(_card, max_size=3),
+    st.lists(_process, max_size=4),
+    st.lists(_engine, max_size=2),
+    st.booleans(),  # a refresh right after it
+)
+# Weighted by hand: one_of draws its branches evenly (and the same branch twice counts once).
+_step = st.integers(0, 9).flatmap(
+    lambda n: (
+        _batch
+        if n < 6
+        else st.tuples(st.just("refresh"), st.integers(1, 4))
+        if n < 8
+        else st.tuples(st.sampled_from(("again", "forget")), st.sampled_from(OFFSETS))
+    )
+)
+
+
+def _minute(offset: int) -> dt.datetime:
+    return HOUR0 + dt.timedelta(minutes=offset)
+
+
+def _execute(sql: str, params=None) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _dirty(minute: dt.datetime) -> None:
+    _execute("INSERT INTO inventory_rollup_dirty VALUES (%s) ON CONFLICT DO NOTHING", [minute])
+
+
+def _land(minute: dt.datetime, cards, processes, engines) -> None:
+    for gpu_id, second, lost, used, free, util, frag in cards:
+        _execute(
+            "INSERT INTO inventory_card_sample (gpu_id, ts, batch_id, interval_s, samples, lost,"
+            " total_bytes, used_max, used_last, reserved_last, free_min, util_gpu_max,"
+            " util_gpu_last, frag_index_max) VALUES (%s, %s, gen_random_uuid(), 10, 10, %s,"
+            " %s, %s, %s, %s, %s, %s, %s, %s)",
+            [gpu_id, minute + dt.timedelta(seconds=second), lost, 80 * GIB, used, used, used,
+             free, util, util, frag],
+        )  # fmt: skip
+    for gpu_id, pid, second, deployment_id, used, name in processes:
+        _execute(
+            "INSERT INTO inventory_process_sample (gpu_id, ts, batch_id, pid, kind, name,"
+            " deployment_id, used_max, used_last, samples, frag_index_max) VALUES (%s, %s,"
+            " gen_random_uuid(), %s, 'compute', %s, %s, %s, %s, 10, 0.25)",
+            [gpu_id, minute + dt.timedelta(seconds=second), pid, name, deployment_id, used,
+             used],
+        )  # fmt: skip
+    for deployment_id, second, running, latency, requests in engines:
+        _execute(
+            "INSERT INTO inventory_engine_sample (deployment_id, ts, batch_id, kv_usage_max,"
+            " running_max, running_last, waiting_max, requests, requests_window_s,"
+            " latency_p50_s, latency_p95_s, latency_p99_s) VALUES (%s, %s, gen_random_uuid(),"
+            " %s, %s, %s, %s, %s, 10, %s, %s, %s)",
+            [deployment_id, minute + dt.timedelta(seconds=second), latency, running, running,
+             requests, requests, latency, latency, latency],
+        )  # fmt: skip
+    _dirty(minute)
+
+
+def _forget(minute: dt.datetime) -> None:
+    for table in ("card_sample", "process_sample", "engine_sample"):
+        _execute(
+            f"DELETE FROM inventory_{table} WHERE ts >= %s AND ts < %s",
+            [minute, minute + dt.timedelta(minutes=1)],
+        )
+    _dirty(minute)
+
+
+def _rows(tables) -> dict[str, list[tuple]]:
+    return {
+        table: [
+            tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+            for row in _execute(f"SELECT * FROM inventory_{table} ORDER BY {KEYS[table]}")
+        ]
+        for table in tables
+    }
+
+
+@pytest.fixture
+def two_hours():
+    partitions.ensure_partitions(HOUR0 - dt.timedelta(hours=1), HOUR0 + dt.timedelta(hours=3))
+
+
+@hypothesis_settings(
+    max_examples=examples(100),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=st.lists(_step, min_size=3, max_size=24))
+def test_folded_hours_are_the_hours_recomputed_from_their_minutes(two_hours, steps):
+    tables = [table.name for table in partitions.TABLES]
+    _execute(f"TRUNCATE {', '.join(tables)}, inventory_rollup_dirty, inventory_rollup_hour_folded")
+    last = 0
+    for step in steps:
+        if step[0] == "batch":
+            if step[1] == "next":
+                last = OFFSETS[min(OFFSETS.index(last) + 1, len(OFFSETS) - 1)]
+            elif step[1] != "same":
+                last = step[1]
+            _land(_minute(last), *step[2:5])
+            if step[5]:
+                rollups.refresh()
+        elif step[0] == "again":
+            _dirty(_minute(step[1]))
+        elif step[0] == "forget":
+            _forget(_minute(step[1]))
+        else:
+            rollups.refresh(step[1])
+    rollups.refresh_all()
+    folded = _rows(HOURS + PACKS)
+    minutes = _rows(MINUTES)
+
+    rollups.rebuild_hours(HOUR0, _minute(OFFSETS[-1]))
+    assert _rows(HOURS + PACKS) == folded
+
+    # And a refresh of every minute again changes nothing (idempotent, minutes included).
+    for offset in OFFSETS:
+        _dirty(_minute(offset))
+    rollups.refresh_all()
+    assert _rows(MINUTES) == minutes
+    assert _rows(HOURS + PACKS) == folded
+
+
+def test_the_minute_being_filled_is_folded_not_recomputed(two_hours):
+    """The steady state: the minute being filled is dirtied again by every flush; its hour is
+    folded (no hour recompute of cards or processes, whose hours are the big ones)."""
+    for offset in (0, 1):
+        _land(_minute(offset), [(11, 5, False, GIB, GIB, 50, 0.5)], [(11, 1000, 5, 21, GIB,
+              "vllm")], [(21, 5, 3.0, 0.2, 10.0)])  # fmt: skip
+        rollups.refresh_all()
+    _land(_minute(1), [(11, 15, False, 2 * GIB, GIB, 50, 0.5)], [], [])
+    with CaptureQueriesContext(connection) as captured:
+        rollups.refresh_all()
+    statements = " ".join(query["sql"] for query in captured.captured_queries)
+    assert "INSERT INTO inventory_card_rollup_1h AS h" in statements  # folded
+    assert "INSERT INTO inventory_card_rollup_1h (" not in statements  # not recomputed
+    assert "INSERT INTO inventory_process_rollup_1h (" not in statements
+    assert "INSERT INTO inventory_memory_minutes_1h (" not in statements
+    folded = _rows(HOURS + PACKS)
+    rollups.rebuild_hours(HOUR0, _minute(1))
+    assert _rows(HOURS + PACKS) == folded
+    assert folded["card_rollup_1h"][0][5] == 2 * GIB  # the hour's peak: the minute's new one
+
+
+def test_a_minute_whose_samples_went_and_came_back_fewer_has_its_hour_recomputed(two_hours):
+    """A minute's new row must hold its old one to be folded (its peak can only rise): where
+    the raw samples went (aged out) and fewer came back, the hour is recomputed whole."""
+    card = [(11, 5, False, 4 * GIB, GIB, 50, 0.5)]
+    _land(_minute(0), card, [], [])
+    _land(_minute(1), [(11, 5, False, 9 * GIB, GIB, 50, 0.5)], [], [])
+    rollups.refresh_all()
+    _forget(_minute(1))
+    rollups.refresh_all()  # nothing to recompute it from: the minute keeps its rows
+    assert _rows(["card_rollup_1h"])["card_rollup_1h"][0][5] == 9 * GIB
+    _land(_minute(1), [(11, 5, False, 2 * GIB, GIB, 50, 0.5)], [], [])
+    rollups.refresh_all()
+    assert _rows(["card_rollup_1h"])["card_rollup_1h"][0][5] == 4 * GIB
+    folded = _rows(HOURS + PACKS)
+    rollups.rebuild_hours(HOUR0, _minute(1))
+    assert _rows(HOURS + PACKS) == folded
