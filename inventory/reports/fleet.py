@@ -8,7 +8,7 @@ computed live and for the summary table the board sorts and pages by (inventory.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from django.utils import timezone
 
@@ -37,15 +37,10 @@ class HostFigures:
 
 
 @dataclass
-class HostRow:
+class HostRow(HostFigures):
+    """A board row: the host's figures and what is read live beside them."""
+
     host: Host
-    cards: int
-    largest_headroom_bytes: int | None  # the best single card: capacity never adds up
-    headroom_card: str
-    worst_fragmentation: float | None
-    fragmentation_status: str | None
-    p99_status: str  # green / red / unknown
-    p99_detail: str
     ooms_24h: int
     collector: dict
 
@@ -61,14 +56,8 @@ class HostRow:
 
 def host_row(host: Host, figures: HostFigures, ooms_24h: int, now: dt.datetime) -> HostRow:
     return HostRow(
+        **{field.name: getattr(figures, field.name) for field in fields(HostFigures)},
         host=host,
-        cards=figures.cards,
-        largest_headroom_bytes=figures.largest_headroom_bytes,
-        headroom_card=figures.headroom_card,
-        worst_fragmentation=figures.worst_fragmentation,
-        fragmentation_status=figures.fragmentation_status,
-        p99_status=figures.p99_status,
-        p99_detail=figures.p99_detail,
         ooms_24h=ooms_24h,
         collector=collector_health(getattr(host, "collector_status", None), now),
     )

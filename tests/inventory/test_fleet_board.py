@@ -302,7 +302,12 @@ def _run_at(at):
 def _board_rows(client, **params):
     """The rows as shown, the collector's age left out (it grows between two requests)."""
     return {
-        row.host.name: (*astuple(row)[1:-1], row.collector["stale"], row.problems)
+        row.host.name: (
+            *(getattr(row, field.name) for field in fields(HostFigures)),
+            row.ooms_24h,
+            row.collector["stale"],
+            row.problems,
+        )
         for row in client.get("/", params).context["rows"]
     }
 
