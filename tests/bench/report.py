@@ -501,26 +501,21 @@ def plans_section(figures: dict) -> str:
     ])  # fmt: skip
 
 
-def packed_reads_section(figures: dict) -> str:
-    """The pages read as rows, then packed: two runs of bench_pages on one database, assembled
-    by hand like the 10,000-host table."""
-    return figures["text"]
-
-
-def ten_thousand_section(figures: dict) -> str:
-    """Issue 31's 10,000-host table: assembled by hand from several runs (alerts, pages,
-    refresh, ingest, each with its command), so its text is kept in benchmarks.json beside
-    those runs' raw figures, and a re-run of one benchmark leaves it as it is."""
+def assembled_section(figures: dict) -> str:
+    """A section assembled by hand from several runs, each with its command (the 10,000-host
+    table; the pages read as rows and then packed; the write path before and after packing):
+    its text is kept in benchmarks.json beside those runs' raw figures, and a re-run of one
+    benchmark leaves it as it is."""
     return figures["text"]
 
 
 SECTIONS = {"ingest": ingest_section, "collector": collector_section,
             "pages": pages_section, "placement": placement_section,
             "faults": faults_section, "disk": disk_section, "disk_noise": disk_section,
-            "packed_reads": packed_reads_section,
+            "packed_reads": assembled_section, "write_path": assembled_section,
             "partition": partition_section, "alerts": alerts_section,
             "operations": operations_section, "loadtest": loadtest_section,
-            "plans": plans_section, "ten_thousand": ten_thousand_section}  # fmt: skip
+            "plans": plans_section, "ten_thousand": assembled_section}  # fmt: skip
 
 
 def benchmarks_markdown(figures: dict) -> str:
