@@ -57,43 +57,6 @@ RETURNS SETOF inventory_card_sample LANGUAGE sql STABLE PARALLEL SAFE AS $$
       AND u.ts >= lo AND u.ts <= hi
 $$;
 
--- A card's newest sample at or before `at`, however old, without unnesting its history: the
--- newest row; in the pack of `at`'s own hour, the last element not after `at`; and the last
--- element of the newest pack before that hour (all of whose elements are before `at`).
-CREATE FUNCTION inventory_card_sample_newest(gpu bigint, at timestamptz)
-RETURNS SETOF inventory_card_sample LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT * FROM (
-        (SELECT * FROM inventory_card_sample
-         WHERE gpu_id = gpu AND ts <= at ORDER BY ts DESC LIMIT 1)
-        UNION ALL
-        (SELECT p.gpu_id, u.ts, u.batch_id, u.interval_s, u.samples, u.lost, u.total_bytes,
-                u.used_max, u.used_last, u.reserved_last, u.free_min, u.free_last,
-                u.util_gpu_max, u.util_gpu_last, u.util_memory_max, u.frag_index_max
-         FROM inventory_card_sample_pack p, unnest(p.ts, p.batch_id, p.interval_s, p.samples,
-             p.lost, p.total_bytes, p.used_max, p.used_last, p.reserved_last, p.free_min,
-             p.free_last, p.util_gpu_max, p.util_gpu_last, p.util_memory_max,
-             p.frag_index_max) AS u(ts, batch_id, interval_s, samples, lost, total_bytes,
-             used_max, used_last, reserved_last, free_min, free_last, util_gpu_max,
-             util_gpu_last, util_memory_max, frag_index_max)
-         WHERE p.gpu_id = gpu AND p.hour = date_trunc('hour', at, 'UTC') AND u.ts <= at
-         ORDER BY u.ts DESC LIMIT 1)
-        UNION ALL
-        (SELECT p.gpu_id, u.ts, u.batch_id, u.interval_s, u.samples, u.lost, u.total_bytes,
-                u.used_max, u.used_last, u.reserved_last, u.free_min, u.free_last,
-                u.util_gpu_max, u.util_gpu_last, u.util_memory_max, u.frag_index_max
-         FROM (SELECT * FROM inventory_card_sample_pack
-               WHERE gpu_id = gpu AND hour < date_trunc('hour', at, 'UTC')
-               ORDER BY hour DESC LIMIT 1) p, unnest(p.ts, p.batch_id, p.interval_s, p.samples,
-             p.lost, p.total_bytes, p.used_max, p.used_last, p.reserved_last, p.free_min,
-             p.free_last, p.util_gpu_max, p.util_gpu_last, p.util_memory_max,
-             p.frag_index_max) AS u(ts, batch_id, interval_s, samples, lost, total_bytes,
-             used_max, used_last, reserved_last, free_min, free_last, util_gpu_max,
-             util_gpu_last, util_memory_max, frag_index_max)
-         ORDER BY u.ts DESC LIMIT 1)
-    ) newest
-    ORDER BY ts DESC LIMIT 1
-$$;
-
 CREATE TABLE inventory_process_sample_pack (
     gpu_id bigint NOT NULL,
     hour timestamptz NOT NULL,
@@ -279,9 +242,70 @@ RETURNS SETOF inventory_engine_rollup_1m LANGUAGE sql STABLE PARALLEL SAFE AS $$
       AND p.hour >= date_trunc('hour', lo, 'UTC') AND p.hour <= hi
       AND u.bucket >= lo AND u.bucket <= hi
 $$;
+
+-- A card's (a deployment's engine's) newest sample in (after, at], however old, without
+-- unnesting its history: the newest row; in the pack of `at`'s own hour, the last element in
+-- the span; and the last element of the newest pack before that hour (all of whose elements
+-- are before `at`). The packs are not opened when `after` is at or after inventory_hot_from(),
+-- nor planned at all when the caller says `packs` false (inventory.timeseries.packing
+-- .packs_may_hold: a lateral over 80,000 cards pays for a pack branch even when it is shut).
+CREATE FUNCTION inventory_card_sample_newest(
+    owner bigint, after timestamptz, at timestamptz, packs boolean
+)
+RETURNS SETOF inventory_card_sample LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT * FROM (
+        (SELECT * FROM inventory_card_sample
+         WHERE gpu_id = owner AND ts > after AND ts <= at ORDER BY ts DESC LIMIT 1)
+        UNION ALL
+        (SELECT p.gpu_id, u.ts, u.batch_id, u.interval_s, u.samples, u.lost, u.total_bytes, u.used_max, u.used_last, u.reserved_last, u.free_min, u.free_last, u.util_gpu_max, u.util_gpu_last, u.util_memory_max, u.frag_index_max
+         FROM inventory_card_sample_pack p, unnest(p.ts, p.batch_id, p.interval_s, p.samples, p.lost, p.total_bytes, p.used_max, p.used_last, p.reserved_last, p.free_min, p.free_last, p.util_gpu_max, p.util_gpu_last, p.util_memory_max, p.frag_index_max) AS u(ts, batch_id, interval_s, samples, lost, total_bytes, used_max, used_last, reserved_last, free_min, free_last, util_gpu_max, util_gpu_last, util_memory_max, frag_index_max)
+         WHERE packs AND after < inventory_hot_from() AND p.gpu_id = owner
+           AND p.hour = date_trunc('hour', at, 'UTC') AND u.ts > after AND u.ts <= at
+         ORDER BY u.ts DESC LIMIT 1)
+        UNION ALL
+        (SELECT p.gpu_id, u.ts, u.batch_id, u.interval_s, u.samples, u.lost, u.total_bytes, u.used_max, u.used_last, u.reserved_last, u.free_min, u.free_last, u.util_gpu_max, u.util_gpu_last, u.util_memory_max, u.frag_index_max
+         FROM (SELECT * FROM inventory_card_sample_pack
+               WHERE packs AND after < inventory_hot_from() AND gpu_id = owner
+                 AND hour < date_trunc('hour', at, 'UTC')
+                 AND hour >= date_trunc('hour', after, 'UTC')
+               ORDER BY hour DESC LIMIT 1) p,
+              unnest(p.ts, p.batch_id, p.interval_s, p.samples, p.lost, p.total_bytes, p.used_max, p.used_last, p.reserved_last, p.free_min, p.free_last, p.util_gpu_max, p.util_gpu_last, p.util_memory_max, p.frag_index_max) AS u(ts, batch_id, interval_s, samples, lost, total_bytes, used_max, used_last, reserved_last, free_min, free_last, util_gpu_max, util_gpu_last, util_memory_max, frag_index_max)
+         WHERE u.ts > after
+         ORDER BY u.ts DESC LIMIT 1)
+    ) newest
+    ORDER BY ts DESC LIMIT 1
+$$;
+
+CREATE FUNCTION inventory_engine_sample_newest(
+    owner bigint, after timestamptz, at timestamptz, packs boolean
+)
+RETURNS SETOF inventory_engine_sample LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT * FROM (
+        (SELECT * FROM inventory_engine_sample
+         WHERE deployment_id = owner AND ts > after AND ts <= at ORDER BY ts DESC LIMIT 1)
+        UNION ALL
+        (SELECT p.deployment_id, u.ts, u.batch_id, u.kv_usage_max, u.kv_usage_last, u.running_max, u.running_last, u.waiting_max, u.waiting_last, u.vram_bytes_max, u.requests, u.latency_p50_s, u.latency_p95_s, u.latency_p99_s, u.kv_pool_tokens, u.kv_pool_bytes, u.memory_fraction, u.requests_window_s
+         FROM inventory_engine_sample_pack p, unnest(p.ts, p.batch_id, p.kv_usage_max, p.kv_usage_last, p.running_max, p.running_last, p.waiting_max, p.waiting_last, p.vram_bytes_max, p.requests, p.latency_p50_s, p.latency_p95_s, p.latency_p99_s, p.kv_pool_tokens, p.kv_pool_bytes, p.memory_fraction, p.requests_window_s) AS u(ts, batch_id, kv_usage_max, kv_usage_last, running_max, running_last, waiting_max, waiting_last, vram_bytes_max, requests, latency_p50_s, latency_p95_s, latency_p99_s, kv_pool_tokens, kv_pool_bytes, memory_fraction, requests_window_s)
+         WHERE packs AND after < inventory_hot_from() AND p.deployment_id = owner
+           AND p.hour = date_trunc('hour', at, 'UTC') AND u.ts > after AND u.ts <= at
+         ORDER BY u.ts DESC LIMIT 1)
+        UNION ALL
+        (SELECT p.deployment_id, u.ts, u.batch_id, u.kv_usage_max, u.kv_usage_last, u.running_max, u.running_last, u.waiting_max, u.waiting_last, u.vram_bytes_max, u.requests, u.latency_p50_s, u.latency_p95_s, u.latency_p99_s, u.kv_pool_tokens, u.kv_pool_bytes, u.memory_fraction, u.requests_window_s
+         FROM (SELECT * FROM inventory_engine_sample_pack
+               WHERE packs AND after < inventory_hot_from() AND deployment_id = owner
+                 AND hour < date_trunc('hour', at, 'UTC')
+                 AND hour >= date_trunc('hour', after, 'UTC')
+               ORDER BY hour DESC LIMIT 1) p,
+              unnest(p.ts, p.batch_id, p.kv_usage_max, p.kv_usage_last, p.running_max, p.running_last, p.waiting_max, p.waiting_last, p.vram_bytes_max, p.requests, p.latency_p50_s, p.latency_p95_s, p.latency_p99_s, p.kv_pool_tokens, p.kv_pool_bytes, p.memory_fraction, p.requests_window_s) AS u(ts, batch_id, kv_usage_max, kv_usage_last, running_max, running_last, waiting_max, waiting_last, vram_bytes_max, requests, latency_p50_s, latency_p95_s, latency_p99_s, kv_pool_tokens, kv_pool_bytes, memory_fraction, requests_window_s)
+         WHERE u.ts > after
+         ORDER BY u.ts DESC LIMIT 1)
+    ) newest
+    ORDER BY ts DESC LIMIT 1
+$$;
 """
 DROP = """
-DROP FUNCTION IF EXISTS inventory_card_sample_newest(bigint, timestamptz);
+DROP FUNCTION IF EXISTS inventory_card_sample_newest(bigint, timestamptz, timestamptz, boolean);
+DROP FUNCTION IF EXISTS inventory_engine_sample_newest(bigint, timestamptz, timestamptz, boolean);
 DROP FUNCTION IF EXISTS inventory_card_samples(timestamptz, timestamptz);
 DROP TABLE IF EXISTS inventory_card_sample_pack;
 DROP FUNCTION IF EXISTS inventory_process_samples(timestamptz, timestamptz);

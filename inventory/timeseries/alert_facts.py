@@ -3,6 +3,7 @@ makes the same number of queries for ten hosts as for a thousand."""
 
 import datetime as dt
 
+from inventory.timeseries import packing
 from inventory.timeseries.queries import _rows
 
 # Hosts the console collects and has not retired: what alerts watch.
@@ -24,8 +25,7 @@ def cards_now(since: dt.datetime) -> list[dict]:
         JOIN inventory_host h ON h.id = g.host_id
         LEFT JOIN LATERAL (
             SELECT c.total_bytes, c.used_last, c.reserved_last, c.frag_index_max
-            FROM inventory_card_samples(%(since)s, 'infinity') c
-            WHERE c.gpu_id = g.id AND c.ts > %(since)s ORDER BY c.ts DESC LIMIT 1
+            FROM inventory_card_sample_newest(g.id, %(since)s, 'infinity', %(packs)s) c
         ) s ON true
         LEFT JOIN (
             SELECT dg.gpu_id, count(*) AS tenants
@@ -37,7 +37,7 @@ def cards_now(since: dt.datetime) -> list[dict]:
         WHERE {_WATCHED_HOSTS}
         ORDER BY g.host_id, g.index
         """,
-        {"since": since},
+        {"since": since, "packs": packing.packs_may_hold(since)},
     )
 
 
@@ -53,13 +53,13 @@ def deployments_now(since: dt.datetime) -> list[dict]:
         JOIN inventory_host h ON h.id = d.host_id
         JOIN inventory_servedmodel m ON m.id = d.served_model_id
         LEFT JOIN LATERAL (
-            SELECT s.latency_p99_s FROM inventory_engine_samples(%(since)s, 'infinity') s
-            WHERE s.deployment_id = d.id AND s.ts > %(since)s ORDER BY s.ts DESC LIMIT 1
+            SELECT s.latency_p99_s
+            FROM inventory_engine_sample_newest(d.id, %(since)s, 'infinity', %(packs)s) s
         ) e ON true
         WHERE d.status <> 'stopped' AND {_WATCHED_HOSTS}
         ORDER BY d.id
         """,
-        {"since": since},
+        {"since": since, "packs": packing.packs_may_hold(since)},
     )
 
 
@@ -137,20 +137,19 @@ def card_tenants_now(since: dt.datetime, pressure_since: dt.datetime) -> list[di
             -- only the processes the card's newest sample saw: a restarted engine's old PID
             -- is not counted beside its new one
             SELECT sum(ps.used_last) AS held
-            FROM (
-                SELECT c.ts FROM inventory_card_samples(%(since)s, 'infinity') c
-                WHERE c.gpu_id = dg.gpu_id AND c.ts > %(since)s ORDER BY c.ts DESC LIMIT 1
+            FROM inventory_card_sample_newest(
+                dg.gpu_id, %(since)s, 'infinity', %(packs)s
             ) newest
             JOIN inventory_process_samples(%(since)s, 'infinity') ps
                 ON ps.gpu_id = dg.gpu_id AND ps.ts = newest.ts
             WHERE ps.deployment_id = d.id AND ps.used_last IS NOT NULL
         ) p ON true
         LEFT JOIN LATERAL (
-            SELECT s.kv_usage_last FROM inventory_engine_samples(%(since)s, 'infinity') s
-            WHERE s.deployment_id = d.id AND s.ts > %(since)s ORDER BY s.ts DESC LIMIT 1
+            SELECT s.kv_usage_last
+            FROM inventory_engine_sample_newest(d.id, %(since)s, 'infinity', %(packs)s) s
         ) e ON true
         WHERE d.status <> 'stopped' AND {_WATCHED_HOSTS}
         ORDER BY dg.gpu_id, d.id
         """,
-        {"since": since, "pressure_since": pressure_since},
+        {"since": since, "pressure_since": pressure_since, "packs": packing.packs_may_hold(since)},
     )

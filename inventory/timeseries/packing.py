@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from django.db import OperationalError, connection, transaction
+from django.utils import timezone
 
 from inventory.timeseries import partitions
 
@@ -39,6 +40,18 @@ PACK_LOCK = 0x7061636B696E67
 # Keys (card, deployment or MIG device ids) a pack step takes at once: a step is one
 # transaction of at most this many packs, whatever the backlog.
 KEYS_PER_STEP = 2000
+
+
+# inventory_hot_from() is the hour of now minus this: no row after it is ever packed.
+HOT_AFTER = dt.timedelta(minutes=15)
+# How far this process's clock may be from the database's.
+CLOCK_MARGIN = dt.timedelta(minutes=1)
+
+
+def packs_may_hold(after: dt.datetime) -> bool:
+    """Whether a sample after `after` may already be packed: False for the newest interval
+    (alerts, the watch), whose readers then skip the packs when the query is planned."""
+    return after < timezone.now() - HOT_AFTER + CLOCK_MARGIN
 
 
 @dataclass(frozen=True)

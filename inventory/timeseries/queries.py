@@ -19,6 +19,7 @@ from django.db import connection
 from django.utils import timezone
 
 from inventory.analytics.stats import interpolate_percentile, percentile_ranks
+from inventory.timeseries import packing
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,10 @@ def _tuples(sql: str, params: list) -> list[tuple]:
         return cursor.fetchall()
 
 
+def _since(gpu_ids: list[int], since: dt.datetime) -> dict:
+    return {"gpu_ids": gpu_ids, "since": since, "packs": packing.packs_may_hold(since)}
+
+
 def latest_card_samples(gpu_ids: list[int], within: dt.timedelta) -> dict[int, dict]:
     """The newest raw sample of each card, if it is not older than `within`."""
     if not gpu_ids:
@@ -90,13 +95,9 @@ def latest_card_samples(gpu_ids: list[int], within: dt.timedelta) -> dict[int, d
         SELECT g.id AS gpu_id, s.ts, s.total_bytes, s.used_max, s.used_last, s.reserved_last,
                s.free_min, s.free_last, s.util_gpu_last, s.lost, s.frag_index_max
         FROM unnest(%(gpu_ids)s::bigint[]) AS g(id)
-        CROSS JOIN LATERAL (
-            SELECT * FROM inventory_card_samples(%(since)s, 'infinity') c
-            WHERE c.gpu_id = g.id AND c.ts > %(since)s
-            ORDER BY c.ts DESC LIMIT 1
-        ) s
+        CROSS JOIN LATERAL inventory_card_sample_newest(g.id, %(since)s, 'infinity', %(packs)s) s
         """,
-        {"gpu_ids": gpu_ids, "since": timezone.now() - within},
+        _since(gpu_ids, timezone.now() - within),
     )
     return {row["gpu_id"]: row for row in rows}
 
@@ -167,15 +168,13 @@ def latest_process_memory(gpu_ids: list[int], within: dt.timedelta) -> dict[tupl
         """
         SELECT p.gpu_id, p.deployment_id, p.used_last
         FROM unnest(%(gpu_ids)s::bigint[]) AS g(id)
-        CROSS JOIN LATERAL (
-            SELECT c.ts FROM inventory_card_samples(%(since)s, 'infinity') c
-            WHERE c.gpu_id = g.id AND c.ts > %(since)s ORDER BY c.ts DESC LIMIT 1
-        ) newest
+        CROSS JOIN LATERAL
+            inventory_card_sample_newest(g.id, %(since)s, 'infinity', %(packs)s) newest
         JOIN inventory_process_samples(%(since)s, 'infinity') p
             ON p.gpu_id = g.id AND p.ts = newest.ts
         WHERE p.deployment_id IS NOT NULL AND p.used_last IS NOT NULL
         """,
-        {"gpu_ids": gpu_ids, "since": timezone.now() - within},
+        _since(gpu_ids, timezone.now() - within),
     )
     held: dict[tuple[int, int], int] = {}
     for row in rows:
@@ -257,7 +256,10 @@ def engine_kv_at(deployment_ids: list[int], at: dt.datetime, within: dt.timedelt
 
 def driver_reserved_at(gpu_id: int, at: dt.datetime) -> int | None:
     """What the driver held on the card in its newest sample at or before `at`."""
-    rows = _rows("SELECT reserved_last FROM inventory_card_sample_newest(%s, %s)", [gpu_id, at])
+    rows = _rows(
+        "SELECT reserved_last FROM inventory_card_sample_newest(%s, '-infinity', %s, true)",
+        [gpu_id, at],
+    )
     return rows[0]["reserved_last"] if rows else None
 
 
@@ -693,7 +695,7 @@ def newest_card_sample_at(gpu_ids: list[int]) -> dict[int, dt.datetime]:
         SELECT g.id AS gpu_id, s.ts
         FROM unnest(%s::bigint[]) AS g(id)
         CROSS JOIN LATERAL (
-            SELECT ts FROM inventory_card_sample_newest(g.id, 'infinity')
+            SELECT ts FROM inventory_card_sample_newest(g.id, '-infinity', 'infinity', true)
         ) s
         """,
         [gpu_ids],

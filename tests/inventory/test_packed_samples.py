@@ -204,6 +204,16 @@ def test_the_newest_interval_is_read_from_rows_without_opening_a_pack(host):
     # Inlined (the reader's WHERE reached the rows' index) and the packs' half never ran.
     assert "Function Scan on inventory_card_samples" not in plan
     assert "One-Time Filter" in plan and "'Actual Loops': 0" in plan.replace('"', "'")
+    # The newest sample of the last minutes: the packs are not even planned.
+    now = dt.datetime.now(tz=dt.UTC)
+    assert not packing.packs_may_hold(now - dt.timedelta(minutes=5))
+    assert packing.packs_may_hold(now - packing.HOT_AFTER)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN SELECT * FROM inventory_card_sample_newest(%s, %s, 'infinity', false)",
+            [gpus[0].pk, now - dt.timedelta(minutes=5)],
+        )
+        assert "_pack" not in "\n".join(row[0] for row in cursor.fetchall())
 
 
 def test_packing_moves_closed_hours_only_and_empties_the_days_it_finished(host):
