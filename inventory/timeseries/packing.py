@@ -149,8 +149,8 @@ def _names(table: PackedTable) -> list[str]:
     return [table.time] + [name for name, _ in table.columns]
 
 
-def _order(table: PackedTable, prefix: str = "") -> str:
-    return ", ".join(f"{prefix}{name}" for name in (table.key, table.time, *table.order))
+def _order(table: PackedTable) -> str:
+    return ", ".join((table.key, table.time, *table.order))
 
 
 def _pack_sql(table: PackedTable) -> str:
@@ -158,7 +158,7 @@ def _pack_sql(table: PackedTable) -> str:
     folding in the pack already there (late rows), in one statement."""
     names = _names(table)
     arrays = ", ".join(f"array_agg({name})" for name in names)
-    unnested = ", ".join(f"p.{name}" for name in names)
+    unnested = ", ".join(f"f.{name}" for name in names)
     return f"""
 WITH moved AS (
     DELETE FROM {table.table} r
@@ -173,7 +173,7 @@ WITH moved AS (
     SELECT * FROM moved
     UNION ALL
     SELECT f.{table.key}, u.*
-    FROM folded f, unnest({unnested.replace("p.", "f.")}) AS u({", ".join(names)})
+    FROM folded f, unnest({unnested}) AS u({", ".join(names)})
 )
 INSERT INTO {table.pack} ({table.key}, hour, n, {", ".join(names)})
 SELECT {table.key}, %(hour)s, count(*), {arrays}
@@ -271,7 +271,7 @@ def pack(budget_s: float = 45.0) -> list[Step]:
 
 
 def pack_all() -> list[Step]:
-    """Pack every closed hour that is due (tests, the benchmark, the migration)."""
+    """Pack every closed hour that is due, however long it takes (tests, the benchmarks)."""
     steps = []
     while True:
         steps += pack(budget_s=3600.0)
