@@ -51,6 +51,8 @@ def send_collection_plans() -> dict:
     due.sort(key=lambda pair: pair[0].plan_delivery.sent_at)
     pairs = [("changed", pair) for pair in changed] + [("refreshed", pair) for pair in due[:share]]
     sent = {"changed": 0, "refreshed": 0, "held": 0}
+    if not pairs:
+        return sent  # the usual pass: nothing changed, no broker connection
     # Whether each queue held a message before this pass sent anything: the simulated hosts
     # share one, and a plan this pass sent to it is not an agent away.
     held = _waiting_counts({agent_queue(host) for _, (host, _) in pairs})
