@@ -368,6 +368,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 60.0,
         "options": {"expires": 60},
     },
+    "build-running-blocks": {
+        "task": "inventory.build_running_blocks",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
     "refresh-rollups": {
         "task": "inventory.refresh_rollups",
         "schedule": env_float("ROLLUP_REFRESH_INTERVAL_S", 20.0, minimum=1.0),

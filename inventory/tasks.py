@@ -20,7 +20,7 @@ from inventory.collection import agent_queue, collection_plan, hosts_with_plans
 from inventory.demo_history import backfill
 from inventory.models import Host, PlanDelivery
 from inventory.reports.board import refresh_summaries
-from inventory.timeseries import packing, partitions, rollups
+from inventory.timeseries import packing, partitions, rollups, running_blocks
 from inventory.wire import signing
 
 log = logging.getLogger(__name__)
@@ -179,6 +179,14 @@ def pack_samples() -> int:
     PACK_BUDGET_S (idempotent; the next run goes on where this one stopped)."""
 
     return len(packing.pack(budget_s=PACK_BUDGET_S))
+
+
+@shared_task(name="inventory.build_running_blocks", time_limit=120, soft_time_limit=110)
+def build_running_blocks() -> int:
+    """Build the blocks of counted running-request peaks that a week's P95 reads, for at most
+    PACK_BUDGET_S (idempotent; a pass already running makes this one return at once)."""
+
+    return running_blocks.build(budget_s=PACK_BUDGET_S)
 
 
 @shared_task(name="inventory.refresh_host_summaries", time_limit=120, soft_time_limit=110)

@@ -19,7 +19,7 @@ from django.db import connection
 from django.utils import timezone
 
 from inventory.analytics.stats import interpolate_percentile, percentile_ranks
-from inventory.timeseries import packing
+from inventory.timeseries import packing, running_blocks
 
 
 @dataclass(frozen=True)
@@ -496,7 +496,13 @@ def running_percentile(
     `percentile` gives over the full list (PostgreSQL's percentile_cont multiplies by a
     binary 0.95 and can differ in the last bits). `pct` is whole so that the ranks can be
     computed in integers on both sides.
+
+    A window holding whole hours reads their blocks of counted peaks where they are built
+    (inventory.timeseries.running_blocks: a week's P95 for every deployment at each scrape).
     """
+    from_blocks = running_blocks.running_percentile(deployment_ids, start, end, pct)
+    if from_blocks is not None:
+        return from_blocks
     rows = _rows(
         """
         SELECT deployment_id, n, i, running_max FROM (

@@ -38,7 +38,7 @@ import datetime as dt
 
 from django.db import connection, transaction
 
-from inventory.timeseries import packing
+from inventory.timeseries import packing, running_blocks
 
 MINUTE_OF_CARDS = """
 INSERT INTO inventory_card_rollup_1m (gpu_id, bucket, samples, lost, total_bytes, used_max,
@@ -362,6 +362,7 @@ def refresh(limit: int = MINUTES_PER_REFRESH) -> int:
         packing.unpack_hours(cursor, packing.MINUTE_TABLES, sorted({_hour(m) for m in dirty}))
         minutes = _refresh_minutes(cursor, dirty)
         if minutes:
+            running_blocks.invalidate(cursor, sorted({_hour(minute) for minute in minutes}))
             _refresh_hours(cursor, minutes)
             packing.mark_due(cursor, sorted({_hour(minute) for minute in minutes}))
         cursor.execute("DELETE FROM inventory_rollup_dirty WHERE bucket = ANY(%s)", [dirty])
@@ -499,6 +500,7 @@ def pack_hours(start: dt.datetime, end: dt.datetime) -> None:
     hours = _hours(start, end)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REFRESH_LOCK])
+        running_blocks.invalidate(cursor, hours)
         _pack(cursor, _span(hours))
         cursor.execute("DELETE FROM inventory_rollup_hour_folded WHERE bucket = ANY(%s)", [hours])
 
@@ -511,6 +513,7 @@ def rebuild_hours(start: dt.datetime, end: dt.datetime) -> None:
     hours = _hours(start, end)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REFRESH_LOCK])
+        running_blocks.invalidate(cursor, hours)
         for kind, _minute_sql, hour_sql in _KINDS:
             cursor.execute(
                 f"DELETE FROM inventory_{kind}_rollup_1h WHERE bucket = ANY(%s)", [hours]
