@@ -25,11 +25,15 @@ takes minutes from `last_minute` on (new minutes, or that last minute again: the
 filled, re-dirtied by every flush) into its rows (`FOLD_OF_*`: the minutes' old rows come off
 the sums, their new rows go in; maxima, minima and `lost` merge, since a minute's raw samples
 only grow) and into its packs (`APPEND_TO_*`, the last minute's old entry replaced).
-Anything else is recomputed whole from the hour's minute rows (`HOUR_OF_*`, `PACK_OF_*`): an
-hour without that row (the first of its minutes, or one written other than by a refresh), a
-minute before `last_minute` (a late batch), or a minute whose new row does not hold its old
-one (raw samples gone and come back). The engine hour rows, whose sums are floating point (an
-order-dependent sum), are recomputed whole every time; they are the smallest.
+A minute before `last_minute` (a late batch: an agent's backlog after a cut) folds into the
+hour rows the same way, its sums being integers; its packs cannot take it at their end, so the
+packs whose entry for that minute changed (`CHANGED_*`: one host's, for one host's backlog)
+are made again from their minute rows up to `last_minute` (`SPLICE_*`), the rest are left as
+they are. Anything else is recomputed whole from the hour's minute rows (`HOUR_OF_*`,
+`PACK_OF_*`): an hour without that row (the first of its minutes, or one written other than by
+a refresh), or a minute whose new row does not hold its old one (raw samples gone and come
+back). The engine hour rows, whose sums are floating point (an order-dependent sum), are
+recomputed whole every time; they are the smallest.
 """
 
 from __future__ import annotations
@@ -243,10 +247,11 @@ _FOLDS = (
     ("process", FOLD_OF_PROCESSES + _merged("process")),
 )
 
-# A folded hour's packs take the refreshed minutes at their end (`APPEND_TO_*`), the entry of
-# the hour's last minute coming off first where that minute is refreshed again: in the same
-# write where the pack's last entry is the first of those it is given; by `STRIP_LAST` where
-# the minute no longer has an entry for the pack (its deployment changed, say).
+# A folded hour's packs take the refreshed minutes from its last minute on at their end
+# (`APPEND_TO_*`), the entry of the hour's last minute coming off first where that minute is
+# refreshed again: in the same write where the pack's last entry is the first of those it is
+# given; by `STRIP_LAST` where the minute no longer has an entry for the pack (its deployment
+# changed, say).
 STRIP_LAST = """
 UPDATE {table} p SET minutes = p.minutes - 1, {strip}
 FROM unnest(%(hours)s::timestamptz[], %(lasts)s::timestamptz[]) folded (hour, last)
@@ -266,8 +271,9 @@ SELECT gpu_id, deployment_id, date_trunc('hour', bucket, 'UTC'), count(*),
 FROM (
     SELECT gpu_id, deployment_id, bucket, max(used_max) AS used_max
     FROM refreshed_process_new
-    WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
-      AND deployment_id IS NOT NULL AND used_max IS NOT NULL
+    JOIN unnest(%(hours)s::timestamptz[], %(lasts)s::timestamptz[]) folded (hour, last)
+      ON date_trunc('hour', bucket, 'UTC') = folded.hour AND bucket >= folded.last
+    WHERE deployment_id IS NOT NULL AND used_max IS NOT NULL
     GROUP BY 1, 2, 3
 ) minutes
 GROUP BY 1, 2, 3
@@ -284,7 +290,8 @@ SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), count(*),
     string_agg(float8send(coalesce(latency_p99_max::text::float8, 'NaN')), ''::bytea
                ORDER BY bucket)
 FROM refreshed_engine_new
-WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
+JOIN unnest(%(hours)s::timestamptz[], %(lasts)s::timestamptz[]) folded (hour, last)
+  ON date_trunc('hour', bucket, 'UTC') = folded.hour AND bucket >= folded.last
 GROUP BY 1, 2
 ON CONFLICT (deployment_id, bucket) DO UPDATE SET
 """
@@ -319,6 +326,80 @@ _APPENDS = (
     ("inventory_engine_minutes_1h", _ENGINES, APPEND_TO_ENGINES + _appended(_ENGINES),
      "SELECT 1 FROM refreshed_engine_new n WHERE n.deployment_id = p.deployment_id"
      " AND n.bucket = folded.last"),
+)  # fmt: skip
+
+# The packs of a folded hour whose entry for a late minute (one before the hour's last) is not
+# what it was: an entry came, went or changed its figure (compared as the bytes it is packed
+# as). Each is made again from its minute rows up to the hour's last minute (`SPLICE_*`, read
+# from the row table: a refresh unpacks its hours first); the minutes after that are appended.
+LATE = """
+JOIN unnest(%(hours)s::timestamptz[], %(lasts)s::timestamptz[]) folded (hour, last)
+  ON date_trunc('hour', bucket, 'UTC') = folded.hour AND bucket < folded.last
+"""
+_MEMORY_ENTRIES = """
+    SELECT gpu_id, deployment_id, bucket, max(used_max) AS used_max FROM {held}
+    WHERE deployment_id IS NOT NULL AND used_max IS NOT NULL GROUP BY 1, 2, 3
+"""
+CHANGED_MEMORY = f"""
+INSERT INTO refreshed_memory_keys
+SELECT DISTINCT gpu_id, deployment_id, folded.hour, folded.last
+FROM ({_MEMORY_ENTRIES.format(held="refreshed_process_old")}) o
+FULL JOIN ({_MEMORY_ENTRIES.format(held="refreshed_process_new")}) n
+  USING (gpu_id, deployment_id, bucket)
+{LATE}
+WHERE o.used_max IS DISTINCT FROM n.used_max
+"""
+_ENGINE_ENTRY = (
+    "(float8send(coalesce({row}.running_max::text::float8, 'NaN'))"
+    " || float8send(coalesce({row}.latency_p99_max::text::float8, 'NaN')))"
+)
+CHANGED_ENGINES = f"""
+INSERT INTO refreshed_engine_keys
+SELECT DISTINCT deployment_id, folded.hour, folded.last
+FROM refreshed_engine_old o FULL JOIN refreshed_engine_new n USING (deployment_id, bucket)
+{LATE}
+WHERE o.bucket IS NULL OR n.bucket IS NULL
+   OR {_ENGINE_ENTRY.format(row="o")} <> {_ENGINE_ENTRY.format(row="n")}
+"""
+SPLICE_MEMORY = """
+INSERT INTO inventory_memory_minutes_1h (gpu_id, deployment_id, bucket, minutes, at_us,
+    used_max)
+SELECT gpu_id, deployment_id, hour, count(*),
+    string_agg(int8send((extract(epoch FROM bucket) * 1000000)::bigint), ''::bytea
+               ORDER BY bucket),
+    string_agg(int8send(used_max), ''::bytea ORDER BY bucket)
+FROM (
+    SELECT k.gpu_id, k.deployment_id, k.hour, r.bucket, max(r.used_max) AS used_max
+    FROM refreshed_memory_keys k
+    JOIN inventory_process_rollup_1m r ON r.deployment_id = k.deployment_id
+     AND r.gpu_id = k.gpu_id AND r.bucket >= k.hour AND r.bucket <= k.last
+    WHERE r.used_max IS NOT NULL
+    GROUP BY 1, 2, 3, 4
+) minutes
+GROUP BY 1, 2, 3
+"""
+SPLICE_ENGINES = """
+INSERT INTO inventory_engine_minutes_1h (deployment_id, bucket, minutes, at_us, running_max,
+    latency_p99_max)
+SELECT k.deployment_id, k.hour, count(*),
+    string_agg(int8send((extract(epoch FROM r.bucket) * 1000000)::bigint), ''::bytea
+               ORDER BY r.bucket),
+    string_agg(float8send(coalesce(r.running_max::text::float8, 'NaN')), ''::bytea
+               ORDER BY r.bucket),
+    string_agg(float8send(coalesce(r.latency_p99_max::text::float8, 'NaN')), ''::bytea
+               ORDER BY r.bucket)
+FROM refreshed_engine_keys k
+JOIN inventory_engine_rollup_1m r ON r.deployment_id = k.deployment_id
+ AND r.bucket >= k.hour AND r.bucket <= k.last
+GROUP BY 1, 2
+"""
+# Each pack: its table, the temporary table of its changed keys (and their columns), what
+# finds them, and what makes them again.
+_SPLICES = (
+    ("inventory_memory_minutes_1h", "refreshed_memory_keys", ("gpu_id", "deployment_id"),
+     CHANGED_MEMORY, SPLICE_MEMORY),
+    ("inventory_engine_minutes_1h", "refreshed_engine_keys", ("deployment_id",),
+     CHANGED_ENGINES, SPLICE_ENGINES),
 )  # fmt: skip
 
 # The last minute with rows in each hour: where an hour is recomputed without knowing it.
@@ -419,7 +500,7 @@ def _refresh_hours(cursor, minutes: list[dt.datetime]) -> None:
     first_of = {}
     for minute in minutes:
         first_of.setdefault(_hour(minute), minute)
-    folds = {hour for hour in hours if hour in folded_to and first_of[hour] >= folded_to[hour]}
+    folds = {hour for hour in hours if hour in folded_to}
     if folds:
         for kind, _fold_sql in _FOLDS:
             cursor.execute(_not_held(kind))
@@ -429,7 +510,11 @@ def _refresh_hours(cursor, minutes: list[dt.datetime]) -> None:
     if folds:
         for _kind, fold_sql in _FOLDS:
             cursor.execute(fold_sql, {"hours": folds})
-        again = [hour for hour in folds if first_of[hour] == folded_to[hour]]
+        late = [hour for hour in folds if first_of[hour] < folded_to[hour]]
+        if late:
+            _splice(cursor, {"hours": late, "lasts": [folded_to[hour] for hour in late]})
+        refreshed = set(minutes)
+        again = [hour for hour in folds if folded_to[hour] in refreshed]
         for table, columns, append_sql, present in _APPENDS:
             if again:
                 cursor.execute(
@@ -440,7 +525,7 @@ def _refresh_hours(cursor, minutes: list[dt.datetime]) -> None:
                     cursor.execute(
                         f"DELETE FROM {table} WHERE bucket = ANY(%s) AND minutes = 0", [again]
                     )
-            cursor.execute(append_sql, {"hours": folds})
+            cursor.execute(append_sql, {"hours": folds, "lasts": [folded_to[h] for h in folds]})
     for kind, _minute_sql, hour_sql in _KINDS:
         # The engine hour rows are always recomputed: their sums are floating point.
         recomputed = hours if kind == "engine" else wholes
@@ -460,6 +545,25 @@ def _refresh_hours(cursor, minutes: list[dt.datetime]) -> None:
         else:
             last_of[hour] = max(last_of[hour], _last_minute(cursor, hour))
     _note_folded(cursor, last_of)
+
+
+def _splice(cursor, late: dict) -> None:
+    """Make again the packs whose entry for a late minute changed (`late`: the hours with one,
+    and each hour's last minute before this refresh)."""
+    for table, keys, columns, changed_sql, splice_sql in _SPLICES:
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE IF NOT EXISTS {keys} AS SELECT {', '.join(columns)}, "
+            f"bucket AS hour, bucket AS last FROM {table} WITH NO DATA"
+        )
+        cursor.execute(f"TRUNCATE {keys}")
+        cursor.execute(changed_sql, late)
+        if not cursor.rowcount:
+            continue
+        matched = " AND ".join(f"p.{c} = k.{c}" for c in columns)
+        cursor.execute(
+            f"DELETE FROM {table} p USING {keys} k WHERE {matched} AND p.bucket = k.hour"
+        )
+        cursor.execute(splice_sql)
 
 
 def _last_minute(cursor, hour: dt.datetime) -> dt.datetime:

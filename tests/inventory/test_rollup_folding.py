@@ -223,3 +223,35 @@ def test_a_minute_whose_samples_went_and_came_back_fewer_has_its_hour_recomputed
     folded = _rows(HOURS + PACKS)
     rollups.rebuild_hours(HOUR0, _minute(1))
     assert _rows(HOURS + PACKS) == folded
+
+
+def _ctids(table: str) -> dict[int, str]:
+    return dict(_execute(f"SELECT gpu_id, ctid::text FROM inventory_{table}"))
+
+
+def test_a_late_batch_is_folded_and_makes_again_only_the_packs_it_changed(two_hours):
+    """An agent's backlog: one card's batch for a minute before its hour's last, after that
+    minute was refreshed. The hour is folded, not recomputed; of the packs, only the ones
+    whose entry for that minute changed are made again."""
+    for offset in (0, 1, 2):
+        _land(_minute(offset), [(11, 5, False, GIB, GIB, 50, 0.5), (12, 5, False, GIB, GIB,
+              50, 0.5)], [(11, 1000, 5, 21, GIB, "vllm"), (12, 1000, 5, 22, GIB, "vllm")],
+              [(21, 5, 3.0, 0.2, 10.0), (22, 5, 3.0, 0.2, 10.0)])  # fmt: skip
+        rollups.refresh_all()
+    before = _ctids("memory_minutes_1h")
+    _land(_minute(1), [(11, 35, False, 3 * GIB, GIB, 50, 0.5)],
+          [(11, 1000, 35, 21, 3 * GIB, "vllm")], [(21, 35, 9.0, 0.3, 10.0)])  # fmt: skip
+    with CaptureQueriesContext(connection) as captured:
+        rollups.refresh_all()
+    statements = " ".join(query["sql"] for query in captured.captured_queries)
+    assert "INSERT INTO inventory_card_rollup_1h AS h" in statements  # folded
+    assert "INSERT INTO inventory_card_rollup_1h (" not in statements  # not recomputed
+    assert "INSERT INTO inventory_process_rollup_1h (" not in statements
+    assert "inventory_process_rollups_1m(" not in statements  # no pack made from the hour
+    after = _ctids("memory_minutes_1h")
+    assert after[12] == before[12]  # the other card's pack untouched
+    assert after[11] != before[11]
+    folded = _rows(HOURS + PACKS)
+    rollups.rebuild_hours(HOUR0, _minute(2))
+    assert _rows(HOURS + PACKS) == folded
+    assert folded["card_rollup_1h"][0][5] == 3 * GIB  # the late minute's peak is the hour's
