@@ -389,9 +389,10 @@ CELERY_BEAT_SCHEDULE["refresh-host-summaries"] = {
     "schedule": HOST_SUMMARY_INTERVAL_S,
     "options": {"expires": HOST_SUMMARY_INTERVAL_S},
 }
-# A run of another hour is not used (its two-hour window held other buckets): one more at the
-# top of each hour (of TIME_ZONE: UTC by default) so the board finds its summaries fresh again
-# within seconds, not up to an interval.
+# The board reads the set of its hour's window; the runs of the hour's last
+# HOST_SUMMARY_STALE_AFTER_S write the next hour's set too, so the turn finds it fresh. One run
+# more at the top of each hour (of TIME_ZONE: UTC by default) writes that set again from the
+# rollups of then, within seconds rather than up to an interval.
 CELERY_BEAT_SCHEDULE["refresh-host-summaries-on-the-hour"] = {
     "task": "inventory.refresh_host_summaries",
     "schedule": crontab(minute=0),

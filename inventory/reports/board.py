@@ -8,11 +8,14 @@ beat every HOST_SUMMARY_INTERVAL_S) keeps each host's figures in inventory.model
 computed by the same host_figures as a live row, so SQL can order the fleet and only the
 page's hosts are read into rows.
 
-A host whose summary is missing (a new host) or not fresh (the last run older than
-HOST_SUMMARY_STALE_AFTER_S, or of another hour, whose two-hour window held other buckets) has
-its figures computed for the request, live, and handed to the same SQL: slower the more such
-hosts there are (every host, from the top of each hour until the job's run at minute 0 has
-written, a few seconds: the board's cost before the table), never wrong. OOMs in 24 h and the
+The summaries come in sets, one a window hour: the board reads its hour's set (a two-hour
+window holds that hour's buckets and the one before). A run in the last
+HOST_SUMMARY_STALE_AFTER_S of an hour also writes the next hour's set, computed for the moment
+the hour turns from what the rollups hold then, so at the turn the board finds a fresh set,
+as fresh as any run's. A host whose summary is missing (a new host) or not fresh (its set's run
+older than HOST_SUMMARY_STALE_AFTER_S: the job stopped) has its figures computed for the
+request, live, and handed to the same SQL: slower the more such hosts there are (every host,
+while the job is stopped: the board's cost before the table), never wrong. OOMs in 24 h and the
 collector's health are read live either way, so an agent that stops reporting is stale on the
 board as soon as it would have been without the table.
 """
@@ -48,7 +51,8 @@ def window(now: dt.datetime) -> host_summary.Window:
     stale_after = dt.timedelta(seconds=settings.HOST_SUMMARY_STALE_AFTER_S)
     return host_summary.Window(
         now=now,
-        fresh_since=max(now - stale_after, hour),
+        hour=hour,
+        fresh_since=now - stale_after,
         fresh_until=hour + HOUR,
         stale_before=now - dt.timedelta(seconds=settings.COLLECTOR_STALE_AFTER_S),
         oom_since=now - OOM_WINDOW,
@@ -132,8 +136,20 @@ def _figures(columns: list) -> HostFigures:
 
 def refresh_summaries(now: dt.datetime | None = None) -> int:
     """Compute every host's figures at `now` (host_figures, the live board's function) and
-    store those that changed: the periodic job's work. Idempotent; returns the rows written."""
+    store those that changed, in the set of now's hour; in the last HOST_SUMMARY_STALE_AFTER_S
+    of the hour, the set of the next hour too, its figures those at the hour's turn from what
+    the rollups hold now. The periodic job's work. Idempotent; returns the rows written."""
     now = now or timezone.now()
+    span = window(now)
     ids = list(Host.objects.order_by().values_list("pk", flat=True))
-    figures = host_figures(ids, now)
-    return host_summary.write({host_id: _columns(f) for host_id, f in figures.items()}, now)
+    sets = {span.hour: now}
+    turn = span.hour + HOUR
+    if turn - now <= dt.timedelta(seconds=settings.HOST_SUMMARY_STALE_AFTER_S):
+        sets[turn] = turn
+    written = 0
+    for hour, moment in sets.items():
+        figures = host_figures(ids, moment)
+        columns = {host_id: _columns(f) for host_id, f in figures.items()}
+        written += host_summary.write(columns, now, hour)
+    host_summary.forget_before(span.hour)
+    return written

@@ -1,6 +1,6 @@
 """The fleet board's summary table (inventory.models.HostSummary): written by the periodic job
-(only the rows that changed, and the run's stamp, in one transaction), and read by the board to
-count, filter, sort and page in SQL.
+a set at a time (only the rows that changed, and the set's run stamp, in one transaction), and
+read by the board, the set of its window's hour, to count, filter, sort and page in SQL.
 
 The figures are computed elsewhere (inventory.reports.fleet.host_figures, the same function
 as the live board); this module only stores them and orders hosts by them. The OOM count and
@@ -47,8 +47,9 @@ class Window:
     """What a board request at `now` counts as fresh, stale and recent."""
 
     now: dt.datetime
+    hour: dt.datetime  # the set read: the hour whose two-hour window the board shows
     fresh_since: dt.datetime  # summaries of a run before this are not used
-    fresh_until: dt.datetime  # nor of one at or after this (another hour's window)
+    fresh_until: dt.datetime  # nor of one at or after this (the set's hour was over)
     stale_before: dt.datetime  # a collector whose newest sample is older is stale
     oom_since: dt.datetime  # OOMs counted: oom_since <= at <= now
 
@@ -69,39 +70,47 @@ def _arrays(figures: dict[int, tuple]) -> list[list]:
     return [ids, *([figures[host][n] for host in ids] for n in range(len(COLUMNS)))]
 
 
-def write(figures: dict[int, tuple], computed_at: dt.datetime) -> int:
-    """Store every host's figures (a tuple in COLUMNS' order, by host id) as computed at
-    `computed_at`, and stamp the run, in one transaction; returns the rows written. Only rows
-    whose figures changed are written (a quiet fleet costs no row, and no WAL, a run). A run
-    older than the one stored writes nothing (two at once: the later one stands); a host
-    deleted meanwhile is skipped."""
+def write(figures: dict[int, tuple], computed_at: dt.datetime, hour: dt.datetime) -> int:
+    """Store every host's figures (a tuple in COLUMNS' order, by host id) for the window of
+    `hour`, as computed at `computed_at`, and stamp that set's run, in one transaction; returns
+    the rows written. Only rows whose figures changed are written (a quiet fleet costs no row,
+    and no WAL, a run). A run older than the one stored for the set writes nothing (two at
+    once: the later one stands); a host deleted meanwhile is skipped."""
     table, run = HostSummary._meta.db_table, HostSummaryRun._meta.db_table
     columns = ", ".join(COLUMNS)
     updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in COLUMNS)
     changed = ", ".join(f"{table}.{name}" for name in COLUMNS)
     with transaction.atomic(), connection.cursor() as cursor:
-        # The run's row, locked: runs write one after the other.
+        # The set's run row, locked: runs of a set write one after the other.
         cursor.execute(
-            f"INSERT INTO {run} (id, computed_at) VALUES (1, 'epoch') ON CONFLICT DO NOTHING"
+            f"INSERT INTO {run} (hour, computed_at) VALUES (%s, 'epoch') ON CONFLICT DO NOTHING",
+            [hour],
         )
-        cursor.execute(f"SELECT computed_at FROM {run} WHERE id = 1 FOR UPDATE")
+        cursor.execute(f"SELECT computed_at FROM {run} WHERE hour = %s FOR UPDATE", [hour])
         (last,) = cursor.fetchone()
         if last > computed_at:
             return 0
         cursor.execute(
             f"""
-            INSERT INTO {table} (host_id, {columns})
-            SELECT f.host_id, {", ".join(f"f.{name}" for name in COLUMNS)}
+            INSERT INTO {table} (host_id, hour, {columns})
+            SELECT f.host_id, %s, {", ".join(f"f.{name}" for name in COLUMNS)}
             FROM unnest({_UNNEST}) AS f(host_id, {columns})
             JOIN {Host._meta.db_table} h ON h.id = f.host_id
-            ON CONFLICT (host_id) DO UPDATE SET {updates}
+            ON CONFLICT (host_id, hour) DO UPDATE SET {updates}
             WHERE ({changed}) IS DISTINCT FROM ({", ".join(f"EXCLUDED.{n}" for n in COLUMNS)})
             """,  # names from the constants above, never from a request
-            _arrays(figures),
+            [hour, *_arrays(figures)],
         )
         written = cursor.rowcount
-        cursor.execute(f"UPDATE {run} SET computed_at = %s WHERE id = 1", [computed_at])
+        cursor.execute(f"UPDATE {run} SET computed_at = %s WHERE hour = %s", [computed_at, hour])
     return written
+
+
+def forget_before(hour: dt.datetime) -> None:
+    """Drop the sets of hours before `hour`: no board reads them again."""
+    with transaction.atomic():
+        HostSummary.objects.filter(hour__lt=hour).delete()
+        HostSummaryRun.objects.filter(hour__lt=hour).delete()
 
 
 def _from(hosts: QuerySet, window: Window, live: dict[int, tuple]) -> tuple[str, list]:
@@ -127,9 +136,9 @@ def _from(hosts: QuerySet, window: Window, live: dict[int, tuple]) -> tuple[str,
                    s.host_id IS NOT NULL OR f.host_id IS NOT NULL AS summarised
             FROM {Host._meta.db_table} h
             LEFT JOIN {HostSummary._meta.db_table} s
-              ON s.host_id = h.id AND s.host_id <> ALL(%s::bigint[]) AND EXISTS (
+              ON s.host_id = h.id AND s.hour = %s AND s.host_id <> ALL(%s::bigint[]) AND EXISTS (
                   SELECT FROM {HostSummaryRun._meta.db_table}
-                  WHERE id = 1 AND computed_at >= %s AND computed_at < %s)
+                  WHERE hour = %s AND computed_at >= %s AND computed_at < %s)
             LEFT JOIN unnest({_UNNEST}) AS f(host_id, {columns}) ON f.host_id = h.id
             LEFT JOIN {CollectorStatus._meta.db_table} c ON c.host_id = h.id
             LEFT JOIN (
@@ -142,7 +151,9 @@ def _from(hosts: QuerySet, window: Window, live: dict[int, tuple]) -> tuple[str,
     arrays = _arrays(live)
     params = [
         window.stale_before,
+        window.hour,
         arrays[0],
+        window.hour,
         window.fresh_since,
         window.fresh_until,
         *arrays,

@@ -5,9 +5,11 @@ import itertools
 import re
 import uuid
 from dataclasses import astuple, fields
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import HealthCheck, given
@@ -231,6 +233,51 @@ def test_the_summary_is_the_live_figures_and_orders_the_board_as_before(
         transaction.set_rollback(True)
 
 
+@hypothesis_settings(
+    max_examples=examples(15),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(fleet=_fleet, before_the_turn_s=st.sampled_from((1.0, 20.0, STALE_SUMMARY_S - 10)))
+def test_late_in_an_hour_the_next_hours_set_is_written_and_read_at_the_turn(
+    summaries, fleet, before_the_turn_s
+):
+    turn = HOUR + dt.timedelta(hours=1)
+    late = turn - dt.timedelta(seconds=before_the_turn_s)
+    after_the_turn = turn + dt.timedelta(seconds=5)
+    with transaction.atomic():
+        _build(fleet)
+        assert board.refresh_summaries(late) == 2 * len(fleet)
+        assert set(HostSummaryRun.objects.values_list("hour", flat=True)) == {HOUR, turn}
+        # Before the turn the board reads this hour's set, after it the next one's: each the
+        # live figures of its moment (the next hour's window has dropped the hour before).
+        stale = late + dt.timedelta(seconds=STALE_SUMMARY_S + 1)  # the job stopped
+        for now, computed_live in ((late, 0), (after_the_turn, 0), (stale, len(fleet))):
+            for sort in ("name", "headroom", "fragmentation", "p99"):
+                kind = {"problems_only": False, "problems_first": True, "now": now}
+                summarised = board.board(_hosts(), sort, **kind)
+                assert summarised.computed_live == computed_live, now
+                assert list(summarised.rows) == _as_before(_hosts(), sort, **kind)[0], now
+        # The run after the turn writes that hour's set again and drops the one before.
+        board.refresh_summaries(after_the_turn)
+        assert set(HostSummaryRun.objects.values_list("hour", flat=True)) == {turn}
+        assert set(HostSummary.objects.values_list("hour", flat=True)) == {turn}
+        transaction.set_rollback(True)
+
+
+def test_early_in_an_hour_no_next_set_is_written_and_the_turn_is_computed_live(summaries):
+    _build({"a": {"status": "active", "age": 0.0, "ooms": [],
+                  "cards": [(80 * GIB, [None, (40 * GIB, 0.5), (10 * GIB, 0.2)])],
+                  "deployments": []}})  # fmt: skip
+    assert board.refresh_summaries(NOW) == 1
+    assert list(HostSummaryRun.objects.values_list("hour", flat=True)) == [HOUR]
+    turn = HOUR + dt.timedelta(hours=1, seconds=5)
+    assert board.board(_hosts(), "name", problems_only=False, now=turn).computed_live == 1
+    # This hour's set holds the hour before's 40 GiB peak; at the turn only this hour's counts.
+    [row] = board.board(_hosts(), "name", problems_only=False, now=turn).rows[0:1]
+    assert row.largest_headroom_bytes == 70 * GIB - 479 * 1024**2
+
+
 def _as_before(hosts, sort, *, problems_only, problems_first, now):
     """The board as its view computed it before the summary table: every row live."""
     rows = fleet_rows(list(hosts), now)
@@ -330,15 +377,18 @@ def test_the_board_reads_fresh_summaries_and_computes_missing_or_stale_ones_live
     assert rows["busy"] == live["busy"]
     assert rows["calm"][1] == 1234 * GIB
     assert board.board(_hosts(), "name", problems_only=False).computed_live == 1
-    # ... and for none once the run is older than the limit, or of another hour.
+    # ... and for none once the run is older than the limit, or of another hour's set.
     settings.HOST_SUMMARY_STALE_AFTER_S = 3600
-    last_hour = timezone.now().replace(minute=59, second=59) - dt.timedelta(hours=1)
-    for at in (timezone.now() - dt.timedelta(seconds=3601), last_hour):
-        _run_at(at)
-        assert _board_rows(client) == live, at
-    # A filter is no different: the host it keeps is computed live while the run is stale...
+    _run_at(timezone.now() - dt.timedelta(seconds=3601))
+    assert _board_rows(client) == live
+    _run_at(timezone.now())
+    for model in (HostSummary, HostSummaryRun):
+        model.objects.update(hour=F("hour") - dt.timedelta(hours=2))
+    assert _board_rows(client) == live
+    # A filter is no different: the host it keeps is computed live while no set is fresh...
     assert _board_rows(client, q="calm") == {"calm": live["calm"]}
-    _run_at(timezone.now())  # ... and read from the table again once it is fresh
+    for model in (HostSummary, HostSummaryRun):  # ... and read from the table again once it is
+        model.objects.update(hour=F("hour") + dt.timedelta(hours=2))
     assert _board_rows(client, q="calm")["calm"][1] == 1234 * GIB
 
 
@@ -405,8 +455,13 @@ def test_the_export_is_the_same_from_the_summary(client_as, fleet):
     assert b"".join(client.get("/export.csv?sort=headroom").streaming_content) == live
 
 
-def test_the_job_writes_what_changed_keeps_the_newest_run_and_runs_on_beat(fleet, settings):
+def test_the_job_writes_what_changed_keeps_the_newest_run_and_runs_on_beat(
+    fleet, settings, monkeypatch
+):
     busy, _ = fleet
+    # A clock in the middle of an hour, a second a reading: one set whatever the hour.
+    clock = (NOW + dt.timedelta(seconds=s) for s in itertools.count())
+    monkeypatch.setattr(board, "timezone", SimpleNamespace(now=lambda: next(clock)))
     assert refresh_host_summaries() == 2
     newest = HostSummaryRun.objects.get().computed_at
     assert board.refresh_summaries() == 0  # nothing changed: nothing written, the run stamped
