@@ -28,19 +28,22 @@ class HostMaps:
         """The maps of every host of a group, in one statement whatever the group's size."""
         maps = {host.pk: cls({}, {}, {}, set()) for host in hosts}
         gpu, mig, deployment = (model._meta.db_table for model in (Gpu, MigSlice, Deployment))
+        # The ids cast to bigint[]: psycopg sends small ints as smallint[], and a cross-type
+        # = ANY cannot be hashed, so a scan of the deployments compared each row with every
+        # id of the group (17 ms a group of 500 hosts at 2,000, growing with the fleet).
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""
                 SELECT 'gpu', id, host_id, index, uuid, mig_mode, mig_mode_pending
-                    FROM {gpu} WHERE host_id = ANY(%(hosts)s)
+                    FROM {gpu} WHERE host_id = ANY(%(hosts)s::bigint[])
                 UNION ALL
                 SELECT 'mig', m.id, g.host_id, m.gpu_id,  m.uuid,
                     CASE WHEN m.closed_at IS NULL THEN 'open' END, NULL
                     FROM {mig} m JOIN {gpu} g
-                    ON g.id = m.gpu_id WHERE g.host_id = ANY(%(hosts)s) AND m.uuid <> ''
+                    ON g.id = m.gpu_id WHERE g.host_id = ANY(%(hosts)s::bigint[]) AND m.uuid <> ''
                 UNION ALL
                 SELECT 'deployment', id, host_id, NULL, NULL, NULL, NULL FROM {deployment}
-                    WHERE host_id = ANY(%(hosts)s)
+                    WHERE host_id = ANY(%(hosts)s::bigint[])
                 -- a device's open slice wins over closed ones of the same UUID
                 ORDER BY 6 NULLS FIRST
                 """,
@@ -58,6 +61,11 @@ class HostMaps:
                 else:
                     maps[host_id].deployments.add(pk)
         return maps
+
+    def card_indexes(self) -> dict[str, int]:
+        """The host's cards' indexes, by UUID (cards without one left out)."""
+        index_of = {pk: index for index, pk in self.gpu_by_index.items()}
+        return {uuid_: index_of[pk] for uuid_, pk in self.gpu_by_uuid.items() if uuid_}
 
     def discover(self, host: Host, payload: dict) -> list[Gpu]:
         """Create the batch's cards the host does not have yet; return them."""

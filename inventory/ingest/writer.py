@@ -92,11 +92,10 @@ def ingest_batches(
     """
     window = acceptance_window(now)
     hosts = _hosts_by_name(payloads)
-    cards = _known_cards(payloads)
     written_before = _written_before(payloads)
     _ensure_partitions(payloads, window)
     while True:
-        group = _Group(payloads, window, hosts, cards, written_before)
+        group = _Group(payloads, window, hosts, written_before)
         try:
             with transaction.atomic():
                 group.write()
@@ -161,15 +160,14 @@ class _Group:
     payloads: list[dict]
     window: Window
     hosts: dict[str, Host]
-    cards: dict[str, tuple[int, int]]
     written_before: dict[str, int]
     results: list[IngestResult | BatchRejected | None] = field(init=False)
     known: dict[str, tuple[int, int]] = field(init=False)
 
     def write(self) -> None:
         self.results = [None] * len(self.payloads)
-        self.known = dict(self.cards)  # with the cards this write creates
         maps_of = HostMaps.load_for(set(self.hosts.values()))
+        self.known = _known_cards(self.payloads, maps_of)  # with the cards this write creates
         checked = self._check_bringing_new_cards(maps_of)
         self._rediscover_mig(maps_of, checked)
         tables = _Rows()
@@ -301,8 +299,16 @@ class _Accepted:
     processes: ProcessColumns
 
 
-def _known_cards(payloads: list[dict]) -> dict[str, tuple[int, int]]:
-    """(host id, index) of every card the group names, by UUID."""
+def _known_cards(payloads: list[dict], maps_of: dict[int, HostMaps]) -> dict[str, tuple[int, int]]:
+    """(host id, index) of every card the group names, by UUID: the group's hosts' own cards
+    from their maps, the others (another host's card, or a new one) looked up. In the steady
+    state a batch names only its host's cards, and nothing is looked up: a lookup of every
+    card named scanned the whole inventory's cards for each group."""
+    known = {
+        uuid_: (host_id, index)
+        for host_id, maps in maps_of.items()
+        for uuid_, index in maps.card_indexes().items()
+    }
     named = {
         card.get("uuid")
         for payload in payloads
@@ -311,14 +317,17 @@ def _known_cards(payloads: list[dict]) -> dict[str, tuple[int, int]]:
         if isinstance(card, dict) and isinstance(card.get("uuid"), str)
     }
     # Each distinct UUID matched once: a group names the same few cards hundreds of times.
-    uuids = [uuid_ for uuid_ in named if CARD_UUID.fullmatch(uuid_)]
+    uuids = [uuid_ for uuid_ in named - known.keys() if CARD_UUID.fullmatch(uuid_)]
+    if not uuids:
+        return known
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT uuid, host_id, index FROM {Gpu._meta.db_table} "
             "WHERE uuid IN (SELECT json_array_elements_text(%s::json))",
             [json_parameter(uuids)],
         )
-        return {uuid_: (host_id, index) for uuid_, host_id, index in cursor.fetchall()}
+        known.update((uuid_, (host_id, index)) for uuid_, host_id, index in cursor.fetchall())
+    return known
 
 
 def _check_cards(payload: dict, host: Host, known: dict[str, tuple[int, int]]) -> None:
@@ -348,12 +357,16 @@ def _hosts_by_name(payloads: list[dict]) -> dict[str, Host]:
     # a list), which the database could not even compare.
     named = {p["host"] for p in payloads if isinstance(p, dict) and isinstance(p.get("host"), str)}
     names = [name for name in named if HOST_NAME_PATTERN.fullmatch(name)]
-    return {host.name: host for host in Host.objects.filter(name__in=names)}
+    # Only the id and name: a group names up to hundreds of hosts, whose other fields nothing
+    # here reads (making whole instances was two thirds of the lookup).
+    hosts = Host.objects.filter(name__in=names).only("id", "name")
+    return {host.name: host for host in hosts}
 
 
 def _claim(payloads: list[dict], hosts: dict[str, Host], rows: dict[str, int]) -> set[str]:
     """Record the batch ids; return those not seen before. In the order of their ids, so two
-    writers that hold some of the same batches take their locks in one order."""
+    writers that hold some of the same batches take their locks in one order. The claims
+    are read as jsonb, parsed once, not once a field (a quarter of the time)."""
     claims = sorted(
         (
             _uuid_text(p["batch_id"]),
@@ -375,7 +388,7 @@ def _claim(payloads: list[dict], hosts: dict[str, Host], rows: dict[str, int]) -
             SELECT (x->>0)::uuid, (x->>1)::bigint, (x->>2)::uuid, (x->>3)::bigint,
                    to_timestamp((x->>4)::float8), to_timestamp((x->>5)::float8), now(),
                    (x->>6)::int
-            FROM json_array_elements(%s::json) AS x
+            FROM jsonb_array_elements(%s::jsonb) AS x
             ON CONFLICT (batch_id) DO NOTHING
             RETURNING batch_id
             """,

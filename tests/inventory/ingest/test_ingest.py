@@ -524,6 +524,25 @@ def test_batches_bringing_a_new_card_create_it_once_and_a_rival_at_its_index_is_
     assert ProcessSample.objects.filter(gpu=gpu).count() == 2
 
 
+def test_a_batch_naming_another_hosts_card_is_refused_and_its_group_still_written(card):
+    # The card is named by a host of the group and is another host's: only a look-up beyond
+    # the group's own cards finds it.
+    other = GpuFactory()
+    mine = batch(card.host, start=T0 - 10, end=T0,
+                 cards=[card_row(card, used_max=GIB, used_last=GIB)])  # fmt: skip
+    theirs = {**card_row(other, used_max=GIB, used_last=GIB), "index": 5}
+    forged = batch(card.host, start=T0, end=T0 + 10, cards=[theirs])
+    written, refused = ingest_batches([mine, forged])
+    assert not written.duplicate
+    assert (refused.code, refused.says, refused.path) == (
+        "card_conflict",
+        "card_conflict.other_host",
+        "cards[0].uuid",
+    )
+    assert Gpu.objects.get(uuid=other.uuid).host == other.host
+    assert list(CardSample.objects.values_list("gpu", flat=True)) == [card.pk]
+
+
 def test_a_batch_id_in_another_spelling_is_the_same_batch(card):
     payload = batch(card.host, start=T0 - 10, end=T0,
                     cards=[card_row(card, used_max=GIB, used_last=GIB)])  # fmt: skip
@@ -621,7 +640,7 @@ def test_a_card_another_writer_created_meanwhile_is_no_conflict(monkeypatch):
     host = HostFactory()
     gpu = GpuFactory(host=host, index=2)
     # The card was created after this writer read the cards it knows.
-    monkeypatch.setattr(ingest, "_known_cards", lambda payloads: {})
+    monkeypatch.setattr(ingest, "_known_cards", lambda payloads, maps_of: {})
     (result,) = ingest_batches(
         [batch(host, start=T0 - 10, end=T0, cards=[card_row(gpu, used_max=GIB, used_last=GIB)])]
     )
