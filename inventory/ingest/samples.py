@@ -54,9 +54,10 @@ def write_processes(rows: Iterable[tuple]) -> None:
         _copy(wrapper.cursor, "inventory_process_sample", PROCESS_COLUMNS, PROCESS_TYPES, rows)
 
 
-def write(card_rows, engine_rows, mig_rows, times: set[dt.datetime]) -> None:
+def write(card_rows, engine_rows, mig_rows, written: set[tuple[dt.datetime, int]]) -> None:
     """Write one group's other rows (an iterable of tuples each, or None where a table has
-    none) and mark their minutes dirty; call inside the group's transaction."""
+    none) and mark dirty the minute of each (moment, host id) in `written`: a late batch then
+    has only its own host's rollups recomputed. Call inside the group's transaction."""
     with connection.cursor() as wrapper:
         cursor = wrapper.cursor  # the psycopg cursor, for COPY
         for (table, columns, types), rows in zip(
@@ -64,11 +65,14 @@ def write(card_rows, engine_rows, mig_rows, times: set[dt.datetime]) -> None:
         ):
             if rows is not None:
                 _copy(cursor, table, columns, types, rows)
+        # Never merged with a mark already there: that one may be the one a running refresh
+        # has read, and deletes when it ends (inventory.timeseries.rollups).
+        moments, hosts = zip(*sorted(written), strict=True) if written else ((), ())
         cursor.execute(
-            "INSERT INTO inventory_rollup_dirty (bucket) "
-            "SELECT DISTINCT date_trunc('minute', t, 'UTC') FROM unnest(%s::timestamptz[]) t "
-            "ON CONFLICT DO NOTHING",
-            [sorted(times)],
+            "INSERT INTO inventory_rollup_dirty (bucket, host_id) "
+            "SELECT DISTINCT date_trunc('minute', t, 'UTC'), h "
+            "FROM unnest(%s::timestamptz[], %s::bigint[]) m (t, h)",
+            [list(moments), list(hosts)],
         )
 
 

@@ -186,7 +186,10 @@ class _Group:
             host = self.hosts[payload["host"]]
             events.extend(events_of(payload, host, maps_of[host.pk]))
             faults.extend(faults_of(payload, host, maps_of[host.pk]))
-        samples.write(*tables.each_table(), {timestamp(p["interval_end"]) for p in payloads})
+        samples.write(
+            *tables.each_table(),
+            {(timestamp(p["interval_end"]), self.hosts[p["host"]].pk) for p in payloads},
+        )
         Event.objects.bulk_create(events, ignore_conflicts=True)
         CollectorFault.objects.bulk_create(faults)
         update_statuses(payloads, self.hosts)

@@ -3,13 +3,17 @@
 Each refresh takes the oldest dirty minutes and recomputes those minutes' 1-minute rows from
 the raw samples, replacing what was there. Recomputing rather than adding makes a refresh
 idempotent and late data harmless: a minute that receives another batch is dirty again and
-comes out right. Every figure keeps its peak (max of the interval maxima) beside sums and
-counts for means; a sum of floating-point figures adds them in time order, so that it comes
-out the same to the last bit however the rows lie on disk (as rows or packed). Refreshes run
-one at a time (a transaction advisory lock): two refreshers rebuilding the same hour would
-otherwise race on its rows. A late minute of an hour whose minute rows are packed
-(inventory.timeseries.packing) has that hour unpacked first; the refreshed hours are marked
-due for packing.
+comes out right. A dirty mark names its minute and the host whose batch wrote there (or every
+host: `EVERY_HOST`); a minute marked by a few hosts (a late batch, an agent's backlog) is
+recomputed for those hosts' cards and deployments alone, not for the fleet. Marks are never
+merged, and a refresh deletes only the marks it read: a batch that commits while a refresh
+runs leaves its own mark for the next. Every figure keeps its peak (max of the interval
+maxima) beside sums and counts for means; a sum of floating-point figures adds them in time
+order, so that it comes out the same to the last bit however the rows lie on disk (as rows or
+packed). Refreshes run one at a time (a transaction advisory lock): two refreshers rebuilding
+the same hour would otherwise race on its rows. A late minute of an hour whose minute rows
+are packed (inventory.timeseries.packing) has that hour unpacked first; the refreshed hours
+are marked due for packing.
 
 Beside the hour rows, each hour's minutes that the host page's analyses read are packed in one
 row (`PACK_OF_MEMORY`, `PACK_OF_ENGINES`): a week of a shared host is then a few thousand rows
@@ -33,7 +37,8 @@ they are. Anything else is recomputed whole from the hour's minute rows (`HOUR_O
 `PACK_OF_*`): an hour without that row (the first of its minutes, or one written other than by
 a refresh), or a minute whose new row does not hold its old one (raw samples gone and come
 back). The engine hour rows, whose sums are floating point (an order-dependent sum), are
-recomputed whole every time; they are the smallest.
+recomputed every time, from their minutes in time order; they are the smallest (a refresh of a
+few hosts' minutes recomputes only those hosts' deployments).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ SELECT gpu_id, date_trunc('minute', ts, 'UTC'), count(*), bool_or(lost), max(tot
     max(frag_index_max)
 FROM inventory_card_samples(%(first)s, %(last)s)
 WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)
+  {of_hosts}
 GROUP BY 1, 2
 """
 MINUTE_OF_PROCESSES = """
@@ -63,6 +69,7 @@ SELECT gpu_id, pid, date_trunc('minute', ts, 'UTC'), max(deployment_id), max(nam
     max(used_max), coalesce(sum(used_last), 0), count(used_last), max(frag_index_max)
 FROM inventory_process_samples(%(first)s, %(last)s)
 WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)
+  {of_hosts}
 GROUP BY 1, 2, 3
 """
 MINUTE_OF_ENGINES = """
@@ -76,6 +83,7 @@ SELECT deployment_id, date_trunc('minute', ts, 'UTC'), count(*), max(running_max
     max(latency_p95_s), max(latency_p99_s)
 FROM inventory_engine_samples(%(first)s, %(last)s)
 WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)
+  {of_hosts}
 GROUP BY 1, 2
 """
 HOUR_OF_CARDS = """
@@ -111,9 +119,12 @@ SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), sum(samples), max(runni
     max(latency_p95_max), max(latency_p99_max)
 FROM inventory_engine_rollups_1m(%(first)s, %(last)s)
 WHERE bucket >= %(first)s AND bucket < %(last)s
-  AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
+  AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s){of_refreshed}
 GROUP BY 1, 2
 """
+# The deployments of the hosts a refresh of a few hosts' minutes rewrote: the only ones whose
+# engine hour rows it changes.
+OF_REFRESHED = " AND deployment_id = ANY(%(deployments)s::bigint[])"
 
 PACK_OF_MEMORY = """
 INSERT INTO inventory_memory_minutes_1h (gpu_id, deployment_id, bucket, minutes, at_us,
@@ -195,17 +206,23 @@ WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
 GROUP BY 1, 2, 3
 ON CONFLICT (gpu_id, pid, bucket) DO UPDATE SET
 """
+# Each kind's minute row key.
+_KEYS = {
+    "card": ("gpu_id", "bucket"),
+    "process": ("gpu_id", "pid", "bucket"),
+    "engine": ("deployment_id", "bucket"),
+}
 # How each kind's figures merge: (key, sums, maxima, minima, ors).
 _MERGES = {
     "card": (
-        ("gpu_id", "bucket"),
+        _KEYS["card"],
         ("samples", "used_sum", "used_count", "util_gpu_sum", "util_gpu_count"),
         ("total_bytes", "used_max", "reserved_max", "util_gpu_max", "frag_index_max"),
         ("free_min",),
         ("lost",),
     ),
     "process": (
-        ("gpu_id", "pid", "bucket"),
+        _KEYS["process"],
         ("samples", "used_sum", "used_count"),
         ("deployment_id", "name", "used_max", "frag_index_max"),
         (),
@@ -258,7 +275,7 @@ FROM unnest(%(hours)s::timestamptz[], %(lasts)s::timestamptz[]) folded (hour, la
 WHERE p.bucket = folded.hour
   AND substring(p.at_us FROM octet_length(p.at_us) - 7)
       = int8send((extract(epoch FROM folded.last) * 1000000)::bigint)
-  AND NOT EXISTS ({present})
+  AND EXISTS ({was}) AND NOT EXISTS ({present})
 RETURNING p.minutes
 """
 APPEND_TO_MEMORY = """
@@ -317,15 +334,23 @@ def _stripped(columns: tuple[str, ...]) -> str:
 
 _MEMORY = ("at_us", "used_max")
 _ENGINES = ("at_us", "running_max", "latency_p99_max")
-# Each pack: its table, its bytea columns, its append, and what says that a pack's minute
-# still has an entry among the refreshed minutes.
+# What says that a pack has an entry for its hour's last minute among the refreshed minutes'
+# rows, old or new: a pack whose minute had one among the old and has none among the new
+# loses it; the packs of the hosts not refreshed (a late batch's minute) have neither.
+_MEMORY_ENTRY_AT = (
+    "SELECT 1 FROM refreshed_process_{age} n WHERE n.gpu_id = p.gpu_id"
+    " AND n.bucket = folded.last AND n.deployment_id = p.deployment_id AND n.used_max IS NOT NULL"
+)
+_ENGINE_ENTRY_AT = (
+    "SELECT 1 FROM refreshed_engine_{age} n WHERE n.deployment_id = p.deployment_id"
+    " AND n.bucket = folded.last"
+)
+# Each pack: its table, its bytea columns, its append, and what says it has an entry.
 _APPENDS = (
     ("inventory_memory_minutes_1h", _MEMORY, APPEND_TO_MEMORY + _appended(_MEMORY),
-     "SELECT 1 FROM refreshed_process_new n WHERE n.gpu_id = p.gpu_id AND n.bucket = folded.last"
-     " AND n.deployment_id = p.deployment_id AND n.used_max IS NOT NULL"),
+     _MEMORY_ENTRY_AT),
     ("inventory_engine_minutes_1h", _ENGINES, APPEND_TO_ENGINES + _appended(_ENGINES),
-     "SELECT 1 FROM refreshed_engine_new n WHERE n.deployment_id = p.deployment_id"
-     " AND n.bucket = folded.last"),
+     _ENGINE_ENTRY_AT),
 )  # fmt: skip
 
 # The packs of a folded hour whose entry for a late minute (one before the hour's last) is not
@@ -409,6 +434,35 @@ LAST_MINUTE = " UNION ALL ".join(
     for kind in ("card", "process", "engine")
 )
 
+# Where the host of a row is found: cards and processes by their card, engines by their
+# deployment.
+_OWNERS = {
+    "card": ("inventory_gpu", "gpu_id"),
+    "process": ("inventory_gpu", "gpu_id"),
+    "engine": ("inventory_deployment", "deployment_id"),
+}
+# The rows of the hosts marked, by their cards' and deployments' ids: read with the indexes
+# on (card, time) and (deployment, time), not from every row of the minute.
+OF_HOSTS = {
+    "card": " AND gpu_id = ANY(%(gpus)s::bigint[])",
+    "process": " AND gpu_id = ANY(%(gpus)s::bigint[])",
+    "engine": " AND deployment_id = ANY(%(deployments)s::bigint[])",
+}
+HOSTS_OWN = """
+SELECT array(SELECT id FROM inventory_gpu WHERE host_id = ANY(%(hosts)s::bigint[])),
+       array(SELECT id FROM inventory_deployment WHERE host_id = ANY(%(hosts)s::bigint[]))
+"""
+# The marks of the oldest dirty minutes: a mark names a minute and a host, or every host.
+DIRTY = """
+SELECT id, bucket, host_id FROM inventory_rollup_dirty
+WHERE bucket IN (SELECT DISTINCT bucket FROM inventory_rollup_dirty ORDER BY bucket LIMIT %s)
+"""
+EVERY_HOST = 0
+_MINUTE = dt.timedelta(minutes=1)
+# A minute marked by more hosts than this is recomputed for every host: the steady state,
+# where each minute is filled by the whole fleet.
+HOSTS_APART = 1000
+
 _KINDS = (
     ("card", MINUTE_OF_CARDS, HOUR_OF_CARDS),
     ("process", MINUTE_OF_PROCESSES, HOUR_OF_PROCESSES),
@@ -432,29 +486,62 @@ def refresh(limit: int = MINUTES_PER_REFRESH) -> int:
     """Recompute the rollups of up to `limit` dirty minutes; return how many were refreshed."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REFRESH_LOCK])
-        cursor.execute(
-            "SELECT bucket FROM inventory_rollup_dirty ORDER BY bucket LIMIT %s FOR UPDATE",
-            [limit],
-        )
-        dirty = [row[0] for row in cursor.fetchall()]
-        if not dirty:
+        cursor.execute(DIRTY, [limit])
+        marks = cursor.fetchall()
+        if not marks:
             return 0
+        hosts_of: dict[dt.datetime, set[int] | None] = {}
+        for _id, bucket, host in marks:
+            hosts = hosts_of.setdefault(bucket, set())
+            if hosts is not None:
+                hosts.add(host)
+                if EVERY_HOST in hosts or len(hosts) > HOSTS_APART:
+                    hosts_of[bucket] = None
+        dirty = sorted(hosts_of)
         # A late minute of an hour already packed: its minute rows are rewritten below.
         packing.unpack_hours(cursor, packing.MINUTE_TABLES, sorted({_hour(m) for m in dirty}))
-        minutes = _refresh_minutes(cursor, dirty)
+        targets = _targets(cursor, hosts_of)
+        minutes = _refresh_minutes(cursor, targets)
         if minutes:
             running_blocks.invalidate(cursor, sorted({_hour(minute) for minute in minutes}))
-            _refresh_hours(cursor, minutes)
+            apart = all("deployments" in span for span in targets)
+            deployments = {d for span in targets for d in span["deployments"]} if apart else None
+            _refresh_hours(cursor, minutes, deployments)
             packing.mark_due(cursor, sorted({_hour(minute) for minute in minutes}))
-        cursor.execute("DELETE FROM inventory_rollup_dirty WHERE bucket = ANY(%s)", [dirty])
+        # Only the marks read: one written since, by a batch this refresh may not have seen,
+        # stays for the next.
+        cursor.execute(
+            "DELETE FROM inventory_rollup_dirty WHERE id = ANY(%s)", [[m[0] for m in marks]]
+        )
     return len(dirty)
 
 
-def _refresh_minutes(cursor, dirty: list[dt.datetime]) -> list[dt.datetime]:
-    """Recompute the dirty minutes' rows from their raw samples, keeping their old and new rows
-    in the `HELD` tables; return the minutes that have raw samples (the others keep their
-    rows: their samples are gone, aged out with their partition)."""
-    span = {"minutes": dirty, "first": dirty[0], "last": dirty[-1] + dt.timedelta(minutes=1)}
+def _targets(cursor, hosts_of: dict[dt.datetime, set[int] | None]) -> list[dict]:
+    """The dirty minutes as spans to recompute: the minutes of every host in one, and those
+    of a few hosts (a late batch) grouped by their hosts, with those hosts' cards and
+    deployments."""
+    every = [minute for minute, hosts in hosts_of.items() if hosts is None]
+    apart: dict[frozenset[int], list[dt.datetime]] = {}
+    for minute, hosts in hosts_of.items():
+        if hosts is not None:
+            apart.setdefault(frozenset(hosts), []).append(minute)
+    spans = [(sorted(every), None)] if every else []
+    spans += [(sorted(minutes), sorted(hosts)) for hosts, minutes in apart.items()]
+    targets = []
+    for minutes, hosts in spans:
+        span = {"minutes": minutes, "first": minutes[0], "last": minutes[-1] + _MINUTE}
+        if hosts is not None:
+            cursor.execute(HOSTS_OWN, {"hosts": hosts})
+            span["gpus"], span["deployments"] = cursor.fetchone()
+        targets.append(span)
+    return targets
+
+
+def _refresh_minutes(cursor, targets: list[dict]) -> list[dt.datetime]:
+    """Recompute the dirty minutes' rows from their raw samples (of the hosts marked, or of
+    every host), keeping their old and new rows in the `HELD` tables; return the minutes that
+    have raw samples. A host with no raw samples left in a minute keeps its rows there (its
+    samples are gone, aged out with their partition)."""
     for kind, minute_sql, _hour_sql in _KINDS:
         old, new = HELD.format(kind=kind, age="old"), HELD.format(kind=kind, age="new")
         for held in (old, new):
@@ -462,35 +549,79 @@ def _refresh_minutes(cursor, dirty: list[dt.datetime]) -> list[dt.datetime]:
                 f"CREATE TEMPORARY TABLE IF NOT EXISTS {held} (LIKE inventory_{kind}_rollup_1m)"
             )
             cursor.execute(f"TRUNCATE {held}")
-        cursor.execute(
-            f"WITH gone AS (DELETE FROM inventory_{kind}_rollup_1m WHERE bucket = ANY(%(minutes)s)"
-            f" RETURNING *) INSERT INTO {old} SELECT * FROM gone",
-            span,
-        )
-        cursor.execute(
-            f"WITH made AS ({minute_sql.rstrip()} RETURNING *) "
-            f"INSERT INTO {new} SELECT * FROM made",
-            span,
-        )
+        for span in targets:
+            of_hosts = OF_HOSTS[kind] if "gpus" in span else ""
+            cursor.execute(
+                f"WITH gone AS (DELETE FROM inventory_{kind}_rollup_1m "
+                f"WHERE bucket = ANY(%(minutes)s){of_hosts} RETURNING *) "
+                f"INSERT INTO {old} SELECT * FROM gone",
+                span,
+            )
+            cursor.execute(
+                f"WITH made AS ({minute_sql.format(of_hosts=of_hosts).rstrip()} RETURNING *) "
+                f"INSERT INTO {new} SELECT * FROM made",
+                span,
+            )
     cursor.execute(
         " UNION ".join(f"SELECT DISTINCT bucket FROM {HELD.format(kind=kind, age='new')}"
                        for kind, _minute_sql, _hour_sql in _KINDS)
     )  # fmt: skip
     minutes = sorted(row[0] for row in cursor.fetchall())
-    if len(minutes) < len(dirty):
-        for kind, _minute_sql, _hour_sql in _KINDS:
-            old = HELD.format(kind=kind, age="old")
-            cursor.execute(
-                f"WITH kept AS (DELETE FROM {old} WHERE bucket <> ALL(%s) RETURNING *) "
-                f"INSERT INTO inventory_{kind}_rollup_1m SELECT * FROM kept",
-                [minutes],
-            )
+    if any(_vanished(cursor, kind) for kind, _minute_sql, _hour_sql in _KINDS):
+        _keep_where_no_samples_are_left(cursor)
     return minutes
 
 
-def _refresh_hours(cursor, minutes: list[dt.datetime]) -> None:
+def _matched(kind: str, a: str, b: str) -> str:
+    return " AND ".join(f"{a}.{column} = {b}.{column}" for column in _KEYS[kind])
+
+
+def _vanished(cursor, kind: str) -> bool:
+    """Whether a refreshed minute lost a row of this kind: rare, since raw samples only grow."""
+    old, new = HELD.format(kind=kind, age="old"), HELD.format(kind=kind, age="new")
+    key = ", ".join(_KEYS[kind])
+    # A set difference, hashed: the temporary tables have no index, and a NOT EXISTS planned
+    # for its first row compares every old row with every new one.
+    cursor.execute(
+        f"SELECT count(*) FROM (SELECT {key} FROM {old} EXCEPT SELECT {key} FROM {new}) gone"
+    )
+    return cursor.fetchone()[0] > 0
+
+
+def _keep_where_no_samples_are_left(cursor) -> None:
+    """Put back the old rows of each host that has no new row in their minute, of any kind:
+    its raw samples there are gone (aged out), and the rollups outlive them. A host's rows
+    depend on its own samples alone, so a minute refreshed for one host or for every host
+    keeps the same rows."""
+    cursor.execute(
+        "CREATE TEMPORARY TABLE IF NOT EXISTS refreshed_hosts (bucket timestamptz, host_id bigint)"
+    )
+    cursor.execute("TRUNCATE refreshed_hosts")
+    cursor.execute(
+        "INSERT INTO refreshed_hosts "
+        + " UNION ".join(
+            f"SELECT n.bucket, w.host_id FROM {HELD.format(kind=kind, age='new')} n "
+            f"JOIN {table} w ON w.id = n.{column}"
+            for kind, (table, column) in _OWNERS.items()
+        )
+    )
+    for kind, (table, column) in _OWNERS.items():
+        old, new = HELD.format(kind=kind, age="old"), HELD.format(kind=kind, age="new")
+        key = ", ".join(_KEYS[kind])
+        cursor.execute(
+            f"WITH kept AS (DELETE FROM {old} o "
+            f"USING (SELECT {key} FROM {old} EXCEPT SELECT {key} FROM {new}) gone "
+            f"WHERE {_matched(kind, 'gone', 'o')} "
+            f"AND NOT EXISTS (SELECT 1 FROM refreshed_hosts h JOIN {table} w "
+            f"ON w.host_id = h.host_id WHERE h.bucket = o.bucket AND w.id = o.{column}) "
+            f"RETURNING o.*) INSERT INTO inventory_{kind}_rollup_1m SELECT * FROM kept"
+        )
+
+
+def _refresh_hours(cursor, minutes: list[dt.datetime], deployments: set[int] | None) -> None:
     """Bring the hours of the refreshed minutes up to date: fold the minutes in where the hour
-    allows it, recompute it whole where not; note each hour's last minute."""
+    allows it, recompute it whole where not; note each hour's last minute. `deployments`:
+    those of the hosts refreshed, where the minutes were refreshed for a few hosts only."""
     hours = sorted({_hour(minute) for minute in minutes})
     cursor.execute(
         "SELECT bucket, last_minute FROM inventory_rollup_hour_folded WHERE bucket = ANY(%s)",
@@ -515,10 +646,15 @@ def _refresh_hours(cursor, minutes: list[dt.datetime]) -> None:
             _splice(cursor, {"hours": late, "lasts": [folded_to[hour] for hour in late]})
         refreshed = set(minutes)
         again = [hour for hour in folds if folded_to[hour] in refreshed]
-        for table, columns, append_sql, present in _APPENDS:
+        for table, columns, append_sql, entry in _APPENDS:
             if again:
                 cursor.execute(
-                    STRIP_LAST.format(table=table, strip=_stripped(columns), present=present),
+                    STRIP_LAST.format(
+                        table=table,
+                        strip=_stripped(columns),
+                        was=entry.format(age="old"),
+                        present=entry.format(age="new"),
+                    ),
                     {"hours": again, "lasts": [folded_to[hour] for hour in again]},
                 )
                 if 0 in {row[0] for row in cursor.fetchall()}:
@@ -527,13 +663,22 @@ def _refresh_hours(cursor, minutes: list[dt.datetime]) -> None:
                     )
             cursor.execute(append_sql, {"hours": folds, "lasts": [folded_to[h] for h in folds]})
     for kind, _minute_sql, hour_sql in _KINDS:
-        # The engine hour rows are always recomputed: their sums are floating point.
-        recomputed = hours if kind == "engine" else wholes
-        if recomputed:
+        if wholes:
             cursor.execute(
-                f"DELETE FROM inventory_{kind}_rollup_1h WHERE bucket = ANY(%s)", [recomputed]
+                f"DELETE FROM inventory_{kind}_rollup_1h WHERE bucket = ANY(%s)", [wholes]
             )
-            cursor.execute(hour_sql, _span(recomputed))
+            cursor.execute(hour_sql.format(of_refreshed=""), _span(wholes))
+    # The engine hour rows of the folded hours are recomputed too, their sums being floating
+    # point: every deployment's, or where only some hosts were refreshed, theirs.
+    engine_folds = [hour for hour in hours if hour not in wholes]
+    if engine_folds:
+        of_refreshed = "" if deployments is None else OF_REFRESHED
+        span = {**_span(engine_folds), "deployments": sorted(deployments or ())}
+        cursor.execute(
+            f"DELETE FROM inventory_engine_rollup_1h WHERE bucket = ANY(%(hours)s){of_refreshed}",
+            span,
+        )
+        cursor.execute(HOUR_OF_ENGINES.format(of_refreshed=of_refreshed), span)
     if wholes:
         _pack(cursor, _span(wholes))
     last_of = {}
@@ -622,7 +767,7 @@ def rebuild_hours(start: dt.datetime, end: dt.datetime) -> None:
             cursor.execute(
                 f"DELETE FROM inventory_{kind}_rollup_1h WHERE bucket = ANY(%s)", [hours]
             )
-            cursor.execute(hour_sql, _span(hours))
+            cursor.execute(hour_sql.format(of_refreshed=""), _span(hours))
         _pack(cursor, _span(hours))
         cursor.execute("DELETE FROM inventory_rollup_hour_folded WHERE bucket = ANY(%s)", [hours])
         last_of = {}

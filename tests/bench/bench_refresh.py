@@ -17,8 +17,9 @@ agents' flush) for the minutes `minute` and `minute + 1`. Then:
 2. `--cycles` refreshes with one minute dirty (the steady state: each cycle, the minute the
    flushes of the last interval touched, dirtied again), its raw samples in place;
 3. a late batch: one host's samples (its cards, processes and engines) land in the minute
-   before, 5 s into it, as an agent's backlog after a cut would, and that minute is refreshed
-   again alone (it folds into its hour; only that host's packs are made again);
+   before, 5 s into it, as an agent's backlog after a cut would, and that minute, marked
+   dirty for that host as ingest marks it, is refreshed again alone (that host's rows are
+   recomputed and fold into their hour; only that host's packs are made again);
 4. another host's late batch in the same minute, refreshed with the minute being filled (a
    cycle in which a backlog arrives).
 
@@ -149,12 +150,16 @@ def raw_samples(first: dt.datetime, last: dt.datetime, host: int | None = None) 
     return timings
 
 
-def dirty(*minutes: dt.datetime) -> None:
+def dirty(*minutes: dt.datetime, hosts: dict[dt.datetime, int] | None = None) -> None:
+    """The minutes marked dirty, as ingest leaves them: for every host (the whole fleet's
+    flushes), or for the one host of `hosts` whose late batch wrote there."""
+    hosts = hosts or {}
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM inventory_rollup_dirty")
         cursor.execute(
-            "INSERT INTO inventory_rollup_dirty (bucket) SELECT unnest(%s::timestamptz[])",
-            [list(minutes)],
+            "INSERT INTO inventory_rollup_dirty (bucket, host_id) "
+            "SELECT * FROM unnest(%s::timestamptz[], %s::bigint[])",
+            [list(minutes), [hosts.get(minute, rollups.EVERY_HOST) for minute in minutes]],
         )
 
 
@@ -192,11 +197,11 @@ def main() -> int:
     late_by = dt.timedelta(seconds=5)
     hosts = list(Host.objects.order_by("pk").values_list("pk", flat=True)[:2])
     raw_samples(first + late_by, first + late_by, host=hosts[0])
-    dirty(first)
+    dirty(first, hosts={first: hosts[0]})
     late_s, refreshed = timed_refresh()
     assert refreshed == 1, refreshed
     raw_samples(first + 3 * late_by, first + 3 * late_by, host=hosts[-1])
-    dirty(first, second)
+    dirty(first, second, hosts={first: hosts[-1]})
     late_and_filling_s, refreshed = timed_refresh()
     assert refreshed == 2, refreshed
     with connection.cursor() as cursor:

@@ -52,12 +52,12 @@ def host():
 
 
 def _write(host, intervals) -> list:
-    _, gpus, deployments = host
+    written_for, gpus, deployments = host
     cards, processes, engines, migs, times = [], [], [], [], set()
     for offset_us, per_card, per_engine in intervals:
         ts = HOUR0 + dt.timedelta(microseconds=offset_us)
         batch_id = uuid.uuid4()
-        times.add(ts)
+        times.add((ts, written_for.pk))
         for gpu, ((used, free, util, frag, lost), procs) in zip(gpus, per_card, strict=True):
             cards.append((gpu.pk, ts, batch_id, 10.0, 10, lost, 80 * 2**30, used, used, 479,
                           free, free, util, util, util, frag))  # fmt: skip
@@ -217,14 +217,14 @@ def test_the_newest_interval_is_read_from_rows_without_opening_a_pack(host):
 
 
 def test_packing_moves_closed_hours_only_and_empties_the_days_it_finished(host):
-    _, gpus, _ = host
+    written_for, gpus, _ = host
     now = dt.datetime.now(tz=dt.UTC)
     partitions.ensure_partitions(now - dt.timedelta(days=1), now)
     old = (HOUR0 + dt.timedelta(minutes=5)).timestamp()
     recent = now - dt.timedelta(minutes=1)
     rows = [(gpus[0].pk, moment, uuid.uuid4(), 10.0, 10, False, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5)
             for moment in (dt.datetime.fromtimestamp(old, dt.UTC), recent)]  # fmt: skip
-    samples.write(rows, None, None, {row[1] for row in rows})
+    samples.write(rows, None, None, {(row[1], written_for.pk) for row in rows})
     rollups.refresh_all()
     packing.pack_all()
     with connection.cursor() as cursor:
@@ -237,12 +237,12 @@ def test_packing_moves_closed_hours_only_and_empties_the_days_it_finished(host):
 
 
 def test_a_pack_step_is_bounded_by_its_keys(host, monkeypatch):
-    _, gpus, _ = host
+    written_for, gpus, _ = host
     monkeypatch.setattr(packing, "KEYS_PER_STEP", 1)
     ts = HOUR0 + dt.timedelta(minutes=1)
     rows = [(gpu.pk, ts, uuid.uuid4(), 10.0, 10, False, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5)
             for gpu in gpus]  # fmt: skip
-    samples.write(rows, None, None, {ts})
+    samples.write(rows, None, None, {(ts, written_for.pk)})
     rollups.refresh_all()
     first = packing.pack_step(packing.CARD, HOUR0)
     assert (first.first_key, first.packs) == (gpus[0].pk, 1)

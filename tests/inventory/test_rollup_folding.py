@@ -1,7 +1,8 @@
 """The rollup refresh folds refreshed minutes into their hours instead of recomputing each hour
 from all its minutes: whatever order the minutes come in, however often a minute is dirtied
-again (the minute being filled, a late batch), repeated or in pieces, the hour rows and packs
-are the very rows a recompute of every hour from its minute rows gives."""
+again (the minute being filled, a late batch), repeated or in pieces, for one host or every
+host, the hour rows and packs are the very rows a recompute of every hour from its minute rows
+gives."""
 
 import datetime as dt
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from inventory.timeseries import partitions, rollups
 from tests.examples import examples
+from tests.factories import DeploymentFactory, GpuFactory, HostFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -25,6 +27,8 @@ OFFSETS = (0, 1, 2, 3, 57, 58, 59, 60, 61, 62, 119)
 CARDS = (11, 12)
 PIDS = (1000, 1001)
 DEPLOYMENTS = (21, 22)
+# Two hosts, A and B: each holds one of the cards and one of the deployments.
+HOST_OF = {11: "A", 12: "B", 21: "A", 22: "B"}
 GIB = 1024**3
 
 HOURS = ("card_rollup_1h", "process_rollup_1h", "engine_rollup_1h")
@@ -52,6 +56,8 @@ _process = st.tuples(
     st.sampled_from((*DEPLOYMENTS, None)), _bytes, st.sampled_from(("python3", "vllm", None)),
 )  # fmt: skip
 _engine = st.tuples(st.sampled_from(DEPLOYMENTS), st.integers(0, 59), _real, _real, _real)
+# Whom a mark names: the hosts whose rows a batch wrote (as ingest marks), or every host.
+_marked = st.sampled_from(("hosts", "every"))
 # What happens between refreshes: a batch lands in a minute (its samples added, the minute
 # dirty; a refresh may follow at once), a minute is dirtied again with nothing new, a
 # minute's raw samples go (aged out) and it is dirtied, or a refresh runs taking up to so
@@ -65,6 +71,7 @@ _batch = st.tuples(
     st.lists(_process, max_size=4),
     st.lists(_engine, max_size=2),
     st.booleans(),  # a refresh right after it
+    _marked,
 )
 # Weighted by hand: one_of draws its branches evenly (and the same branch twice counts once).
 _step = st.integers(0, 9).flatmap(
@@ -73,7 +80,11 @@ _step = st.integers(0, 9).flatmap(
         if n < 6
         else st.tuples(st.just("refresh"), st.integers(1, 4))
         if n < 8
-        else st.tuples(st.sampled_from(("again", "forget")), st.sampled_from(OFFSETS))
+        else st.tuples(
+            st.sampled_from(("again", "forget")),
+            st.sampled_from(OFFSETS),
+            st.sampled_from(("every", "A", "B")),
+        )
     )
 )
 
@@ -88,11 +99,21 @@ def _execute(sql: str, params=None) -> list[tuple]:
         return cursor.fetchall() if cursor.description else []
 
 
-def _dirty(minute: dt.datetime) -> None:
-    _execute("INSERT INTO inventory_rollup_dirty VALUES (%s) ON CONFLICT DO NOTHING", [minute])
+def _dirty(minute: dt.datetime, *hosts: str) -> None:
+    """Mark `minute` for those of the two hosts named, or for every host."""
+    ids = [HOSTS[host] for host in hosts if host != "every"] if hosts else []
+    if not ids or "every" in hosts:
+        ids = [rollups.EVERY_HOST]
+    _execute(
+        "INSERT INTO inventory_rollup_dirty (bucket, host_id) SELECT %s, unnest(%s::bigint[])",
+        [minute, ids],
+    )
 
 
-def _land(minute: dt.datetime, cards, processes, engines) -> None:
+HOSTS: dict[str, int] = {}
+
+
+def _land(minute: dt.datetime, cards, processes, engines, marked: str = "every") -> None:
     for gpu_id, second, lost, used, free, util, frag in cards:
         _execute(
             "INSERT INTO inventory_card_sample (gpu_id, ts, batch_id, interval_s, samples, lost,"
@@ -119,16 +140,20 @@ def _land(minute: dt.datetime, cards, processes, engines) -> None:
             [deployment_id, minute + dt.timedelta(seconds=second), latency, running, running,
              requests, requests, latency, latency, latency],
         )  # fmt: skip
-    _dirty(minute)
+    if marked == "every":
+        _dirty(minute)
+    else:
+        owners = {HOST_OF[row[0]] for row in (*cards, *processes, *engines)}
+        _dirty(minute, *(owners or {"A"}))
 
 
-def _forget(minute: dt.datetime) -> None:
+def _forget(minute: dt.datetime, marked: str = "every") -> None:
     for table in ("card_sample", "process_sample", "engine_sample"):
         _execute(
             f"DELETE FROM inventory_{table} WHERE ts >= %s AND ts < %s",
             [minute, minute + dt.timedelta(minutes=1)],
         )
-    _dirty(minute)
+    _dirty(minute, marked)
 
 
 def _rows(tables) -> dict[str, list[tuple]]:
@@ -144,6 +169,14 @@ def _rows(tables) -> dict[str, list[tuple]]:
 @pytest.fixture
 def two_hours():
     partitions.ensure_partitions(HOUR0 - dt.timedelta(hours=1), HOUR0 + dt.timedelta(hours=3))
+    for name in ("A", "B"):
+        host = HostFactory()
+        HOSTS[name] = host.pk
+        for pk, owner in HOST_OF.items():
+            if owner == name and pk in CARDS:
+                GpuFactory(pk=pk, host=host, index=CARDS.index(pk))
+            elif owner == name:
+                DeploymentFactory(pk=pk, host=host)
 
 
 @hypothesis_settings(
@@ -162,13 +195,13 @@ def test_folded_hours_are_the_hours_recomputed_from_their_minutes(two_hours, ste
                 last = OFFSETS[min(OFFSETS.index(last) + 1, len(OFFSETS) - 1)]
             elif step[1] != "same":
                 last = step[1]
-            _land(_minute(last), *step[2:5])
+            _land(_minute(last), *step[2:5], marked=step[6])
             if step[5]:
                 rollups.refresh()
         elif step[0] == "again":
-            _dirty(_minute(step[1]))
+            _dirty(_minute(step[1]), step[2])
         elif step[0] == "forget":
-            _forget(_minute(step[1]))
+            _forget(_minute(step[1]), step[2])
         else:
             rollups.refresh(step[1])
     rollups.refresh_all()
