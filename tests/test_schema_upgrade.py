@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.parse
 import uuid
 
 import psycopg
@@ -53,7 +54,9 @@ def copy_of_the_old_database():
         with psycopg.connect(dbname=name, autocommit=True, **admin) as copy:
             copy.execute(gzip.decompress(DUMP.read_bytes()).decode())
         user = f"{admin['user']}@" if admin.get("user") else ""
-        server_address = f"{admin.get('host', '127.0.0.1')}:{admin.get('port', 5432)}"
+        # The embedded server's host is its socket folder: a URL carries it percent-encoded.
+        host = urllib.parse.quote(admin.get("host", "127.0.0.1"), safe="")
+        server_address = f"{host}:{admin.get('port', 5432)}"
         yield f"postgresql://{user}{server_address}/{name}"
     finally:
         with psycopg.connect(dbname="postgres", autocommit=True, **admin) as server:

@@ -26,12 +26,13 @@ must not lose them, and a publish must not be taken for delivered before the bro
 import os
 import uuid
 from pathlib import Path
+from queue import Empty
 from time import monotonic
 
 from kombu.exceptions import ChannelError
 from kombu.transport import TRANSPORT_ALIASES, filesystem
-from kombu.utils.encoding import str_to_bytes
-from kombu.utils.json import dumps
+from kombu.utils.encoding import bytes_to_str, str_to_bytes
+from kombu.utils.json import dumps, loads
 
 from inventory.env import env_float, env_str
 
@@ -84,7 +85,14 @@ class FolderChannel(filesystem.Channel):
     written under a name no consumer takes, then renamed into place (atomic in one folder).
     A connection opened without the transport options (a plain `Connection("filesystem://")`)
     still keeps its folders in the broker's folder: kombu's defaults are relative to the
-    working directory, and would write `control/` into the checkout."""
+    working directory, and would write `control/` into the checkout.
+
+    The processes on one folder broker may be different users (the console's and the agent
+    unit's, which owns the folder). kombu takes a message by moving it to the temporary
+    folder, where a sticky /tmp forbids removing another user's file and another filesystem
+    makes the move a copy two consumers can both make; here it is claimed by a rename inside
+    its own folder. kombu also rewrites an exchange's table to bind a queue already bound,
+    which another user's table (mode 0644) refuses; here a binding already there is left."""
 
     @property
     def transport_options(self):
@@ -104,6 +112,32 @@ class FolderChannel(filesystem.Channel):
             os.replace(writing, folder / name)
         except OSError as exc:
             raise ChannelError(f"Cannot add file {name!r} to directory") from exc
+
+    def _get(self, queue):
+        if self.store_processed:
+            return super()._get(queue)
+        folder = Path(self.data_folder_in)
+        wanted = f"{queue}.msg"
+        for name in sorted(os.listdir(folder)):
+            if name.partition(".")[2] != wanted:
+                continue
+            claimed = folder / f".{name}.{uuid.uuid4().hex}.taken"  # no consumer takes it
+            try:
+                os.rename(folder / name, claimed)
+            except FileNotFoundError:
+                continue  # another consumer claimed it first
+            try:
+                payload = claimed.read_bytes()
+                claimed.unlink()
+            except OSError as exc:
+                raise ChannelError(f"Cannot read file {name!r} from queue.") from exc
+            return loads(bytes_to_str(payload))
+        raise Empty()
+
+    def _queue_bind(self, exchange, routing_key, pattern, queue):
+        binding = filesystem.exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        if binding not in self.get_table(exchange):
+            super()._queue_bind(exchange, routing_key, pattern, queue)
 
 
 class FolderTransport(filesystem.Transport):

@@ -32,6 +32,7 @@ from tests.deploy.as_the_unit import UNIT_UID, unit_command
 from tests.deploy.conftest import clean_env
 from tests.deploy.test_host_actions import HELPER, _fake
 from tests.factories import DeploymentFactory, GpuFactory
+from tests.isolated_broker import SHARED_QUEUES, IsolatedBroker
 from tests.mock_nvml import CHECKOUT, VENDORED, MockNvml
 from tests.processes import Processes, database_url_for_processes, wait_for
 
@@ -41,7 +42,7 @@ HOST = "gpu-actions"
 
 
 @pytest.fixture
-def shipped_host(agent_venv, tmp_path, isolated_broker):
+def shipped_host(agent_venv, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the helper runs as root and the agent as another user: needs root")
     if os.uname().machine != "x86_64":
@@ -90,11 +91,12 @@ systemd = "nvidia-mps@1.service"
     state = work / "state"
     state.mkdir()
     command, unit_env, who = unit_command(agent_venv, work)
-    broker = isolated_broker
+    # In the work folder, not pytest's: the unit's user must reach the folder broker's folder.
+    broker = IsolatedBroker.for_test(work)
     folder = [broker.folder, *broker.folder.rglob("*")] if broker.folder else []
     for path in (secret, state, *folder):  # what the unit's user must own
         os.chown(path, UNIT_UID, UNIT_UID)
-    broker.purge(f"host.{HOST}")
+    broker.purge(*SHARED_QUEUES, f"host.{HOST}")
     client = json.dumps([command[-1], *HELPER, "--socket", str(socket_path)])[1:-1]
     actions = work / "actions.toml"  # the shipped example's shape, the helper's client
     actions.write_text(

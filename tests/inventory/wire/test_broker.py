@@ -3,10 +3,12 @@ Redis's visibility timeout, held above the task time limit; RabbitMQ's publisher
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +20,7 @@ from kombu import Connection
 
 from console.checks import visibility_timeout_outlasts_tasks
 from inventory.wire.broker import (
+    BASE_DIR,
     FOLDER_POLL_S,
     FolderTransport,
     broker_transport_options,
@@ -74,6 +77,54 @@ def test_the_folder_broker_never_hands_out_a_message_still_being_written(monkeyp
             queue.get(timeout=0.2)
         queue.close()
     assert not [path for path in folder.iterdir() if path.name.endswith(".msg")]
+
+
+_TAKE_AS_ANOTHER_USER = """
+import sys
+from kombu import Connection
+from inventory.wire.broker import broker_transport_options
+with Connection("filesystem://", transport_options=broker_transport_options()) as conn:
+    queue = conn.SimpleQueue(sys.argv[1])  # binds the queue root bound already
+    message = queue.get(timeout=5)
+    message.ack()
+    print(message.payload["from"])
+    queue.close()
+"""
+
+
+def test_on_the_folder_broker_another_user_takes_the_messages_root_wrote(monkeypatch):
+    """The agent unit's user owns the folder and takes what the console's processes (root)
+    wrote there, through the table root bound: kombu's own channel takes a message through
+    the sticky /tmp and rewrites the table, and another user can do neither."""
+    if os.geteuid() != 0:
+        pytest.skip("two users on one folder: needs root")
+    unit_uid = 65534  # nobody, as the shipped unit's user in tests/deploy
+    work = Path(tempfile.mkdtemp(prefix="folder-broker-users-"))
+    try:
+        work.chmod(0o755)
+        folder = work / "broker"
+        for sub in ("queue", "control"):
+            (folder / sub).mkdir(parents=True)
+        for path in (folder, *folder.iterdir()):
+            os.chown(path, unit_uid, unit_uid)
+        monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+        monkeypatch.setenv("CELERY_FILESYSTEM_BROKER_DIR", str(folder))
+        # A name of its own: kombu remembers the bindings this process made, and binds once.
+        name = f"probe-{uuid.uuid4().hex[:8]}"
+        with Connection("filesystem://", transport_options=broker_transport_options()) as conn:
+            conn.SimpleQueue(name).put({"from": "root"})
+        assert (folder / "control" / f"{name}.exchange").stat().st_uid == 0
+        taken = subprocess.run(
+            ["setpriv", f"--reuid={unit_uid}", f"--regid={unit_uid}", "--clear-groups",
+             sys.executable, "-c", _TAKE_AS_ANOTHER_USER, name],
+            cwd=BASE_DIR, env={**os.environ, "PYTHONPATH": str(BASE_DIR)},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert taken.returncode == 0, taken.stderr
+        assert taken.stdout.strip() == "root"
+        assert list((folder / "queue").iterdir()) == [], "taken once, nothing left behind"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_a_server_broker_has_no_folders(monkeypatch):
