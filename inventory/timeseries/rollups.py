@@ -36,9 +36,11 @@ are made again from their minute rows up to `last_minute` (`SPLICE_*`), the rest
 they are. Anything else is recomputed whole from the hour's minute rows (`HOUR_OF_*`,
 `PACK_OF_*`): an hour without that row (the first of its minutes, or one written other than by
 a refresh), or a minute whose new row does not hold its old one (raw samples gone and come
-back). The engine hour rows, whose sums are floating point (an order-dependent sum), are
-recomputed every time, from their minutes in time order; they are the smallest (a refresh of a
-few hosts' minutes recomputes only those hosts' deployments).
+back). The engine hour rows' sums are floating point, summed in time order (an
+order-dependent sum, a left fold): minutes from a row's last on fold onto its sums before its
+last minute, which the row keeps (`FOLD_OF_ENGINES`), to the same last bit; an hour with a late
+minute has them recomputed from its minutes in time order (for a few hosts' minutes, only those
+hosts' deployments).
 """
 
 from __future__ import annotations
@@ -109,17 +111,34 @@ WHERE bucket >= %(first)s AND bucket < %(last)s
   AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
 GROUP BY 1, 2, 3
 """
-HOUR_OF_ENGINES = """
-INSERT INTO inventory_engine_rollup_1h (deployment_id, bucket, samples, running_max,
-    running_sum, running_count, waiting_max, kv_usage_max, requests, requests_s,
-    latency_p50_max, latency_p95_max, latency_p99_max)
-SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), sum(samples), max(running_max),
+# An engine hour row also keeps its deployment's last minute in the hour and its float sums
+# over the minutes before that one (`*_before`): what `FOLD_OF_ENGINES` folds the minute
+# being filled into.
+_ENGINE_HOUR_COLUMNS = """deployment_id, bucket, samples, running_max, running_sum,
+    running_count, waiting_max, kv_usage_max, requests, requests_s, latency_p50_max,
+    latency_p95_max, latency_p99_max, last_bucket, running_sum_before, requests_before,
+    requests_s_before"""
+_ENGINE_HOUR_FIGURES = """deployment_id, hour, sum(samples), max(running_max),
     sum(running_sum ORDER BY bucket), sum(running_count), max(waiting_max), max(kv_usage_max),
     sum(requests ORDER BY bucket), sum(requests_s ORDER BY bucket), max(latency_p50_max),
-    max(latency_p95_max), max(latency_p99_max)
-FROM inventory_engine_rollups_1m(%(first)s, %(last)s)
-WHERE bucket >= %(first)s AND bucket < %(last)s
-  AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s){of_refreshed}
+    max(latency_p95_max), max(latency_p99_max), max(at),
+    sum(running_sum ORDER BY bucket) FILTER (WHERE bucket < own_last),
+    sum(requests ORDER BY bucket) FILTER (WHERE bucket < own_last),
+    sum(requests_s ORDER BY bucket) FILTER (WHERE bucket < own_last)"""
+_ENGINE_MINUTE_FIGURES = """samples, running_max, running_sum, running_count, waiting_max,
+    kv_usage_max, requests, requests_s, latency_p50_max, latency_p95_max, latency_p99_max"""
+HOUR_OF_ENGINES = f"""
+INSERT INTO inventory_engine_rollup_1h ({_ENGINE_HOUR_COLUMNS})
+SELECT {_ENGINE_HOUR_FIGURES}
+FROM (
+    SELECT deployment_id, date_trunc('hour', bucket, 'UTC') AS hour, bucket,
+        {_ENGINE_MINUTE_FIGURES}, bucket AS at,
+        max(bucket) OVER (PARTITION BY deployment_id, date_trunc('hour', bucket, 'UTC'))
+            AS own_last
+    FROM inventory_engine_rollups_1m(%(first)s, %(last)s)
+    WHERE bucket >= %(first)s AND bucket < %(last)s
+      AND date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s){{of_refreshed}}
+) minutes
 GROUP BY 1, 2
 """
 # The deployments of the hosts a refresh of a few hosts' minutes rewrote: the only ones whose
@@ -206,6 +225,50 @@ WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
 GROUP BY 1, 2, 3
 ON CONFLICT (gpu_id, pid, bucket) DO UPDATE SET
 """
+# The engine hour rows of the deployments refreshed, folded: each folds its refreshed minutes'
+# new rows, in time order, into its hour row's sums before its last minute where that minute
+# was refreshed again (the minute being filled), else into its whole sums; the old rows'
+# counts come off. A float sum in time order is a left fold, so this is the very sum a
+# recompute from every minute gives. Only for minutes from the hour's last on (a late minute's
+# hour has its engine rows recomputed).
+FOLD_OF_ENGINES = f"""
+INSERT INTO inventory_engine_rollup_1h AS h ({_ENGINE_HOUR_COLUMNS})
+SELECT {_ENGINE_HOUR_FIGURES}
+FROM (
+    SELECT *, max(at) OVER (PARTITION BY deployment_id, hour) AS own_last FROM (
+        SELECT deployment_id, bucket AS hour, '-infinity'::timestamptz AS bucket, samples,
+            running_max,
+            CASE WHEN again THEN running_sum_before ELSE running_sum END AS running_sum,
+            running_count, waiting_max, kv_usage_max,
+            CASE WHEN again THEN requests_before ELSE requests END AS requests,
+            CASE WHEN again THEN requests_s_before ELSE requests_s END AS requests_s,
+            latency_p50_max, latency_p95_max, latency_p99_max,
+            CASE WHEN again THEN NULL ELSE last_bucket END AS at
+        FROM (
+            SELECT h.*, EXISTS (SELECT 1 FROM refreshed_engine_old o
+                                WHERE o.deployment_id = h.deployment_id
+                                  AND o.bucket = h.last_bucket) AS again
+            FROM inventory_engine_rollup_1h h
+            WHERE h.bucket = ANY(%(hours)s) AND (h.deployment_id, h.bucket) IN (
+                SELECT deployment_id, date_trunc('hour', bucket, 'UTC')
+                FROM refreshed_engine_new
+                UNION SELECT deployment_id, date_trunc('hour', bucket, 'UTC')
+                FROM refreshed_engine_old)
+        ) hour_row
+        UNION ALL
+        SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), bucket, -samples, NULL, NULL,
+            -running_count, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM refreshed_engine_old
+        UNION ALL
+        SELECT deployment_id, date_trunc('hour', bucket, 'UTC'), bucket,
+            {_ENGINE_MINUTE_FIGURES}, bucket
+        FROM refreshed_engine_new
+    ) folded
+    WHERE hour = ANY(%(hours)s)
+) minutes
+GROUP BY 1, 2
+ON CONFLICT (deployment_id, bucket) DO UPDATE SET
+"""
 # Each kind's minute row key.
 _KEYS = {
     "card": ("gpu_id", "bucket"),
@@ -225,6 +288,20 @@ _MERGES = {
         _KEYS["process"],
         ("samples", "used_sum", "used_count"),
         ("deployment_id", "name", "used_max", "frag_index_max"),
+        (),
+        (),
+    ),
+    "engine": (
+        _KEYS["engine"],
+        ("samples", "running_count"),
+        (
+            "running_max",
+            "waiting_max",
+            "kv_usage_max",
+            "latency_p50_max",
+            "latency_p95_max",
+            "latency_p99_max",
+        ),
         (),
         (),
     ),
@@ -262,6 +339,11 @@ def _not_held(kind: str) -> str:
 _FOLDS = (
     ("card", FOLD_OF_CARDS + _merged("card")),
     ("process", FOLD_OF_PROCESSES + _merged("process")),
+)
+ENGINE_FOLD = FOLD_OF_ENGINES + ", ".join(
+    f"{c} = excluded.{c}"
+    for c in (c.strip() for c in _ENGINE_HOUR_COLUMNS.split(","))
+    if c not in _KEYS["engine"]
 )
 
 # A folded hour's packs take the refreshed minutes from its last minute on at their end
@@ -633,15 +715,15 @@ def _refresh_hours(cursor, minutes: list[dt.datetime], deployments: set[int] | N
         first_of.setdefault(_hour(minute), minute)
     folds = {hour for hour in hours if hour in folded_to}
     if folds:
-        for kind, _fold_sql in _FOLDS:
+        for kind in _MERGES:
             cursor.execute(_not_held(kind))
             folds -= {row[0] for row in cursor.fetchall()}
     wholes = [hour for hour in hours if hour not in folds]
     folds = sorted(folds)
+    late = [hour for hour in folds if first_of[hour] < folded_to[hour]]
     if folds:
         for _kind, fold_sql in _FOLDS:
             cursor.execute(fold_sql, {"hours": folds})
-        late = [hour for hour in folds if first_of[hour] < folded_to[hour]]
         if late:
             _splice(cursor, {"hours": late, "lasts": [folded_to[hour] for hour in late]})
         refreshed = set(minutes)
@@ -668,12 +750,16 @@ def _refresh_hours(cursor, minutes: list[dt.datetime], deployments: set[int] | N
                 f"DELETE FROM inventory_{kind}_rollup_1h WHERE bucket = ANY(%s)", [wholes]
             )
             cursor.execute(hour_sql.format(of_refreshed=""), _span(wholes))
-    # The engine hour rows of the folded hours are recomputed too, their sums being floating
-    # point: every deployment's, or where only some hosts were refreshed, theirs.
-    engine_folds = [hour for hour in hours if hour not in wholes]
+    # The engine hour rows of a folded hour fold the minutes from its last on; those of an
+    # hour with a late minute are recomputed, their sums being floating point (the minutes
+    # after the late one would have to come off): every deployment's, or where only some
+    # hosts were refreshed, theirs.
+    engine_folds = [hour for hour in folds if hour not in late]
     if engine_folds:
+        cursor.execute(ENGINE_FOLD, {"hours": engine_folds})
+    if late:
         of_refreshed = "" if deployments is None else OF_REFRESHED
-        span = {**_span(engine_folds), "deployments": sorted(deployments or ())}
+        span = {**_span(late), "deployments": sorted(deployments or ())}
         cursor.execute(
             f"DELETE FROM inventory_engine_rollup_1h WHERE bucket = ANY(%(hours)s){of_refreshed}",
             span,

@@ -221,12 +221,12 @@ def test_folded_hours_are_the_hours_recomputed_from_their_minutes(two_hours, ste
 
 def test_the_minute_being_filled_is_folded_not_recomputed(two_hours):
     """The steady state: the minute being filled is dirtied again by every flush; its hour is
-    folded (no hour recompute of cards or processes, whose hours are the big ones)."""
+    folded (no hour recompute of cards, processes or engines)."""
     for offset in (0, 1):
         _land(_minute(offset), [(11, 5, False, GIB, GIB, 50, 0.5)], [(11, 1000, 5, 21, GIB,
               "vllm")], [(21, 5, 3.0, 0.2, 10.0)])  # fmt: skip
         rollups.refresh_all()
-    _land(_minute(1), [(11, 15, False, 2 * GIB, GIB, 50, 0.5)], [], [])
+    _land(_minute(1), [(11, 15, False, 2 * GIB, GIB, 50, 0.5)], [], [(21, 15, 4.1, 0.3, 7.3)])
     with CaptureQueriesContext(connection) as captured:
         rollups.refresh_all()
     statements = " ".join(query["sql"] for query in captured.captured_queries)
@@ -234,6 +234,9 @@ def test_the_minute_being_filled_is_folded_not_recomputed(two_hours):
     assert "INSERT INTO inventory_card_rollup_1h (" not in statements  # not recomputed
     assert "INSERT INTO inventory_process_rollup_1h (" not in statements
     assert "INSERT INTO inventory_memory_minutes_1h (" not in statements
+    # The engine hours too, their float sums folded onto the sums before the minute filled.
+    assert "INSERT INTO inventory_engine_rollup_1h AS h" in statements
+    assert "INSERT INTO inventory_engine_rollup_1h (" not in statements
     folded = _rows(HOURS + PACKS)
     rollups.rebuild_hours(HOUR0, _minute(1))
     assert _rows(HOURS + PACKS) == folded
