@@ -7,7 +7,7 @@ out first. It also ends when that connection is cut (the database restarts); the
 told, so a second process may take the lock then.
 """
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 
 class ProcessLock:
@@ -28,6 +28,16 @@ class ProcessLock:
         return taken
 
     def release(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        if self._connection is None:
+            return
+        connection, self._connection = self._connection, None
+        try:
+            # Unlocked here, not by closing alone: the server lets go of a closed
+            # connection's locks when its backend has exited, a moment after the close
+            # returns, and a taker in that moment would be refused.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [self.name])
+        except DatabaseError:
+            pass  # the connection is gone already, and the lock with it
+        finally:
+            connection.close()
