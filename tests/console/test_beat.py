@@ -20,6 +20,19 @@ def test_a_process_lock_is_held_by_one_holder_until_released():
         second.release()
 
 
+@pytest.mark.django_db
+def test_a_process_lock_whose_connection_is_gone_releases_without_error():
+    held = ProcessLock("test lock gone")
+    assert held.acquire()
+    held._connection.connection.close()  # the server side went away under the holder
+    held.release()
+    taker = ProcessLock("test lock gone")
+    try:
+        assert taker.acquire()
+    finally:
+        taker.release()
+
+
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_second_beat_against_the_same_database_refuses_to_run(tmp_path):

@@ -26,6 +26,7 @@ from inventory.wire.broker import (
     broker_transport_options,
     broker_url,
 )
+from tests.deploy.as_the_unit import UNIT_UID
 from tests.inventory.test_outages import REDIS, PrivateRedis
 
 RABBITMQ = ("127.0.0.1", 5672)
@@ -98,7 +99,6 @@ def test_on_the_folder_broker_another_user_takes_the_messages_root_wrote(monkeyp
     the sticky /tmp and rewrites the table, and another user can do neither."""
     if os.geteuid() != 0:
         pytest.skip("two users on one folder: needs root")
-    unit_uid = 65534  # nobody, as the shipped unit's user in tests/deploy
     work = Path(tempfile.mkdtemp(prefix="folder-broker-users-"))
     try:
         work.chmod(0o755)
@@ -106,7 +106,7 @@ def test_on_the_folder_broker_another_user_takes_the_messages_root_wrote(monkeyp
         for sub in ("queue", "control"):
             (folder / sub).mkdir(parents=True)
         for path in (folder, *folder.iterdir()):
-            os.chown(path, unit_uid, unit_uid)
+            os.chown(path, UNIT_UID, UNIT_UID)
         monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
         monkeypatch.setenv("CELERY_FILESYSTEM_BROKER_DIR", str(folder))
         # A name of its own: kombu remembers the bindings this process made, and binds once.
@@ -115,7 +115,7 @@ def test_on_the_folder_broker_another_user_takes_the_messages_root_wrote(monkeyp
             conn.SimpleQueue(name).put({"from": "root"})
         assert (folder / "control" / f"{name}.exchange").stat().st_uid == 0
         taken = subprocess.run(
-            ["setpriv", f"--reuid={unit_uid}", f"--regid={unit_uid}", "--clear-groups",
+            ["setpriv", f"--reuid={UNIT_UID}", f"--regid={UNIT_UID}", "--clear-groups",
              sys.executable, "-c", _TAKE_AS_ANOTHER_USER, name],
             cwd=BASE_DIR, env={**os.environ, "PYTHONPATH": str(BASE_DIR)},
             capture_output=True, text=True, timeout=60,
