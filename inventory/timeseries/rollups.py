@@ -1,19 +1,19 @@
 """The 1-minute and 1-hour rollups, recomputed for the minutes ingest marked dirty.
 
-Each refresh takes the oldest dirty minutes and recomputes those minutes' 1-minute rows from
-the raw samples, replacing what was there. Recomputing rather than adding makes a refresh
-idempotent and late data harmless: a minute that receives another batch is dirty again and
-comes out right. A dirty mark names its minute and the host whose batch wrote there (or every
-host: `EVERY_HOST`); a minute marked by a few hosts (a late batch, an agent's backlog) is
-recomputed for those hosts' cards and deployments alone, not for the fleet. Marks are never
-merged, and a refresh deletes only the marks it read: a batch that commits while a refresh
-runs leaves its own mark for the next. Every figure keeps its peak (max of the interval
-maxima) beside sums and counts for means; a sum of floating-point figures adds them in time
-order, so that it comes out the same to the last bit however the rows lie on disk (as rows or
-packed). Refreshes run one at a time (a transaction advisory lock): two refreshers rebuilding
-the same hour would otherwise race on its rows. A late minute of an hour whose minute rows
-are packed (inventory.timeseries.packing) has that hour unpacked first; the refreshed hours
-are marked due for packing.
+Each refresh takes dirty minutes (the newest hours first, an hour's minutes in time order) and
+recomputes those minutes' 1-minute rows from the raw samples, replacing what was there.
+Recomputing rather than adding makes a refresh idempotent and late data harmless: a minute that
+receives another batch is dirty again and comes out right. A dirty mark names its minute and
+the host whose batch wrote there (or every host: `EVERY_HOST`); a minute marked by a few hosts
+(a late batch, an agent's backlog) is recomputed for those hosts' cards and deployments alone,
+not for the fleet. Marks are never merged, and a refresh deletes only the marks it read: a
+batch that commits while a refresh runs leaves its own mark for the next. Every figure keeps
+its peak (max of the interval maxima) beside sums and counts for means; a sum of floating-point
+figures adds them in time order, so that it comes out the same to the last bit however the rows
+lie on disk (as rows or packed). Refreshes run one at a time (a transaction advisory lock): two
+refreshers rebuilding the same hour would otherwise race on its rows. A late minute of an hour
+whose minute rows are packed (inventory.timeseries.packing) has that hour unpacked first; the
+refreshed hours are marked due for packing.
 
 Beside the hour rows, each hour's minutes that the host page's analyses read are packed in one
 row (`PACK_OF_MEMORY`, `PACK_OF_ENGINES`): a week of a shared host is then a few thousand rows
@@ -534,10 +534,15 @@ HOSTS_OWN = """
 SELECT array(SELECT id FROM inventory_gpu WHERE host_id = ANY(%(hosts)s::bigint[])),
        array(SELECT id FROM inventory_deployment WHERE host_id = ANY(%(hosts)s::bigint[]))
 """
-# The marks of the oldest dirty minutes: a mark names a minute and a host, or every host.
+# The marks of the dirty minutes a refresh takes: a mark names a minute and a host, or every
+# host. The newest hours come first, each hour's minutes in time order: after an outage or
+# at a first start (the demo's month of history) the present is rolled up within a cycle,
+# the backlog behind it; an hour's minutes in order keep its folds appending. Hours fold
+# apart from each other, so their order does not change a figure.
 DIRTY = """
 SELECT id, bucket, host_id FROM inventory_rollup_dirty
-WHERE bucket IN (SELECT DISTINCT bucket FROM inventory_rollup_dirty ORDER BY bucket LIMIT %s)
+WHERE bucket IN (SELECT bucket FROM (SELECT DISTINCT bucket FROM inventory_rollup_dirty) d
+                 ORDER BY date_trunc('hour', bucket, 'UTC') DESC, bucket LIMIT %s)
 """
 EVERY_HOST = 0
 _MINUTE = dt.timedelta(minutes=1)

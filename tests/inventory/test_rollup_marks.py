@@ -171,3 +171,31 @@ def test_a_minute_marked_for_every_host_is_recomputed_for_every_host(two_hosts):
         )  # fmt: skip
     assert rollups.refresh_all() == 1
     assert [_card_minute(card) for card, _ in two_hosts] == [(1, 5 * GIB)] * 2
+
+
+def _dirty_minutes() -> list[dt.datetime]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT bucket FROM inventory_rollup_dirty ORDER BY 1")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_a_backlog_is_refreshed_newest_hour_first_and_comes_out_as_a_rebuild(two_hosts):
+    # Three minutes in each of two hours: the hour before T0's and T0's.
+    (card, deployment), _other = two_hosts
+    starts = [T0 - 3600 + 60 * m for m in range(3)] + [T0 + 60 * m for m in range(3)]
+    for seq, start in enumerate(starts, 1):
+        _write(card, deployment, start, seq * GIB, seq)
+    minutes = _dirty_minutes()
+    older, newer = minutes[:3], minutes[3:]
+    assert rollups.refresh(limit=2) == 2
+    # The present first, its minutes in time order; the backlog waits.
+    assert _dirty_minutes() == older + newer[2:]
+    assert rollups.refresh(limit=2) == 2
+    assert _dirty_minutes() == older[1:]
+    assert rollups.refresh_all() == 2
+    refreshed = _without_ctids(_rows(MINUTES + HOURS + PACKS))
+    assert {row[1] for row in refreshed["card_rollup_1m"]} == set(minutes)
+    # Each hour folded from its minutes in pieces, the later hour first: what a recompute of
+    # both hours from their minute rows gives, to the last bit.
+    rollups.rebuild_hours(minutes[0], minutes[-1])
+    assert _without_ctids(_rows(MINUTES + HOURS + PACKS)) == refreshed
