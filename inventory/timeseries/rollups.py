@@ -1,19 +1,20 @@
 """The 1-minute and 1-hour rollups, recomputed for the minutes ingest marked dirty.
 
 Each refresh takes dirty minutes (the newest hours first, an hour's minutes in time order) and
-recomputes those minutes' 1-minute rows from the raw samples, replacing what was there.
-Recomputing rather than adding makes a refresh idempotent and late data harmless: a minute that
-receives another batch is dirty again and comes out right. A dirty mark names its minute and
-the host whose batch wrote there (or every host: `EVERY_HOST`); a minute marked by a few hosts
-(a late batch, an agent's backlog) is recomputed for those hosts' cards and deployments alone,
-not for the fleet. Marks are never merged, and a refresh deletes only the marks it read: a
-batch that commits while a refresh runs leaves its own mark for the next. Every figure keeps
-its peak (max of the interval maxima) beside sums and counts for means; a sum of floating-point
-figures adds them in time order, so that it comes out the same to the last bit however the rows
-lie on disk (as rows or packed). Refreshes run one at a time (a transaction advisory lock): two
-refreshers rebuilding the same hour would otherwise race on its rows. A late minute of an hour
-whose minute rows are packed (inventory.timeseries.packing) has that hour unpacked first; the
-refreshed hours are marked due for packing.
+recomputes those minutes' 1-minute rows from the raw samples, written over what was there in
+place (the minute being filled, refreshed again every cycle, is rewritten on its own pages: HOT
+updates, no index entry). Recomputing rather than adding makes a refresh idempotent and late
+data harmless: a minute that receives another batch is dirty again and comes out right. A dirty
+mark names its minute and the host whose batch wrote there (or every host: `EVERY_HOST`); a
+minute marked by a few hosts (a late batch, an agent's backlog) is recomputed for those hosts'
+cards and deployments alone, not for the fleet. Marks are never merged, and a refresh deletes
+only the marks it read: a batch that commits while a refresh runs leaves its own mark for the
+next. Every figure keeps its peak (max of the interval maxima) beside sums and counts for
+means; a sum of floating-point figures adds them in time order, so that it comes out the same
+to the last bit however the rows lie on disk (as rows or packed). Refreshes run one at a time
+(a transaction advisory lock): two refreshers rebuilding the same hour would otherwise race on
+its rows. A late minute of an hour whose minute rows are packed (inventory.timeseries.packing)
+has that hour unpacked first; the refreshed hours are marked due for packing.
 
 Beside the hour rows, each hour's minutes that the host page's analyses read are packed in one
 row (`PACK_OF_MEMORY`, `PACK_OF_ENGINES`): a week of a shared host is then a few thousand rows
@@ -46,6 +47,7 @@ hosts' deployments).
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from django.db import connection, transaction
 
@@ -353,11 +355,10 @@ ENGINE_FOLD = FOLD_OF_ENGINES + ", ".join(
 # changed, say).
 STRIP_LAST = """
 UPDATE {table} p SET minutes = p.minutes - 1, {strip}
-FROM unnest(%(hours)s::timestamptz[], %(lasts)s::timestamptz[]) folded (hour, last)
-WHERE p.bucket = folded.hour
+FROM ({lost}) lost
+WHERE p.bucket = lost.hour AND {matched}
   AND substring(p.at_us FROM octet_length(p.at_us) - 7)
-      = int8send((extract(epoch FROM folded.last) * 1000000)::bigint)
-  AND EXISTS ({was}) AND NOT EXISTS ({present})
+      = int8send((extract(epoch FROM lost.last) * 1000000)::bigint)
 RETURNING p.minutes
 """
 APPEND_TO_MEMORY = """
@@ -416,23 +417,37 @@ def _stripped(columns: tuple[str, ...]) -> str:
 
 _MEMORY = ("at_us", "used_max")
 _ENGINES = ("at_us", "running_max", "latency_p99_max")
-# What says that a pack has an entry for its hour's last minute among the refreshed minutes'
-# rows, old or new: a pack whose minute had one among the old and has none among the new
-# loses it; the packs of the hosts not refreshed (a late batch's minute) have neither.
-_MEMORY_ENTRY_AT = (
-    "SELECT 1 FROM refreshed_process_{age} n WHERE n.gpu_id = p.gpu_id"
-    " AND n.bucket = folded.last AND n.deployment_id = p.deployment_id AND n.used_max IS NOT NULL"
-)
-_ENGINE_ENTRY_AT = (
-    "SELECT 1 FROM refreshed_engine_{age} n WHERE n.deployment_id = p.deployment_id"
-    " AND n.bucket = folded.last"
-)
-# Each pack: its table, its bytea columns, its append, and what says it has an entry.
+# The packs that had an entry for their hour's last minute among the refreshed minutes' old
+# rows and have none among the new ones (the packs of the hosts not refreshed, a late
+# batch's minute, have neither): found in the refreshed rows alone, so that a refresh where
+# none lost one (nearly every refresh) reads no pack for it.
+LOST_AT_LAST = """
+SELECT DISTINCT {key}, folded.hour, folded.last FROM refreshed_{kind}_old n
+JOIN unnest(%(hours)s::timestamptz[], %(lasts)s::timestamptz[]) folded (hour, last)
+  ON n.bucket = folded.last
+WHERE {entry}
+EXCEPT
+SELECT {key}, folded.hour, folded.last FROM refreshed_{kind}_new n
+JOIN unnest(%(hours)s::timestamptz[], %(lasts)s::timestamptz[]) folded (hour, last)
+  ON n.bucket = folded.last
+WHERE {entry}
+"""
+
+
+def _lost_at_last(kind: str, key: tuple[str, ...], entry: str) -> tuple[str, str]:
+    """What finds the packs that lose their last entry, and how a pack meets its row there."""
+    lost = LOST_AT_LAST.format(key=", ".join(key), kind=kind, entry=entry)
+    return lost, " AND ".join(f"p.{c} = lost.{c}" for c in key)
+
+
+# Each pack: its table, its bytea columns, its append, and the packs that lose their last
+# entry (with how a pack meets them).
 _APPENDS = (
     ("inventory_memory_minutes_1h", _MEMORY, APPEND_TO_MEMORY + _appended(_MEMORY),
-     _MEMORY_ENTRY_AT),
+     _lost_at_last("process", ("gpu_id", "deployment_id"),
+                   "n.deployment_id IS NOT NULL AND n.used_max IS NOT NULL")),
     ("inventory_engine_minutes_1h", _ENGINES, APPEND_TO_ENGINES + _appended(_ENGINES),
-     _ENGINE_ENTRY_AT),
+     _lost_at_last("engine", ("deployment_id",), "true")),
 )  # fmt: skip
 
 # The packs of a folded hour whose entry for a late minute (one before the hour's last) is not
@@ -555,6 +570,21 @@ _KINDS = (
     ("process", MINUTE_OF_PROCESSES, HOUR_OF_PROCESSES),
     ("engine", MINUTE_OF_ENGINES, HOUR_OF_ENGINES),
 )
+
+
+def _replacing(kind: str, minute_sql: str) -> str:
+    """The ON CONFLICT clause that writes a recomputed minute row over the one there, in place:
+    a minute refreshed again (the minute being filled, every cycle) has its rows rewritten on
+    their own pages (HOT updates: the minute partitions keep room, `partitions.TABLES`), its
+    indexes left alone."""
+    columns = re.search(r"INSERT INTO \w+ \(([^)]*)\)", minute_sql).group(1)
+    figures = [c for c in (c.strip() for c in columns.split(",")) if c not in _KEYS[kind]]
+    return f"ON CONFLICT ({', '.join(_KEYS[kind])}) DO UPDATE SET " + ", ".join(
+        f"{c} = excluded.{c}" for c in figures
+    )
+
+
+_REPLACING = {kind: _replacing(kind, minute_sql) for kind, minute_sql, _hour_sql in _KINDS}
 # How many dirty minutes one refresh takes: a backlog (a long backfill) goes in pieces.
 MINUTES_PER_REFRESH = 240
 REFRESH_LOCK = packing.REFRESH_LOCK
@@ -639,14 +669,13 @@ def _refresh_minutes(cursor, targets: list[dict]) -> list[dt.datetime]:
         for span in targets:
             of_hosts = OF_HOSTS[kind] if "gpus" in span else ""
             cursor.execute(
-                f"WITH gone AS (DELETE FROM inventory_{kind}_rollup_1m "
-                f"WHERE bucket = ANY(%(minutes)s){of_hosts} RETURNING *) "
-                f"INSERT INTO {old} SELECT * FROM gone",
+                f"INSERT INTO {old} SELECT * FROM inventory_{kind}_rollup_1m "
+                f"WHERE bucket = ANY(%(minutes)s){of_hosts}",
                 span,
             )
             cursor.execute(
-                f"WITH made AS ({minute_sql.format(of_hosts=of_hosts).rstrip()} RETURNING *) "
-                f"INSERT INTO {new} SELECT * FROM made",
+                f"WITH made AS ({minute_sql.format(of_hosts=of_hosts).rstrip()} "
+                f"{_REPLACING[kind]} RETURNING *) INSERT INTO {new} SELECT * FROM made",
                 span,
             )
     cursor.execute(
@@ -655,7 +684,7 @@ def _refresh_minutes(cursor, targets: list[dict]) -> list[dt.datetime]:
     )  # fmt: skip
     minutes = sorted(row[0] for row in cursor.fetchall())
     if any(_vanished(cursor, kind) for kind, _minute_sql, _hour_sql in _KINDS):
-        _keep_where_no_samples_are_left(cursor)
+        _drop_rows_not_made_again(cursor)
     return minutes
 
 
@@ -675,11 +704,12 @@ def _vanished(cursor, kind: str) -> bool:
     return cursor.fetchone()[0] > 0
 
 
-def _keep_where_no_samples_are_left(cursor) -> None:
-    """Put back the old rows of each host that has no new row in their minute, of any kind:
-    its raw samples there are gone (aged out), and the rollups outlive them. A host's rows
-    depend on its own samples alone, so a minute refreshed for one host or for every host
-    keeps the same rows."""
+def _drop_rows_not_made_again(cursor) -> None:
+    """Delete the old rows the recompute did not make again, except those of a host that has
+    no new row in their minute, of any kind: its raw samples there are gone (aged out), and
+    the rollups outlive them. Those stay as they were, and are no longer held as old (nothing
+    of them changed). A host's rows depend on its own samples alone, so a minute refreshed for
+    one host or for every host keeps the same rows."""
     cursor.execute(
         "CREATE TEMPORARY TABLE IF NOT EXISTS refreshed_hosts (bucket timestamptz, host_id bigint)"
     )
@@ -695,13 +725,15 @@ def _keep_where_no_samples_are_left(cursor) -> None:
     for kind, (table, column) in _OWNERS.items():
         old, new = HELD.format(kind=kind, age="old"), HELD.format(kind=kind, age="new")
         key = ", ".join(_KEYS[kind])
+        gone = f"(SELECT {key} FROM {old} EXCEPT SELECT {key} FROM {new}) gone"
         cursor.execute(
-            f"WITH kept AS (DELETE FROM {old} o "
-            f"USING (SELECT {key} FROM {old} EXCEPT SELECT {key} FROM {new}) gone "
-            f"WHERE {_matched(kind, 'gone', 'o')} "
+            f"DELETE FROM {old} o USING {gone} WHERE {_matched(kind, 'gone', 'o')} "
             f"AND NOT EXISTS (SELECT 1 FROM refreshed_hosts h JOIN {table} w "
-            f"ON w.host_id = h.host_id WHERE h.bucket = o.bucket AND w.id = o.{column}) "
-            f"RETURNING o.*) INSERT INTO inventory_{kind}_rollup_1m SELECT * FROM kept"
+            f"ON w.host_id = h.host_id WHERE h.bucket = o.bucket AND w.id = o.{column})"
+        )
+        cursor.execute(
+            f"DELETE FROM inventory_{kind}_rollup_1m r USING {gone} "
+            f"WHERE {_matched(kind, 'gone', 'r')}"
         )
 
 
@@ -733,16 +765,14 @@ def _refresh_hours(cursor, minutes: list[dt.datetime], deployments: set[int] | N
             _splice(cursor, {"hours": late, "lasts": [folded_to[hour] for hour in late]})
         refreshed = set(minutes)
         again = [hour for hour in folds if folded_to[hour] in refreshed]
-        for table, columns, append_sql, entry in _APPENDS:
-            if again:
+        for table, columns, append_sql, (lost, matched) in _APPENDS:
+            stripping = {"hours": again, "lasts": [folded_to[hour] for hour in again]}
+            if again and _any(cursor, lost, stripping):
                 cursor.execute(
                     STRIP_LAST.format(
-                        table=table,
-                        strip=_stripped(columns),
-                        was=entry.format(age="old"),
-                        present=entry.format(age="new"),
+                        table=table, strip=_stripped(columns), lost=lost, matched=matched
                     ),
-                    {"hours": again, "lasts": [folded_to[hour] for hour in again]},
+                    stripping,
                 )
                 if 0 in {row[0] for row in cursor.fetchall()}:
                     cursor.execute(
@@ -781,6 +811,11 @@ def _refresh_hours(cursor, minutes: list[dt.datetime], deployments: set[int] | N
         else:
             last_of[hour] = max(last_of[hour], _last_minute(cursor, hour))
     _note_folded(cursor, last_of)
+
+
+def _any(cursor, query: str, params: dict) -> bool:
+    cursor.execute(f"SELECT EXISTS ({query})", params)
+    return cursor.fetchone()[0]
 
 
 def _splice(cursor, late: dict) -> None:

@@ -236,6 +236,15 @@ def test_the_minute_being_filled_is_folded_not_recomputed(two_hours):
     assert "INSERT INTO inventory_memory_minutes_1h (" not in statements
     # The engine hours too, their float sums folded onto the sums before the minute filled.
     assert "INSERT INTO inventory_engine_rollup_1h AS h" in statements
+    # The minute's rows are rewritten in place, on their own pages: no row deleted, and each
+    # update a HOT one (its partition keeps room), so no index entry is written.
+    for kind in ("card", "engine"):
+        partition = f"inventory_{kind}_rollup_1m_p{_minute(1):%Y%m%d}"
+        assert _execute(
+            "SELECT pg_stat_get_xact_tuples_deleted(%s::regclass),"
+            " pg_stat_get_xact_tuples_hot_updated(%s::regclass)",
+            [partition, partition],
+        ) == [(0, 1)], kind
     assert "INSERT INTO inventory_engine_rollup_1h (" not in statements
     folded = _rows(HOURS + PACKS)
     rollups.rebuild_hours(HOUR0, _minute(1))
@@ -256,6 +265,70 @@ def test_a_minute_whose_samples_went_and_came_back_fewer_has_its_hour_recomputed
     _land(_minute(1), [(11, 5, False, 2 * GIB, GIB, 50, 0.5)], [], [])
     rollups.refresh_all()
     assert _rows(["card_rollup_1h"])["card_rollup_1h"][0][5] == 4 * GIB
+    folded = _rows(HOURS + PACKS)
+    rollups.rebuild_hours(HOUR0, _minute(1))
+    assert _rows(HOURS + PACKS) == folded
+
+
+def test_a_pack_whose_last_minute_loses_its_entry_has_it_stripped(two_hours):
+    """The minute being filled is a pack's last entry; when that minute's process comes to
+    count under another deployment, the old deployment's pack loses the entry and the new
+    one's gains it, as a recompute gives."""
+    for offset in (0, 1):
+        _land(_minute(offset), [], [(11, 1000, 5, 21, GIB, "vllm")], [])
+        rollups.refresh_all()
+    _land(_minute(1), [], [(11, 1000, 15, 22, 2 * GIB, "vllm")], [])
+    rollups.refresh_all()
+    packs = _rows(["memory_minutes_1h"])["memory_minutes_1h"]
+    assert [(gpu, deployment, minutes) for gpu, deployment, _hour, minutes, *_ in packs] == [
+        (11, 21, 1), (11, 22, 1)
+    ]  # fmt: skip
+    folded = _rows(HOURS + PACKS)
+    rollups.rebuild_hours(HOUR0, _minute(1))
+    assert _rows(HOURS + PACKS) == folded
+
+
+def test_a_full_page_of_minute_rows_is_rewritten_in_place(two_hours):
+    """The minute partitions keep room on every page: a page filled by a minute's rows takes
+    their next versions too (HOT updates), not only the rows that happen to have room."""
+    processes = [(11, pid, 5, 21, GIB, "vllm") for pid in range(300)]
+    _land(_minute(1), [], processes, [])
+    rollups.refresh_all()
+    _land(_minute(1), [], [(11, pid, 15, 21, 2 * GIB, "vllm") for pid in range(300)], [])
+    rollups.refresh_all()
+    partition = f"inventory_process_rollup_1m_p{_minute(1):%Y%m%d}"
+    assert _execute(
+        "SELECT pg_stat_get_xact_tuples_updated(%s::regclass),"
+        " pg_stat_get_xact_tuples_hot_updated(%s::regclass)",
+        [partition, partition],
+    ) == [(300, 300)]
+    assert _execute("SELECT reloptions FROM pg_class WHERE relname = %s", [partition]) == [
+        ([f"fillfactor={partitions.MINUTE_FILLFACTOR}"],)
+    ]
+
+
+def test_a_row_its_samples_no_longer_give_goes_where_its_host_has_samples_again(two_hours):
+    """A minute's rows are rewritten in place: a row the recompute does not give again is
+    deleted where its host has new samples in that minute, and kept where its host has none
+    (its samples aged out)."""
+    _land(_minute(0), [(11, 5, False, GIB, GIB, 50, 0.5), (12, 5, False, GIB, GIB, 50, 0.5)],
+          [(11, 1000, 5, 21, GIB, "vllm"), (11, 1001, 5, 21, GIB, "vllm"),
+           (12, 1000, 5, 22, GIB, "vllm")],
+          [(21, 5, 3.0, 0.2, 10.0), (22, 5, 3.0, 0.2, 10.0)])  # fmt: skip
+    rollups.refresh_all()
+    _forget(_minute(0))
+    rollups.refresh_all()  # nothing to recompute the minute from: every row stays
+    assert [r[:2] for r in _rows(["process_rollup_1m"])["process_rollup_1m"]] == [
+        (11, 1000), (11, 1001), (12, 1000)
+    ]  # fmt: skip
+    # Host A's card comes back with one of its two processes, and without its engine.
+    _land(_minute(0), [(11, 15, False, 2 * GIB, GIB, 50, 0.5)], [(11, 1000, 15, 21, GIB, "vllm")],
+          [])  # fmt: skip
+    rollups.refresh_all()
+    minutes = _rows(MINUTES)
+    assert [r[:2] for r in minutes["process_rollup_1m"]] == [(11, 1000), (12, 1000)]
+    assert [r[0] for r in minutes["engine_rollup_1m"]] == [22]
+    assert [(r[0], r[5]) for r in minutes["card_rollup_1m"]] == [(11, 2 * GIB), (12, GIB)]
     folded = _rows(HOURS + PACKS)
     rollups.rebuild_hours(HOUR0, _minute(1))
     assert _rows(HOURS + PACKS) == folded
