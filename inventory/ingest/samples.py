@@ -7,6 +7,7 @@ broker outage) re-dirties its minutes instead of having to merge into finished r
 """
 
 import datetime as dt
+import uuid
 from collections.abc import Iterable
 
 from django.db import connection
@@ -54,10 +55,14 @@ def write_processes(rows: Iterable[tuple]) -> None:
         _copy(wrapper.cursor, "inventory_process_sample", PROCESS_COLUMNS, PROCESS_TYPES, rows)
 
 
-def write(card_rows, engine_rows, mig_rows, written: set[tuple[dt.datetime, int]]) -> None:
+def write(
+    card_rows, engine_rows, mig_rows, written: set[tuple[dt.datetime, int, uuid.UUID]]
+) -> None:
     """Write one group's other rows (an iterable of tuples each, or None where a table has
-    none) and mark dirty the minute of each (moment, host id) in `written`: a late batch then
-    has only its own host's rollups recomputed. Call inside the group's transaction."""
+    none) and mark dirty the minute of each (moment, host id, batch id) in `written`: a late
+    batch then has only its own host's rollups recomputed, and a batch of the minute being
+    filled is folded into its minute's card and process rows alone. Call inside the group's
+    transaction."""
     with connection.cursor() as wrapper:
         cursor = wrapper.cursor  # the psycopg cursor, for COPY
         for (table, columns, types), rows in zip(
@@ -67,12 +72,12 @@ def write(card_rows, engine_rows, mig_rows, written: set[tuple[dt.datetime, int]
                 _copy(cursor, table, columns, types, rows)
         # Never merged with a mark already there: that one may be the one a running refresh
         # has read, and deletes when it ends (inventory.timeseries.rollups).
-        moments, hosts = zip(*sorted(written), strict=True) if written else ((), ())
+        moments, hosts, batches = zip(*sorted(written), strict=True) if written else ((), (), ())
         cursor.execute(
-            "INSERT INTO inventory_rollup_dirty (bucket, host_id) "
-            "SELECT DISTINCT date_trunc('minute', t, 'UTC'), h "
-            "FROM unnest(%s::timestamptz[], %s::bigint[]) m (t, h)",
-            [list(moments), list(hosts)],
+            "INSERT INTO inventory_rollup_dirty (bucket, host_id, batch_id) "
+            "SELECT date_trunc('minute', t, 'UTC'), h, b "
+            "FROM unnest(%s::timestamptz[], %s::bigint[], %s::uuid[]) m (t, h, b)",
+            [list(moments), list(hosts), list(batches)],
         )
 
 

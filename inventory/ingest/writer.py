@@ -188,7 +188,14 @@ class _Group:
             faults.extend(faults_of(payload, host, maps_of[host.pk]))
         samples.write(
             *tables.each_table(),
-            {(timestamp(p["interval_end"]), self.hosts[p["host"]].pk) for p in payloads},
+            {
+                (
+                    timestamp(p["interval_end"]),
+                    self.hosts[p["host"]].pk,
+                    uuid.UUID(str(p["batch_id"])),
+                )
+                for p in payloads
+            },
         )
         Event.objects.bulk_create(events, ignore_conflicts=True)
         CollectorFault.objects.bulk_create(faults)

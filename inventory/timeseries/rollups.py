@@ -1,20 +1,26 @@
 """The 1-minute and 1-hour rollups, recomputed for the minutes ingest marked dirty.
 
 Each refresh takes dirty minutes (the newest hours first, an hour's minutes in time order) and
-recomputes those minutes' 1-minute rows from the raw samples, written over what was there in
-place (the minute being filled, refreshed again every cycle, is rewritten on its own pages: HOT
-updates, no index entry). Recomputing rather than adding makes a refresh idempotent and late
-data harmless: a minute that receives another batch is dirty again and comes out right. A dirty
-mark names its minute and the host whose batch wrote there (or every host: `EVERY_HOST`); a
-minute marked by a few hosts (a late batch, an agent's backlog) is recomputed for those hosts'
-cards and deployments alone, not for the fleet. Marks are never merged, and a refresh deletes
-only the marks it read: a batch that commits while a refresh runs leaves its own mark for the
-next. Every figure keeps its peak (max of the interval maxima) beside sums and counts for
-means; a sum of floating-point figures adds them in time order, so that it comes out the same
-to the last bit however the rows lie on disk (as rows or packed). Refreshes run one at a time
-(a transaction advisory lock): two refreshers rebuilding the same hour would otherwise race on
-its rows. A late minute of an hour whose minute rows are packed (inventory.timeseries.packing)
-has that hour unpacked first; the refreshed hours are marked due for packing.
+brings those minutes' 1-minute rows up to date, written over what was there in place (the
+minute being filled, refreshed again every cycle, is rewritten on its own pages: HOT updates,
+no index entry). A dirty mark names its minute, the host whose batch wrote there (or every
+host: `EVERY_HOST`) and that batch (or none: a tool's mark, or one written before marks named
+batches); a minute marked by a few hosts (a late batch, an agent's backlog) is refreshed for
+those hosts' cards and deployments alone, not for the fleet. Where every mark of a minute names
+its batch, the samples of those batches alone are folded into its card and process rows (their
+figures are integer sums, maxima, minima and ors: a row merged with a batch's figures is the
+row a recompute of all the minute's samples gives), so the minute being filled reads the
+flushes since the last cycle, not the whole minute again; an engine minute, whose float sums
+are summed in time order, and a minute marked without a batch are recomputed from their raw
+samples, which is idempotent. Marks are never merged, and a refresh deletes only the marks it
+read: a batch that commits while a refresh runs leaves its own mark for the next, and a
+recompute leaves out its samples (`OF_READ`), which that next refresh folds in once. Every
+figure keeps its peak (max of the interval maxima) beside sums and counts for means; a sum of
+floating-point figures adds them in time order, so that it comes out the same to the last bit
+however the rows lie on disk (as rows or packed). Refreshes run one at a time (a transaction
+advisory lock): two refreshers rebuilding the same hour would otherwise race on its rows. A
+late minute of an hour whose minute rows are packed (inventory.timeseries.packing) has that
+hour unpacked first; the refreshed hours are marked due for packing.
 
 Beside the hour rows, each hour's minutes that the host page's analyses read are packed in one
 row (`PACK_OF_MEMORY`, `PACK_OF_ENGINES`): a week of a shared host is then a few thousand rows
@@ -63,7 +69,7 @@ SELECT gpu_id, date_trunc('minute', ts, 'UTC'), count(*), bool_or(lost), max(tot
     max(frag_index_max)
 FROM inventory_card_samples(%(first)s, %(last)s)
 WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)
-  {of_hosts}
+  {of_hosts}{of_batches}
 GROUP BY 1, 2
 """
 MINUTE_OF_PROCESSES = """
@@ -73,7 +79,7 @@ SELECT gpu_id, pid, date_trunc('minute', ts, 'UTC'), max(deployment_id), max(nam
     max(used_max), coalesce(sum(used_last), 0), count(used_last), max(frag_index_max)
 FROM inventory_process_samples(%(first)s, %(last)s)
 WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)
-  {of_hosts}
+  {of_hosts}{of_batches}
 GROUP BY 1, 2, 3
 """
 MINUTE_OF_ENGINES = """
@@ -87,7 +93,7 @@ SELECT deployment_id, date_trunc('minute', ts, 'UTC'), count(*), max(running_max
     max(latency_p95_s), max(latency_p99_s)
 FROM inventory_engine_samples(%(first)s, %(last)s)
 WHERE ts >= %(first)s AND ts < %(last)s AND date_trunc('minute', ts, 'UTC') = ANY(%(minutes)s)
-  {of_hosts}
+  {of_hosts}{of_batches}
 GROUP BY 1, 2
 """
 HOUR_OF_CARDS = """
@@ -555,7 +561,7 @@ SELECT array(SELECT id FROM inventory_gpu WHERE host_id = ANY(%(hosts)s::bigint[
 # the backlog behind it; an hour's minutes in order keep its folds appending. Hours fold
 # apart from each other, so their order does not change a figure.
 DIRTY = """
-SELECT id, bucket, host_id FROM inventory_rollup_dirty
+SELECT id, bucket, host_id, batch_id FROM inventory_rollup_dirty
 WHERE bucket IN (SELECT bucket FROM (SELECT DISTINCT bucket FROM inventory_rollup_dirty) d
                  ORDER BY date_trunc('hour', bucket, 'UTC') DESC, bucket LIMIT %s)
 """
@@ -572,19 +578,58 @@ _KINDS = (
 )
 
 
+def _parts(minute_sql: str) -> tuple[str, list[str], str]:
+    """A minute statement's table, the columns it inserts and the SELECT that makes them."""
+    table, columns, select = re.search(
+        r"INSERT INTO (\w+) \(([^)]*)\)\s*(SELECT .*)", minute_sql, re.S
+    ).groups()
+    return table, [c.strip() for c in columns.split(",")], select.rstrip()
+
+
 def _replacing(kind: str, minute_sql: str) -> str:
     """The ON CONFLICT clause that writes a recomputed minute row over the one there, in place:
     a minute refreshed again (the minute being filled, every cycle) has its rows rewritten on
     their own pages (HOT updates: the minute partitions keep room, `partitions.TABLES`), its
     indexes left alone."""
-    columns = re.search(r"INSERT INTO \w+ \(([^)]*)\)", minute_sql).group(1)
-    figures = [c for c in (c.strip() for c in columns.split(",")) if c not in _KEYS[kind]]
+    _table, columns, _select = _parts(minute_sql)
+    figures = [c for c in columns if c not in _KEYS[kind]]
     return f"ON CONFLICT ({', '.join(_KEYS[kind])}) DO UPDATE SET " + ", ".join(
         f"{c} = excluded.{c}" for c in figures
     )
 
 
 _REPLACING = {kind: _replacing(kind, minute_sql) for kind, minute_sql, _hour_sql in _KINDS}
+# The samples a minute is recomputed from leave out those of the batches whose marks this
+# refresh did not read (written since it read its marks): the refresh that reads them folds
+# them in (`FOLDED_MINUTES`), and they must not be in the rows already.
+OF_READ = (
+    " AND batch_id NOT IN (SELECT batch_id FROM inventory_rollup_dirty"
+    " WHERE bucket = ANY(%(minutes)s) AND batch_id IS NOT NULL"
+    " AND id <> ALL(%(marks)s::bigint[]))"
+)
+OF_BATCHES = " AND batch_id = ANY(%(batches)s::uuid[])"
+# The kinds whose minute rows take a batch's samples by folding them in: their figures are
+# integer sums, maxima, minima and ors, the same in any order. An engine minute's float sums
+# are summed in time order, so its minute is recomputed.
+FOLDED_MINUTES = ("card", "process")
+
+
+def _folding(kind: str, minute_sql: str) -> str:
+    """The statement that folds the samples of a span's batches into their minute rows. A
+    batch's samples are the minute's only where it has them, so a minute row merged with the
+    batches' figures is the row a recompute of all its samples gives."""
+    table, columns, select = _parts(minute_sql)
+    return (
+        f"INSERT INTO {table} AS h ({', '.join(columns)}) {select} "
+        f"ON CONFLICT ({', '.join(_KEYS[kind])}) DO UPDATE SET {_merged(kind)}"
+    )
+
+
+_FOLDING = {
+    kind: _folding(kind, minute_sql)
+    for kind, minute_sql, _hour_sql in _KINDS
+    if kind in FOLDED_MINUTES
+}
 # How many dirty minutes one refresh takes: a backlog (a long backfill) goes in pieces.
 MINUTES_PER_REFRESH = 240
 REFRESH_LOCK = packing.REFRESH_LOCK
@@ -608,16 +653,22 @@ def refresh(limit: int = MINUTES_PER_REFRESH) -> int:
         if not marks:
             return 0
         hosts_of: dict[dt.datetime, set[int] | None] = {}
-        for _id, bucket, host in marks:
+        batches_of: dict[dt.datetime, set | None] = {}
+        for _id, bucket, host, batch in marks:
             hosts = hosts_of.setdefault(bucket, set())
             if hosts is not None:
                 hosts.add(host)
                 if EVERY_HOST in hosts or len(hosts) > HOSTS_APART:
                     hosts_of[bucket] = None
+            batches = batches_of.setdefault(bucket, set())
+            if batch is None:
+                batches_of[bucket] = None
+            elif batches is not None:
+                batches.add(batch)
         dirty = sorted(hosts_of)
         # A late minute of an hour already packed: its minute rows are rewritten below.
         packing.unpack_hours(cursor, packing.MINUTE_TABLES, sorted({_hour(m) for m in dirty}))
-        targets = _targets(cursor, hosts_of)
+        targets = _targets(cursor, hosts_of, batches_of, [m[0] for m in marks])
         minutes = _refresh_minutes(cursor, targets)
         if minutes:
             running_blocks.invalidate(cursor, sorted({_hour(minute) for minute in minutes}))
@@ -633,22 +684,33 @@ def refresh(limit: int = MINUTES_PER_REFRESH) -> int:
     return len(dirty)
 
 
-def _targets(cursor, hosts_of: dict[dt.datetime, set[int] | None]) -> list[dict]:
+def _targets(
+    cursor,
+    hosts_of: dict[dt.datetime, set[int] | None],
+    batches_of: dict[dt.datetime, set | None],
+    marks: list[int],
+) -> list[dict]:
     """The dirty minutes as spans to recompute: the minutes of every host in one, and those
     of a few hosts (a late batch) grouped by their hosts, with those hosts' cards and
-    deployments."""
-    every = [minute for minute, hosts in hosts_of.items() if hosts is None]
-    apart: dict[frozenset[int], list[dt.datetime]] = {}
-    for minute, hosts in hosts_of.items():
-        if hosts is not None:
-            apart.setdefault(frozenset(hosts), []).append(minute)
-    spans = [(sorted(every), None)] if every else []
-    spans += [(sorted(minutes), sorted(hosts)) for hosts, minutes in apart.items()]
+    deployments; apart again, the minutes whose marks all name their batch, with those
+    batches (folded in where a kind allows it: `FOLDED_MINUTES`)."""
+    grouped: dict[tuple, list[dt.datetime]] = {}
+    for minute in sorted(hosts_of):
+        hosts = hosts_of[minute]
+        key = (hosts is not None, frozenset(hosts or ()), batches_of[minute] is not None)
+        grouped.setdefault(key, []).append(minute)
     targets = []
-    for minutes, hosts in spans:
-        span = {"minutes": minutes, "first": minutes[0], "last": minutes[-1] + _MINUTE}
-        if hosts is not None:
-            cursor.execute(HOSTS_OWN, {"hosts": hosts})
+    for (apart, hosts, folded), minutes in grouped.items():
+        span = {
+            "minutes": minutes,
+            "first": minutes[0],
+            "last": minutes[-1] + _MINUTE,
+            "marks": marks,
+        }
+        if folded:
+            span["batches"] = sorted(b for minute in minutes for b in batches_of[minute])
+        if apart:
+            cursor.execute(HOSTS_OWN, {"hosts": sorted(hosts)})
             span["gpus"], span["deployments"] = cursor.fetchone()
         targets.append(span)
     return targets
@@ -656,9 +718,10 @@ def _targets(cursor, hosts_of: dict[dt.datetime, set[int] | None]) -> list[dict]
 
 def _refresh_minutes(cursor, targets: list[dict]) -> list[dt.datetime]:
     """Recompute the dirty minutes' rows from their raw samples (of the hosts marked, or of
-    every host), keeping their old and new rows in the `HELD` tables; return the minutes that
-    have raw samples. A host with no raw samples left in a minute keeps its rows there (its
-    samples are gone, aged out with their partition)."""
+    every host), or fold their batches' samples in (`FOLDED_MINUTES`), keeping their old and
+    new rows in the `HELD` tables; return the minutes that have raw samples. A host with no
+    raw samples left in a minute keeps its rows there (its samples are gone, aged out with
+    their partition)."""
     for kind, minute_sql, _hour_sql in _KINDS:
         old, new = HELD.format(kind=kind, age="old"), HELD.format(kind=kind, age="new")
         for held in (old, new):
@@ -668,14 +731,20 @@ def _refresh_minutes(cursor, targets: list[dict]) -> list[dt.datetime]:
             cursor.execute(f"TRUNCATE {held}")
         for span in targets:
             of_hosts = OF_HOSTS[kind] if "gpus" in span else ""
+            rows = f"SELECT * FROM inventory_{kind}_rollup_1m WHERE bucket = ANY(%(minutes)s)"
+            cursor.execute(f"INSERT INTO {old} {rows}{of_hosts}", span)
+            if "batches" in span and kind in _FOLDING:
+                # The rows as they are made are read back whole, not returned by the fold: the
+                # minute's rows that no batch here touched are then held unchanged (not gone).
+                cursor.execute(
+                    _FOLDING[kind].format(of_hosts=of_hosts, of_batches=OF_BATCHES), span
+                )
+                cursor.execute(f"INSERT INTO {new} {rows}{of_hosts}", span)
+                continue
+            made = minute_sql.format(of_hosts=of_hosts, of_batches=OF_READ).rstrip()
             cursor.execute(
-                f"INSERT INTO {old} SELECT * FROM inventory_{kind}_rollup_1m "
-                f"WHERE bucket = ANY(%(minutes)s){of_hosts}",
-                span,
-            )
-            cursor.execute(
-                f"WITH made AS ({minute_sql.format(of_hosts=of_hosts).rstrip()} "
-                f"{_REPLACING[kind]} RETURNING *) INSERT INTO {new} SELECT * FROM made",
+                f"WITH made AS ({made} {_REPLACING[kind]} RETURNING *) "
+                f"INSERT INTO {new} SELECT * FROM made",
                 span,
             )
     cursor.execute(

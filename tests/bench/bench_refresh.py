@@ -1,31 +1,32 @@
 """The rollup refresh's time a cycle with a big fleet, against its interval.
 
-    python tests/bench/bench_refresh.py [--minute 58] [--cycles 3] [--reuse [--hours-back N]]
+    python tests/bench/bench_refresh.py [--minute 54] [--cycles 3] [--reuse [--hours-back N]]
                                         [--json OUT]
 
 Needs the database of DATABASE_URL migrated and a fleet in it (bench_alerts.py --hosts 10000
 leaves one: 10,000 hosts x 8 cards, three deployments a host). Every card gets 4 processes.
 
 An hour two hours back is filled as ingest and the refreshes before would have left it at
-`--minute` (late in the hour was the worst case while a refresh recomputed the whole hour's
-hourly rollups and packs from its minutes): minute rollups of every card, process and
-deployment for minutes 0 to minute - 1, the hour's hourly rollups and packs made from them
-(untimed, as a refresh of each minute would have left them), raw samples every 10 s (the
-agents' flush) for the minutes `minute` and `minute + 1`. Then:
+`--minute`: minute rollups of every card, process and deployment for minutes 0 to
+minute - 1, and the hour's hourly rollups and packs made from them (untimed, as a refresh of
+each minute would have left them). Raw samples come as the agents' flushes do: every host's
+batch every 10 s, one sample per card, process and engine at its end, each batch's minute
+marked dirty for its host and batch as ingest marks it. Then:
 
-1. a refresh with those two minutes dirty (a cycle after a late or slow one);
-2. `--cycles` refreshes with one minute dirty (the steady state: each cycle, the minute the
-   flushes of the last interval touched, dirtied again), its raw samples in place;
-3. a late batch: one host's samples (its cards, processes and engines) land in the minute
-   before, 5 s into it, as an agent's backlog after a cut would, and that minute, marked
-   dirty for that host as ingest marks it, is refreshed again alone (that host's rows are
-   recomputed and fold into their hour; only that host's packs are made again);
-4. another host's late batch in the same minute, refreshed with the minute being filled (a
-   cycle in which a backlog arrives).
+1. a refresh of two minutes' flushes (`minute` and the next: a cycle after a late or slow one);
+2. `--cycles` steady cycles, each in a minute of its own: its first four flushes refreshed
+   (untimed), then the refresh of its last two (timed): the cycle at a minute's end, the one
+   that finds the most samples in the minute being filled;
+3. a late batch: one host's samples land in `minute`, 5 s into it, as an agent's backlog after
+   a cut would, refreshed alone (that host's rows fold into their hour; only that host's packs
+   are made again);
+4. another host's late batch in `minute`, refreshed with the last two flushes of a minute being
+   filled (a cycle in which a backlog arrives).
 
 Each is timed against ROLLUP_REFRESH_INTERVAL_S (the beat interval of
-inventory.refresh_rollups). What the hour held before is replaced; --reuse times the hour an
-earlier run filled again (--hours-back: that run's hour, when the clock has moved on since).
+inventory.refresh_rollups). What the hour held from `minute` on is replaced (and its hour rows
+made again from its minutes); --reuse times the hour an earlier run filled again
+(--hours-back: that run's hour, when the clock has moved on since).
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ def sql(statement: str, params: list) -> float:
 
 
 def fill(hour: dt.datetime, minute: int) -> dict[str, float]:
+    """Minute rollups of every card, process and deployment for the hour's minutes before
+    `minute`."""
     partitions.ensure_partitions(hour - dt.timedelta(hours=1), hour + dt.timedelta(hours=2))
-    done = hour + dt.timedelta(minutes=minute)  # minutes before this are rolled up already
-    raw_end = done + dt.timedelta(minutes=2)
     steps = {
         "card minute rollups": f"""
             INSERT INTO inventory_card_rollup_1m (gpu_id, bucket, samples, lost, total_bytes,
@@ -96,34 +97,48 @@ def fill(hour: dt.datetime, minute: int) -> dict[str, float]:
             FROM inventory_deployment d
             CROSS JOIN generate_series(%s, %s, interval '1 minute') b ORDER BY b, d.id""",
     }
-    last_rolled = done - dt.timedelta(minutes=1)
     for kind in ("card", "process", "engine"):
-        for table in (f"inventory_{kind}_rollup_1m", f"inventory_{kind}_sample"):
-            column = "bucket" if "rollup" in table else "ts"
-            sql(f"DELETE FROM {table} WHERE {column} >= %s AND {column} < %s",
-                [hour, hour + dt.timedelta(hours=1)])  # fmt: skip
+        sql(f"DELETE FROM inventory_{kind}_rollup_1m WHERE bucket >= %s AND bucket < %s",
+            [hour, hour + dt.timedelta(hours=1)])  # fmt: skip
     timings = {}
     if minute > 0:
         for label, statement in steps.items():
-            timings[label] = sql(statement, [hour, last_rolled])
-    timings.update(raw_samples(done, raw_end - dt.timedelta(seconds=10)))
-    started = time.perf_counter()
-    rollups.rebuild_hours(hour, hour)
-    timings["hour rollups and packs"] = time.perf_counter() - started
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+            timings[label] = sql(statement, [hour, hour + dt.timedelta(minutes=minute - 1)])
     return {label: round(seconds, 1) for label, seconds in timings.items()}
 
 
-def raw_samples(first: dt.datetime, last: dt.datetime, host: int | None = None) -> dict:
-    """Raw samples every 10 s from `first` to `last`, of every host's cards, processes and
-    engines or of `host`'s alone."""
+def start_at(hour: dt.datetime, minute: int) -> dict[str, float]:
+    """The hour as the refreshes up to `minute` left it: no raw samples or marks, no minute
+    rows from `minute` on, the hour rows and packs made from its minutes."""
+    done = hour + dt.timedelta(minutes=minute)
+    for kind in ("card", "process", "engine"):
+        sql(f"DELETE FROM inventory_{kind}_rollup_1m WHERE bucket >= %s AND bucket < %s",
+            [done, hour + dt.timedelta(hours=1)])  # fmt: skip
+        sql(f"DELETE FROM inventory_{kind}_sample WHERE ts >= %s AND ts < %s",
+            [hour, hour + dt.timedelta(hours=1)])  # fmt: skip
+    sql("DELETE FROM inventory_rollup_dirty", [])
+    started = time.perf_counter()
+    rollups.rebuild_hours(hour, hour)
+    timings = {"hour rollups and packs": round(time.perf_counter() - started, 1)}
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return timings
+
+
+# A flush's batch id: its host's, for its moment.
+BATCH = "md5({host}::text || b::text)::uuid"
+
+
+def flushes(first: dt.datetime, last: dt.datetime, host: int | None = None) -> dict:
+    """Every host's flushes every 10 s from `first` to `last` (or `host`'s alone): a sample of
+    each card, process and engine at the flush's moment, and its minute marked dirty for its
+    host and batch, as ingest writes them."""
     timings = {}
     timings["raw card samples"] = sql(
         f"""INSERT INTO inventory_card_sample
-            SELECT g.id, b, gen_random_uuid(), 10, 10, false, g.memory_total_bytes,
-                   (4 * {USED})::bigint, (4 * {USED})::bigint, 502267904, 1073741824,
-                   1073741824, 95, 90, 60, random() * 0.4
+            SELECT g.id, b, {BATCH.format(host="g.host_id")}, 10, 10, false,
+                   g.memory_total_bytes, (4 * {USED})::bigint, (4 * {USED})::bigint,
+                   502267904, 1073741824, 1073741824, 95, 90, 60, random() * 0.4
             FROM inventory_gpu g CROSS JOIN (SELECT 0 AS p) p0
             CROSS JOIN generate_series(%s, %s, interval '10 seconds') b
             WHERE %s::bigint IS NULL OR g.host_id = %s ORDER BY b, g.id""",
@@ -131,8 +146,8 @@ def raw_samples(first: dt.datetime, last: dt.datetime, host: int | None = None) 
     )
     timings["raw process samples"] = sql(
         f"""INSERT INTO inventory_process_sample
-            SELECT g.id, b, gen_random_uuid(), 4000 + p, 'compute', 'python3', dg.id,
-                   NULL, ({USED})::bigint, ({USED})::bigint, 10, ({USED})::bigint,
+            SELECT g.id, b, {BATCH.format(host="g.host_id")}, 4000 + p, 'compute', 'python3',
+                   dg.id, NULL, ({USED})::bigint, ({USED})::bigint, 10, ({USED})::bigint,
                    ({USED})::bigint - 1073741824, 536870912, 268435456, random() * 0.6
             FROM inventory_gpu g {PROCS}
             CROSS JOIN generate_series(%s, %s, interval '10 seconds') b
@@ -140,68 +155,98 @@ def raw_samples(first: dt.datetime, last: dt.datetime, host: int | None = None) 
         [first, last, host, host],
     )
     timings["raw engine samples"] = sql(
-        """INSERT INTO inventory_engine_sample
-            SELECT d.id, b, gen_random_uuid(), 0.6, 0.6, 60, 60, 0, 0, NULL, 100, 0.2, 0.4, 0.5
+        f"""INSERT INTO inventory_engine_sample
+            SELECT d.id, b, {BATCH.format(host="d.host_id")}, 0.6, 0.6, 60, 60, 0, 0, NULL,
+                   100, 0.2, 0.4, 0.5
             FROM inventory_deployment d
             CROSS JOIN generate_series(%s, %s, interval '10 seconds') b
             WHERE %s::bigint IS NULL OR d.host_id = %s ORDER BY b, d.id""",
         [first, last, host, host],
     )
+    timings["dirty marks"] = sql(
+        f"""INSERT INTO inventory_rollup_dirty (bucket, host_id, batch_id)
+            SELECT date_trunc('minute', b, 'UTC'), h.id, {BATCH.format(host="h.id")}
+            FROM inventory_host h
+            CROSS JOIN generate_series(%s, %s, interval '10 seconds') b
+            WHERE %s::bigint IS NULL OR h.id = %s""",
+        [first, last, host, host],
+    )
     return timings
 
 
-def dirty(*minutes: dt.datetime, hosts: dict[dt.datetime, int] | None = None) -> None:
-    """The minutes marked dirty, as ingest leaves them: for every host (the whole fleet's
-    flushes), or for the one host of `hosts` whose late batch wrote there."""
-    hosts = hosts or {}
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM inventory_rollup_dirty")
-        cursor.execute(
-            "INSERT INTO inventory_rollup_dirty (bucket, host_id) "
-            "SELECT * FROM unnest(%s::timestamptz[], %s::bigint[])",
-            [list(minutes), [hosts.get(minute, rollups.EVERY_HOST) for minute in minutes]],
-        )
+def filling(minute: dt.datetime) -> None:
+    """The first four flushes of `minute`, refreshed (untimed): it is being filled."""
+    flushes(minute, minute + dt.timedelta(seconds=30))
+    assert rollups.refresh() == 1
 
 
-def timed_refresh() -> tuple[float, int]:
+def last_flushes(minute: dt.datetime) -> None:
+    flushes(minute + dt.timedelta(seconds=40), minute + dt.timedelta(seconds=50))
+
+
+def timed_refresh(statements: list | None = None) -> tuple[float, int]:
+    """One refresh's time and minutes; its statements' times added to `statements`."""
+
+    def timed(execute, sql, params, many, context):
+        began = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            statements.append((time.perf_counter() - began, " ".join(sql.split())[:110]))
+
     started = time.perf_counter()
-    refreshed = rollups.refresh()
+    if statements is None:
+        refreshed = rollups.refresh()
+    else:
+        with connection.execute_wrapper(timed):
+            refreshed = rollups.refresh()
     return time.perf_counter() - started, refreshed
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minute", type=int, default=58, help="0-58: where in the hour")
+    parser.add_argument("--minute", type=int, default=54, help="where in the hour")
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--reuse", action="store_true", help="the hour is filled already")
     parser.add_argument("--hours-back", type=int, default=2, help="the hour filled, before now's")
     parser.add_argument("--json")
+    parser.add_argument(
+        "--statements", action="store_true", help="print a steady cycle's slowest statements"
+    )
     args = parser.parse_args()
+    if not 0 <= args.minute <= 57 - args.cycles:
+        parser.error("--minute and --cycles: every minute the run fills must be in the hour")
     hour = timezone.now().astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
     hour -= dt.timedelta(hours=args.hours_back)
     cards = Gpu.objects.count()
     print(f"{cards} cards x {PROCESSES} processes, hour {hour:%H:%M}, minute {args.minute}")
     generation = {} if args.reuse else fill(hour, args.minute)
+    generation.update(start_at(hour, args.minute))
     print(json.dumps(generation), flush=True)
     first = hour + dt.timedelta(minutes=args.minute)
-    second = first + dt.timedelta(minutes=1)
-    dirty(first, second)
+    flushes(first, first + dt.timedelta(seconds=110))
     two_s, refreshed = timed_refresh()
     assert refreshed == 2, refreshed
     steady = []
-    for _ in range(args.cycles):
-        dirty(second)
-        seconds, refreshed = timed_refresh()
+    for cycle in range(args.cycles):
+        minute = first + dt.timedelta(minutes=2 + cycle)
+        filling(minute)
+        last_flushes(minute)
+        statements = [] if args.statements else None
+        seconds, refreshed = timed_refresh(statements)
         assert refreshed == 1, refreshed
         steady.append(seconds)
+        for spent, statement in sorted(statements or (), reverse=True)[:12]:
+            print(f"  {spent:6.2f} s  {statement}")
     late_by = dt.timedelta(seconds=5)
     hosts = list(Host.objects.order_by("pk").values_list("pk", flat=True)[:2])
-    raw_samples(first + late_by, first + late_by, host=hosts[0])
-    dirty(first, hosts={first: hosts[0]})
+    flushes(first + late_by, first + late_by, host=hosts[0])
     late_s, refreshed = timed_refresh()
     assert refreshed == 1, refreshed
-    raw_samples(first + 3 * late_by, first + 3 * late_by, host=hosts[-1])
-    dirty(first, second, hosts={first: hosts[-1]})
+    minute = first + dt.timedelta(minutes=2 + args.cycles)
+    filling(minute)
+    last_flushes(minute)
+    flushes(first + 3 * late_by, first + 3 * late_by, host=hosts[-1])
     late_and_filling_s, refreshed = timed_refresh()
     assert refreshed == 2, refreshed
     with connection.cursor() as cursor:

@@ -57,7 +57,7 @@ def _write(host, intervals) -> list:
     for offset_us, per_card, per_engine in intervals:
         ts = HOUR0 + dt.timedelta(microseconds=offset_us)
         batch_id = uuid.uuid4()
-        times.add((ts, written_for.pk))
+        times.add((ts, written_for.pk, batch_id))
         for gpu, ((used, free, util, frag, lost), procs) in zip(gpus, per_card, strict=True):
             cards.append((gpu.pk, ts, batch_id, 10.0, 10, lost, 80 * 2**30, used, used, 479,
                           free, free, util, util, util, frag))  # fmt: skip
@@ -224,7 +224,7 @@ def test_packing_moves_closed_hours_only_and_empties_the_days_it_finished(host):
     recent = now - dt.timedelta(minutes=1)
     rows = [(gpus[0].pk, moment, uuid.uuid4(), 10.0, 10, False, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5)
             for moment in (dt.datetime.fromtimestamp(old, dt.UTC), recent)]  # fmt: skip
-    samples.write(rows, None, None, {(row[1], written_for.pk) for row in rows})
+    samples.write(rows, None, None, {(row[1], written_for.pk, row[2]) for row in rows})
     rollups.refresh_all()
     packing.pack_all()
     with connection.cursor() as cursor:
@@ -240,9 +240,10 @@ def test_a_pack_step_is_bounded_by_its_keys(host, monkeypatch):
     written_for, gpus, _ = host
     monkeypatch.setattr(packing, "KEYS_PER_STEP", 1)
     ts = HOUR0 + dt.timedelta(minutes=1)
-    rows = [(gpu.pk, ts, uuid.uuid4(), 10.0, 10, False, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5)
+    batch_id = uuid.uuid4()
+    rows = [(gpu.pk, ts, batch_id, 10.0, 10, False, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0.5)
             for gpu in gpus]  # fmt: skip
-    samples.write(rows, None, None, {(ts, written_for.pk)})
+    samples.write(rows, None, None, {(ts, written_for.pk, batch_id)})
     rollups.refresh_all()
     first = packing.pack_step(packing.CARD, HOUR0)
     assert (first.first_key, first.packs) == (gpus[0].pk, 1)

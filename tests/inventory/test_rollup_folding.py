@@ -5,6 +5,7 @@ host, the hour rows and packs are the very rows a recompute of every hour from i
 gives."""
 
 import datetime as dt
+import uuid
 
 import pytest
 from django.db import connection
@@ -56,8 +57,9 @@ _process = st.tuples(
     st.sampled_from((*DEPLOYMENTS, None)), _bytes, st.sampled_from(("python3", "vllm", None)),
 )  # fmt: skip
 _engine = st.tuples(st.sampled_from(DEPLOYMENTS), st.integers(0, 59), _real, _real, _real)
-# Whom a mark names: the hosts whose rows a batch wrote (as ingest marks), or every host.
-_marked = st.sampled_from(("hosts", "every"))
+# Whom a mark names: the hosts whose rows a batch wrote and each host's batch (as ingest marks),
+# the hosts alone (marks of before batches were named), or every host.
+_marked = st.sampled_from(("batches", "hosts", "every"))
 # What happens between refreshes: a batch lands in a minute (its samples added, the minute
 # dirty; a refresh may follow at once), a minute is dirtied again with nothing new, a
 # minute's raw samples go (aged out) and it is dirtied, or a refresh runs taking up to so
@@ -114,37 +116,46 @@ HOSTS: dict[str, int] = {}
 
 
 def _land(minute: dt.datetime, cards, processes, engines, marked: str = "every") -> None:
+    """A batch of each host whose rows these are lands in `minute`, marked as `marked` says."""
+    batch_of = {host: uuid.uuid4() for host in ("A", "B")}
     for gpu_id, second, lost, used, free, util, frag in cards:
         _execute(
             "INSERT INTO inventory_card_sample (gpu_id, ts, batch_id, interval_s, samples, lost,"
             " total_bytes, used_max, used_last, reserved_last, free_min, util_gpu_max,"
-            " util_gpu_last, frag_index_max) VALUES (%s, %s, gen_random_uuid(), 10, 10, %s,"
+            " util_gpu_last, frag_index_max) VALUES (%s, %s, %s, 10, 10, %s,"
             " %s, %s, %s, %s, %s, %s, %s, %s)",
-            [gpu_id, minute + dt.timedelta(seconds=second), lost, 80 * GIB, used, used, used,
-             free, util, util, frag],
+            [gpu_id, minute + dt.timedelta(seconds=second), batch_of[HOST_OF[gpu_id]], lost,
+             80 * GIB, used, used, used, free, util, util, frag],
         )  # fmt: skip
     for gpu_id, pid, second, deployment_id, used, name in processes:
         _execute(
             "INSERT INTO inventory_process_sample (gpu_id, ts, batch_id, pid, kind, name,"
             " deployment_id, used_max, used_last, samples, frag_index_max) VALUES (%s, %s,"
-            " gen_random_uuid(), %s, 'compute', %s, %s, %s, %s, 10, 0.25)",
-            [gpu_id, minute + dt.timedelta(seconds=second), pid, name, deployment_id, used,
-             used],
+            " %s, %s, 'compute', %s, %s, %s, %s, 10, 0.25)",
+            [gpu_id, minute + dt.timedelta(seconds=second), batch_of[HOST_OF[gpu_id]], pid,
+             name, deployment_id, used, used],
         )  # fmt: skip
     for deployment_id, second, running, latency, requests in engines:
         _execute(
             "INSERT INTO inventory_engine_sample (deployment_id, ts, batch_id, kv_usage_max,"
             " running_max, running_last, waiting_max, requests, requests_window_s,"
-            " latency_p50_s, latency_p95_s, latency_p99_s) VALUES (%s, %s, gen_random_uuid(),"
+            " latency_p50_s, latency_p95_s, latency_p99_s) VALUES (%s, %s, %s,"
             " %s, %s, %s, %s, %s, 10, %s, %s, %s)",
-            [deployment_id, minute + dt.timedelta(seconds=second), latency, running, running,
-             requests, requests, latency, latency, latency],
+            [deployment_id, minute + dt.timedelta(seconds=second),
+             batch_of[HOST_OF[deployment_id]], latency, running, running, requests, requests,
+             latency, latency, latency],
         )  # fmt: skip
+    owners = {HOST_OF[row[0]] for row in (*cards, *processes, *engines)} or {"A"}
     if marked == "every":
         _dirty(minute)
+    elif marked == "hosts":
+        _dirty(minute, *owners)
     else:
-        owners = {HOST_OF[row[0]] for row in (*cards, *processes, *engines)}
-        _dirty(minute, *(owners or {"A"}))
+        _execute(
+            "INSERT INTO inventory_rollup_dirty (bucket, host_id, batch_id)"
+            " SELECT %s, unnest(%s::bigint[]), unnest(%s::uuid[])",
+            [minute, [HOSTS[o] for o in sorted(owners)], [batch_of[o] for o in sorted(owners)]],
+        )
 
 
 def _forget(minute: dt.datetime, marked: str = "every") -> None:
@@ -189,6 +200,7 @@ def test_folded_hours_are_the_hours_recomputed_from_their_minutes(two_hours, ste
     tables = [table.name for table in partitions.TABLES]
     _execute(f"TRUNCATE {', '.join(tables)}, inventory_rollup_dirty, inventory_rollup_hour_folded")
     last = 0
+    forgotten, topped_up = set(), set()
     for step in steps:
         if step[0] == "batch":
             if step[1] == "next":
@@ -196,11 +208,14 @@ def test_folded_hours_are_the_hours_recomputed_from_their_minutes(two_hours, ste
             elif step[1] != "same":
                 last = step[1]
             _land(_minute(last), *step[2:5], marked=step[6])
+            if step[6] == "batches" and last in forgotten:
+                topped_up.add(last)
             if step[5]:
                 rollups.refresh()
         elif step[0] == "again":
             _dirty(_minute(step[1]), step[2])
         elif step[0] == "forget":
+            forgotten.add(step[1])
             _forget(_minute(step[1]), step[2])
         else:
             rollups.refresh(step[1])
@@ -211,8 +226,11 @@ def test_folded_hours_are_the_hours_recomputed_from_their_minutes(two_hours, ste
     rollups.rebuild_hours(HOUR0, _minute(OFFSETS[-1]))
     assert _rows(HOURS + PACKS) == folded
 
-    # And a refresh of every minute again changes nothing (idempotent, minutes included).
-    for offset in OFFSETS:
+    # And a refresh of every minute again changes nothing (idempotent, minutes included): a
+    # minute's batches folded in are the minute recomputed from its samples. Not where its
+    # samples were aged out before a batch was folded in: that minute's rows hold the batch
+    # and what its aged-out samples gave, a recompute the batch alone.
+    for offset in set(OFFSETS) - topped_up:
         _dirty(_minute(offset))
     rollups.refresh_all()
     assert _rows(MINUTES) == minutes

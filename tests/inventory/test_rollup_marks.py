@@ -68,6 +68,25 @@ def _without_ctids(rows: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
     return {table: sorted(row[1:] for row in found) for table, found in rows.items()}
 
 
+def _after_the_next_batch(step, card, deployment):
+    """`step` of a refresh, run after the minute's next batch has committed from another
+    connection (while the refresh runs)."""
+
+    def meanwhile(*args):
+        def the_next_batch():
+            try:
+                _write(card, deployment, T0 + 10, 30 * GIB, seq=2)
+            finally:
+                connections.close_all()
+
+        writer = threading.Thread(target=the_next_batch)
+        writer.start()
+        writer.join()
+        return step(*args)
+
+    return meanwhile
+
+
 @pytest.fixture
 def two_hosts():
     """Two hosts, each with a card and a deployment on it."""
@@ -82,26 +101,66 @@ def test_a_batch_written_while_a_refresh_runs_is_rolled_up_by_the_next(monkeypat
     _write(card, deployment, T0, 10 * GIB)
     # The next batch of the same minute commits after the refresh has read the minute's raw
     # samples and before it ends: its mark must outlive the refresh that did not see it.
-    recompute_hours = rollups._refresh_hours
-
-    def meanwhile(*refreshed):
-        def the_next_batch():
-            try:
-                _write(card, deployment, T0 + 10, 30 * GIB, seq=2)
-            finally:
-                connections.close_all()
-
-        writer = threading.Thread(target=the_next_batch)
-        writer.start()
-        writer.join()
-        recompute_hours(*refreshed)
-
-    monkeypatch.setattr(rollups, "_refresh_hours", meanwhile)
+    monkeypatch.setattr(
+        rollups, "_refresh_hours", _after_the_next_batch(rollups._refresh_hours, card, deployment)
+    )
     assert rollups.refresh() == 1
     monkeypatch.undo()
     assert _card_minute(card) == (1, 10 * GIB)  # the refresh did not see it
     assert rollups.refresh_all() == 1
     assert _card_minute(card) == (2, 30 * GIB)
+
+
+def _process_minute(card) -> tuple:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT samples, used_max FROM inventory_process_rollup_1m WHERE gpu_id = %s",
+            [card.pk],
+        )
+        return cursor.fetchone()
+
+
+def test_a_batch_is_folded_into_its_minute_rows_not_recomputed_with_them(two_hosts):
+    """The minute being filled takes the samples of the batches whose marks a refresh reads,
+    folded into its card and process rows: the samples already rolled up are not read again
+    (here they are gone, as if aged out, and still counted)."""
+    (card, deployment), _ = two_hosts
+    _write(card, deployment, T0, 10 * GIB)
+    rollups.refresh_all()
+    with connection.cursor() as cursor:
+        for table in ("card_sample", "process_sample"):
+            cursor.execute(f"DELETE FROM inventory_{table}")
+    _write(card, deployment, T0 + 10, 4 * GIB, seq=2)
+    rollups.refresh_all()
+    assert _card_minute(card) == (2, 10 * GIB)
+    assert _process_minute(card) == (2, 10 * GIB)
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_batch_written_after_a_refresh_read_its_marks_is_rolled_up_once(monkeypatch):
+    """A minute recomputed from its samples (a mark without a batch: a tool's) leaves out the
+    samples of a batch whose mark the refresh did not read: the next refresh folds them in,
+    and they would count twice."""
+    card = GpuFactory(index=0)
+    deployment = DeploymentFactory(host=card.host, gpus=[card])
+    _write(card, deployment, T0, 10 * GIB)
+    rollups.refresh_all()
+    minute = dt.datetime.fromtimestamp(T0, dt.UTC).replace(second=0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO inventory_rollup_dirty (bucket, host_id) VALUES (%s, %s)",
+            [minute, rollups.EVERY_HOST],
+        )
+    monkeypatch.setattr(
+        rollups, "_targets", _after_the_next_batch(rollups._targets, card, deployment)
+    )
+    assert rollups.refresh() == 1
+    monkeypatch.undo()
+    assert _card_minute(card) == (1, 10 * GIB)
+    assert _process_minute(card) == (1, 10 * GIB)
+    assert rollups.refresh_all() == 1
+    assert _card_minute(card) == (2, 30 * GIB)
+    assert _process_minute(card) == (2, 30 * GIB)
 
 
 def test_a_late_batch_recomputes_only_its_hosts_rollups(two_hosts):

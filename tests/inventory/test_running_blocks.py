@@ -67,8 +67,9 @@ def _write(deployments, written) -> None:
     engines, times = [], set()
     for offset_us, d, running in written:
         ts = HOUR0 + dt.timedelta(microseconds=offset_us)
-        times.add((ts, deployments[d].host_id))
-        engines.append((deployments[d].pk, ts, uuid.uuid4(), 0.5, 0.5, running, running, 1.0,
+        batch_id = uuid.uuid4()
+        times.add((ts, deployments[d].host_id, batch_id))
+        engines.append((deployments[d].pk, ts, batch_id, 0.5, 0.5, running, running, 1.0,
                         1.0, 2**30, running, 10.0, 0.2, 0.2, 0.2, 2**20, 2**30, 0.9))  # fmt: skip
     if times:
         samples.write(None, engines, None, times)
