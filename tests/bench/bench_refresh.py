@@ -174,13 +174,11 @@ def flushes(first: dt.datetime, last: dt.datetime, host: int | None = None) -> d
     return timings
 
 
-def filling(minute: dt.datetime) -> None:
-    """The first four flushes of `minute`, refreshed (untimed): it is being filled."""
+def at_its_end(minute: dt.datetime) -> None:
+    """`minute` as a cycle at its end finds it: its first four flushes refreshed (untimed), its
+    last two written and marked."""
     flushes(minute, minute + dt.timedelta(seconds=30))
     assert rollups.refresh() == 1
-
-
-def last_flushes(minute: dt.datetime) -> None:
     flushes(minute + dt.timedelta(seconds=40), minute + dt.timedelta(seconds=50))
 
 
@@ -230,8 +228,7 @@ def main() -> int:
     steady = []
     for cycle in range(args.cycles):
         minute = first + dt.timedelta(minutes=2 + cycle)
-        filling(minute)
-        last_flushes(minute)
+        at_its_end(minute)
         statements = [] if args.statements else None
         seconds, refreshed = timed_refresh(statements)
         assert refreshed == 1, refreshed
@@ -244,8 +241,7 @@ def main() -> int:
     late_s, refreshed = timed_refresh()
     assert refreshed == 1, refreshed
     minute = first + dt.timedelta(minutes=2 + args.cycles)
-    filling(minute)
-    last_flushes(minute)
+    at_its_end(minute)
     flushes(first + 3 * late_by, first + 3 * late_by, host=hosts[-1])
     late_and_filling_s, refreshed = timed_refresh()
     assert refreshed == 2, refreshed
