@@ -669,12 +669,12 @@ def refresh(limit: int = MINUTES_PER_REFRESH) -> int:
         # A late minute of an hour already packed: its minute rows are rewritten below.
         packing.unpack_hours(cursor, packing.MINUTE_TABLES, sorted({_hour(m) for m in dirty}))
         targets = _targets(cursor, hosts_of, batches_of, [m[0] for m in marks])
-        minutes = _refresh_minutes(cursor, targets)
+        minutes, folded = _refresh_minutes(cursor, targets)
         if minutes:
             running_blocks.invalidate(cursor, sorted({_hour(minute) for minute in minutes}))
             apart = all("deployments" in span for span in targets)
             deployments = {d for span in targets for d in span["deployments"]} if apart else None
-            _refresh_hours(cursor, minutes, deployments)
+            _refresh_hours(cursor, minutes, deployments, folded)
             packing.mark_due(cursor, sorted({_hour(minute) for minute in minutes}))
         # Only the marks read: one written since, by a batch this refresh may not have seen,
         # stays for the next.
@@ -716,12 +716,12 @@ def _targets(
     return targets
 
 
-def _refresh_minutes(cursor, targets: list[dict]) -> list[dt.datetime]:
+def _refresh_minutes(cursor, targets: list[dict]) -> tuple[list[dt.datetime], set[str]]:
     """Recompute the dirty minutes' rows from their raw samples (of the hosts marked, or of
     every host), or fold their batches' samples in (`FOLDED_MINUTES`), keeping their old and
-    new rows in the `HELD` tables; return the minutes that have raw samples. A host with no
-    raw samples left in a minute keeps its rows there (its samples are gone, aged out with
-    their partition)."""
+    new rows in the `HELD` tables; return the minutes that have raw samples, and the kinds
+    folded in every span. A host with no raw samples left in a minute keeps its rows there
+    (its samples are gone, aged out with their partition)."""
     for kind, minute_sql, _hour_sql in _KINDS:
         old, new = HELD.format(kind=kind, age="old"), HELD.format(kind=kind, age="new")
         for held in (old, new):
@@ -752,9 +752,15 @@ def _refresh_minutes(cursor, targets: list[dict]) -> list[dt.datetime]:
                        for kind, _minute_sql, _hour_sql in _KINDS)
     )  # fmt: skip
     minutes = sorted(row[0] for row in cursor.fetchall())
-    if any(_vanished(cursor, kind) for kind, _minute_sql, _hour_sql in _KINDS):
+    # A folded row is its old row merged with the batches' figures, and the minute's rows are
+    # read back whole: every old row has its new one, which holds it. Neither the check here
+    # nor the hours' (`_not_held`) can find anything there.
+    folded = {kind for kind in _FOLDING if all("batches" in span for span in targets)}
+    if any(
+        _vanished(cursor, kind) for kind, _minute_sql, _hour_sql in _KINDS if kind not in folded
+    ):
         _drop_rows_not_made_again(cursor)
-    return minutes
+    return minutes, folded
 
 
 def _matched(kind: str, a: str, b: str) -> str:
@@ -806,10 +812,13 @@ def _drop_rows_not_made_again(cursor) -> None:
         )
 
 
-def _refresh_hours(cursor, minutes: list[dt.datetime], deployments: set[int] | None) -> None:
+def _refresh_hours(
+    cursor, minutes: list[dt.datetime], deployments: set[int] | None, folded: set[str]
+) -> None:
     """Bring the hours of the refreshed minutes up to date: fold the minutes in where the hour
     allows it, recompute it whole where not; note each hour's last minute. `deployments`:
-    those of the hosts refreshed, where the minutes were refreshed for a few hosts only."""
+    those of the hosts refreshed, where the minutes were refreshed for a few hosts only;
+    `folded`: the kinds whose minute rows were folded, which hold their old rows."""
     hours = sorted({_hour(minute) for minute in minutes})
     cursor.execute(
         "SELECT bucket, last_minute FROM inventory_rollup_hour_folded WHERE bucket = ANY(%s)",
@@ -821,7 +830,7 @@ def _refresh_hours(cursor, minutes: list[dt.datetime], deployments: set[int] | N
         first_of.setdefault(_hour(minute), minute)
     folds = {hour for hour in hours if hour in folded_to}
     if folds:
-        for kind in _MERGES:
+        for kind in _MERGES.keys() - folded:
             cursor.execute(_not_held(kind))
             folds -= {row[0] for row in cursor.fetchall()}
     wholes = [hour for hour in hours if hour not in folds]
