@@ -134,6 +134,17 @@ def _weekly_counts(ooms: QuerySet, field: str, weeks: list[dt.date]) -> dict[str
     return counts
 
 
+def busiest(series: list[Series], shown: int, label_of_rest) -> list[Series]:
+    """The first `shown` of `series` (largest first), the others summed into one last series
+    labelled `label_of_rest(how many)`: thousands of hosts are read by their top and their
+    total, and every week's column still adds up to the window's OOMs."""
+    if len(series) <= shown:
+        return series
+    rest = series[shown:]
+    summed = tuple(sum(week) for week in zip(*(one.counts for one in rest), strict=True))
+    return [*series[:shown], Series("", label_of_rest(len(rest)), summed)]
+
+
 def _largest_first(counts: dict[str, list[int]], label_of) -> list[Series]:
     series = [Series(key, label_of(key), tuple(weekly)) for key, weekly in counts.items()]
     return sorted(series, key=lambda one: (-one.total, one.label))

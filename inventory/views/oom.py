@@ -17,8 +17,11 @@ from inventory.reports import oom_history
 from inventory.reports.latency import latency_lines
 from inventory.reports.oom_history import CAUSE_LABELS
 
-# More lines than this turn the trend chart into a tangle; the table below lists every host.
+# More lines than this turn the trend chart into a tangle; the others are summed in one line.
 TREND_HOSTS = 8
+# Rows of the by-host and by-model tables: at 10,000 hosts a table of every host with an OOM
+# was most of a 5.6 MB page. The others are summed in a last row; the CSV lists every OOM.
+TABLE_ROWS = 50
 EXPORT_CHUNK = 2000
 
 
@@ -43,9 +46,18 @@ def oom_history_page(request):
             "cause_label": CAUSE_LABELS.get(selection.cause, ""),
             "tables": [
                 (_("Cause"), "weekly-by-cause", history.by_cause),
-                (_("Host"), "weekly-by-host", history.by_host),
-                (_("Model"), "weekly-by-model", history.by_model),
+                (
+                    _("Host"),
+                    "weekly-by-host",
+                    oom_history.busiest(history.by_host, TABLE_ROWS, _other_hosts),
+                ),
+                (
+                    _("Model"),
+                    "weekly-by-model",
+                    oom_history.busiest(history.by_model, TABLE_ROWS, _other_models),
+                ),
             ],
+            "table_rows": TABLE_ROWS,
             "shortest_comparison_days": oom_history.SHORTEST_COMPARISON.days,
             "longest_comparison_days": oom_history.LONGEST_COMPARISON.days,
             "changes_capped": len(entries) == oom_history.CHANGE_ENTRIES_SHOWN,
@@ -64,19 +76,10 @@ def _latency(selection: oom_history.Selection) -> dict | None:
 
 def _chart_data(history: oom_history.WeeklyHistory, changes: list[oom_history.Change]) -> dict:
     """What static/js/oom_history.js draws: plain lists, no markup."""
-    hosts = history.by_host[:TREND_HOSTS]
-    rest = history.by_host[TREND_HOSTS:]
-    trend = [{"name": series.label, "counts": series.counts} for series in hosts]
-    if rest:
-        trend.append(
-            {
-                "name": ngettext("%(count)d other host", "%(count)d other hosts", len(rest))
-                % {"count": len(rest)},
-                "counts": [
-                    sum(week) for week in zip(*(series.counts for series in rest), strict=True)
-                ],
-            }
-        )
+    trend = [
+        {"name": series.label, "counts": series.counts}
+        for series in oom_history.busiest(history.by_host, TREND_HOSTS, _other_hosts)
+    ]
     return {
         "weeks": [monday.isoformat() for monday in history.weeks],
         "total": history.total,
@@ -96,6 +99,14 @@ def _chart_data(history: oom_history.WeeklyHistory, changes: list[oom_history.Ch
             for change in changes
         ],
     }
+
+
+def _other_hosts(count: int) -> str:
+    return ngettext("%(count)d other host", "%(count)d other hosts", count) % {"count": count}
+
+
+def _other_models(count: int) -> str:
+    return ngettext("%(count)d other model", "%(count)d other models", count) % {"count": count}
 
 
 def _describe(entry: AuditEntry) -> str:

@@ -212,6 +212,29 @@ def test_the_trend_sums_hosts_beyond_the_busiest_into_one_line(client_as):
 
 
 @pytest.mark.django_db
+def test_the_host_table_lists_the_busiest_and_sums_the_others(client_as, monkeypatch):
+    monkeypatch.setattr("inventory.views.oom.TABLE_ROWS", 3)
+    weeks = (this_monday() - 2 * WEEK, this_monday() - WEEK)
+    for index in range(5):
+        host = HostFactory(name=f"node-{index:02d}")
+        for _ in range(index + 1):
+            oom(host, weeks[0])
+        oom(host, weeks[1])
+    response = client_as("manager").get("/oom/")
+    tables = {table_id: rows for _, table_id, rows in response.context["tables"]}
+    by_host = tables["weekly-by-host"]
+    assert [(one.label, one.counts[-3:-1]) for one in by_host] == [
+        ("node-04", (5, 1)),
+        ("node-03", (4, 1)),
+        ("node-02", (3, 1)),
+        ("2 other hosts", (1 + 2, 2)),
+    ]
+    by_cause = tables["weekly-by-cause"]
+    assert sum(one.total for one in by_host) == sum(one.total for one in by_cause) == 20
+    assert "The 3 with the most OOMs" in response.content.decode()
+
+
+@pytest.mark.django_db
 def test_an_empty_window_says_so_instead_of_drawing_an_empty_chart(client_as, fleet):
     page = client_as("manager").get("/oom/").content.decode()
     assert "No OOMs in this window." in page
