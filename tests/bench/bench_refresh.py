@@ -1,6 +1,6 @@
 """The rollup refresh's time a cycle with a big fleet, against its interval.
 
-    python tests/bench/bench_refresh.py [--minute 54] [--cycles 3] [--reuse [--hours-back N]]
+    python tests/bench/bench_refresh.py [--minute 50] [--cycles 3] [--reuse [--hours-back N]]
                                         [--json OUT]
 
 Needs the database of DATABASE_URL migrated and a fleet in it (bench_alerts.py --hosts 10000
@@ -14,6 +14,9 @@ batch every 10 s, one sample per card, process and engine at its end, each batch
 marked dirty for its host and batch as ingest marks it. Then:
 
 1. a refresh of two minutes' flushes (`minute` and the next: a cycle after a late or slow one);
+   then the cycles that catch up: each given the flushes the agents sent while the one before
+   ran (one every 10 s of it), until a cycle is back below the interval (at most
+   CATCH_UP_CYCLES): whether the backlog drains, and in how many cycles;
 2. `--cycles` steady cycles, each in a minute of its own: its first four flushes refreshed
    (untimed), then the refresh of its last two (timed): the cycle at a minute's end, the one
    that finds the most samples in the minute being filled;
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import statistics
 import sys
@@ -182,6 +186,27 @@ def at_its_end(minute: dt.datetime) -> None:
     flushes(minute + dt.timedelta(seconds=40), minute + dt.timedelta(seconds=50))
 
 
+# A cycle that catches up is given the flushes sent while the one before ran; this many at most,
+# in at most this many minutes of the hour (a cycle as long as the two minutes' is given six).
+CATCH_UP_CYCLES = 4
+CATCH_UP_MINUTES = 4
+
+
+def catching_up(after: dt.datetime, seconds: float, interval_s: float) -> tuple[list, dt.datetime]:
+    """The cycles after one of `seconds` whose flushes end at `after`, each given the flushes
+    that came while the one before ran, until one is below `interval_s` (or CATCH_UP_MINUTES
+    are filled): their times, and the moment of the last flush written."""
+    cycles, last = [], after
+    until = after + dt.timedelta(minutes=CATCH_UP_MINUTES)
+    while seconds >= interval_s and len(cycles) < CATCH_UP_CYCLES and last < until:
+        sent = min(math.ceil(seconds / 10), int((until - last).total_seconds() // 10))
+        flushes(last + dt.timedelta(seconds=10), last + dt.timedelta(seconds=10 * sent))
+        last += dt.timedelta(seconds=10 * sent)
+        seconds, _refreshed = timed_refresh()
+        cycles.append(round(seconds, 2))
+    return cycles, last
+
+
 def timed_refresh(statements: list | None = None) -> tuple[float, int]:
     """One refresh's time and minutes; its statements' times added to `statements`."""
 
@@ -203,7 +228,7 @@ def timed_refresh(statements: list | None = None) -> tuple[float, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minute", type=int, default=54, help="where in the hour")
+    parser.add_argument("--minute", type=int, default=50, help="where in the hour")
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--reuse", action="store_true", help="the hour is filled already")
     parser.add_argument("--hours-back", type=int, default=2, help="the hour filled, before now's")
@@ -212,7 +237,7 @@ def main() -> int:
         "--statements", action="store_true", help="print a steady cycle's slowest statements"
     )
     args = parser.parse_args()
-    if not 0 <= args.minute <= 57 - args.cycles:
+    if not 0 <= args.minute <= 57 - args.cycles - CATCH_UP_MINUTES:
         parser.error("--minute and --cycles: every minute the run fills must be in the hour")
     hour = timezone.now().astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
     hour -= dt.timedelta(hours=args.hours_back)
@@ -225,9 +250,17 @@ def main() -> int:
     flushes(first, first + dt.timedelta(seconds=110))
     two_s, refreshed = timed_refresh()
     assert refreshed == 2, refreshed
+    interval_s = settings.CELERY_BEAT_SCHEDULE["refresh-rollups"]["schedule"]
+    catch_up, last = catching_up(first + dt.timedelta(seconds=110), two_s, interval_s)
+    # The steady cycles from the next whole minute on, the catching up's last one closed.
+    after = last.replace(second=0) + dt.timedelta(minutes=1) - first
+    skipped = int(after.total_seconds() // 60)
+    if last.second != 50:
+        flushes(last + dt.timedelta(seconds=10), first + after - dt.timedelta(seconds=10))
+        timed_refresh()
     steady = []
     for cycle in range(args.cycles):
-        minute = first + dt.timedelta(minutes=2 + cycle)
+        minute = first + dt.timedelta(minutes=skipped + cycle)
         at_its_end(minute)
         statements = [] if args.statements else None
         seconds, refreshed = timed_refresh(statements)
@@ -240,7 +273,7 @@ def main() -> int:
     flushes(first + late_by, first + late_by, host=hosts[0])
     late_s, refreshed = timed_refresh()
     assert refreshed == 1, refreshed
-    minute = first + dt.timedelta(minutes=2 + args.cycles)
+    minute = first + dt.timedelta(minutes=skipped + args.cycles)
     at_its_end(minute)
     flushes(first + 3 * late_by, first + 3 * late_by, host=hosts[-1])
     late_and_filling_s, refreshed = timed_refresh()
@@ -258,11 +291,12 @@ def main() -> int:
         "process_minute_rollups_in_the_hour": process_minutes,
         "generation_s": generation,
         "two_dirty_minutes_s": round(two_s, 2),
+        "catching_up_s": catch_up,
         "one_dirty_minute_s": [round(s, 2) for s in steady],
         "one_dirty_minute_median_s": round(statistics.median(steady), 2),
         "late_minute_s": round(late_s, 2),
         "late_and_filling_s": round(late_and_filling_s, 2),
-        "interval_s": settings.CELERY_BEAT_SCHEDULE["refresh-rollups"]["schedule"],
+        "interval_s": interval_s,
         "load_average": os.getloadavg()[0],
     }
     print(json.dumps(figures, indent=2))
