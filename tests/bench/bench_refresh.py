@@ -253,11 +253,11 @@ def main() -> int:
     interval_s = settings.CELERY_BEAT_SCHEDULE["refresh-rollups"]["schedule"]
     catch_up, last = catching_up(first + dt.timedelta(seconds=110), two_s, interval_s)
     # The steady cycles from the next whole minute on, the catching up's last one closed.
-    after = last.replace(second=0) + dt.timedelta(minutes=1) - first
-    skipped = int(after.total_seconds() // 60)
-    if last.second != 50:
-        flushes(last + dt.timedelta(seconds=10), first + after - dt.timedelta(seconds=10))
+    resume = last.replace(second=0) + dt.timedelta(minutes=1)
+    if last < resume - dt.timedelta(seconds=10):
+        flushes(last + dt.timedelta(seconds=10), resume - dt.timedelta(seconds=10))
         timed_refresh()
+    skipped = (resume - first) // dt.timedelta(minutes=1)
     steady = []
     for cycle in range(args.cycles):
         minute = first + dt.timedelta(minutes=skipped + cycle)
