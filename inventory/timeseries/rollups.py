@@ -55,6 +55,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from inventory.timeseries import packing, running_blocks
@@ -648,6 +649,11 @@ def refresh(limit: int = MINUTES_PER_REFRESH) -> int:
     """Recompute the rollups of up to `limit` dirty minutes; return how many were refreshed."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REFRESH_LOCK])
+        # Its aggregates and sorts take a fleet's minute rows at once: in memory, not on disk.
+        cursor.execute(
+            "SELECT set_config('work_mem', %s, true)",
+            [f"{settings.ROLLUP_REFRESH_WORK_MEM_MB}MB"],
+        )
         cursor.execute(DIRTY, [limit])
         marks = cursor.fetchall()
         if not marks:

@@ -137,6 +137,34 @@ def test_a_batch_is_folded_into_its_minute_rows_not_recomputed_with_them(two_hos
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_refresh_sorts_in_the_memory_set_for_it_and_leaves_the_session_as_it_was(
+    two_hosts, settings, monkeypatch
+):
+    (card, deployment), _ = two_hosts
+    settings.ROLLUP_REFRESH_WORK_MEM_MB = 77
+    _write(card, deployment, T0, 10 * GIB)
+    seen = []
+
+    def noting(refresh_hours):
+        def step(cursor, *args):
+            cursor.execute("SHOW work_mem")
+            seen.append(cursor.fetchone()[0])
+            return refresh_hours(cursor, *args)
+
+        return step
+
+    monkeypatch.setattr(rollups, "_refresh_hours", noting(rollups._refresh_hours))
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW work_mem")
+        before = cursor.fetchone()[0]
+        assert rollups.refresh() == 1
+        cursor.execute("SHOW work_mem")
+        after = cursor.fetchone()[0]
+    assert seen == ["77MB"]
+    assert after == before != "77MB"
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_batch_written_after_a_refresh_read_its_marks_is_rolled_up_once(monkeypatch):
     """A minute recomputed from its samples (a mark without a batch: a tool's) leaves out the
     samples of a batch whose mark the refresh did not read: the next refresh folds them in,
