@@ -34,8 +34,9 @@ The hour rows and packs are folded, not recomputed, where that gives the very sa
 hour that `inventory_rollup_hour_folded` says is the fold of its minutes up to `last_minute`
 takes minutes from `last_minute` on (new minutes, or that last minute again: the minute being
 filled, re-dirtied by every flush) into its rows (`FOLD_OF_*`: the minutes' old rows come off
-the sums, their new rows go in; maxima, minima and `lost` merge, since a minute's raw samples
-only grow) and into its packs (`APPEND_TO_*`, the last minute's old entry replaced).
+the sums, their new rows go in, or where the minutes took batches folded in, those batches'
+figures go in; maxima, minima and `lost` merge, since a minute's raw samples only grow)
+and into its packs (`APPEND_TO_*`, the last minute's old entry replaced).
 A minute before `last_minute` (a late batch: an agent's backlog after a cut) folds into the
 hour rows the same way, its sums being integers; its packs cannot take it at their end, so the
 packs whose entry for that minute changed (`CHANGED_*`: one host's, for one host's backlog)
@@ -193,13 +194,18 @@ _PACKS = (
 )
 
 # What a refresh keeps of the minutes it refreshes, for the hours it folds them into: the rows
-# the minutes held before (`_old`) and the rows they hold now (`_new`), each kind in a
-# temporary table shaped like its minute rollups, emptied at the start of every refresh.
+# the minutes held before (`_old`) and the rows they hold now (`_new`), and where batches were
+# folded into them, those batches' own figures a minute (`_batches`), each kind in a temporary
+# table shaped like its minute rollups, emptied at the start of every refresh.
 HELD = "refreshed_{kind}_{age}"
+AGES = ("old", "new", "batches")
 
 # The hour rows of the minutes folded in: the refreshed minutes' new rows go in, their old rows
-# come off the sums. The new row of a minute holds its old one (checked by `NOT_HELD`), so
-# its maxima, minima and `lost` need no old row to come off: they merge with the hour's.
+# come off the sums (`CHANGES`). The new row of a minute holds its old one (checked by
+# `NOT_HELD`), so its maxima, minima and `lost` need no old row to come off: they merge with
+# the hour's. Where every minute of a kind took batches folded in (`FOLDED_MINUTES`), a new
+# row is its old row merged with those batches' figures, so the batches' figures alone are
+# what the hour takes (`BATCHES`): half the rows, none to take off.
 FOLD_OF_CARDS = """
 INSERT INTO inventory_card_rollup_1h AS h (gpu_id, bucket, samples, lost, total_bytes,
     used_max, used_sum, used_count, reserved_max, free_min, util_gpu_max, util_gpu_sum,
@@ -208,13 +214,7 @@ SELECT gpu_id, date_trunc('hour', bucket, 'UTC'), sum(samples), bool_or(lost),
     max(total_bytes), max(used_max), sum(used_sum), sum(used_count), max(reserved_max),
     min(free_min), max(util_gpu_max), sum(util_gpu_sum), sum(util_gpu_count),
     max(frag_index_max)
-FROM (
-    SELECT * FROM refreshed_card_new
-    UNION ALL
-    SELECT gpu_id, bucket, -samples, false, NULL, NULL, -used_sum, -used_count, NULL, NULL,
-        NULL, -util_gpu_sum, -util_gpu_count, NULL
-    FROM refreshed_card_old
-) minutes
+FROM {minutes}
 WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
 GROUP BY 1, 2
 ON CONFLICT (gpu_id, bucket) DO UPDATE SET
@@ -224,16 +224,29 @@ INSERT INTO inventory_process_rollup_1h AS h (gpu_id, pid, bucket, deployment_id
     samples, used_max, used_sum, used_count, frag_index_max)
 SELECT gpu_id, pid, date_trunc('hour', bucket, 'UTC'), max(deployment_id), max(name),
     sum(samples), max(used_max), sum(used_sum), sum(used_count), max(frag_index_max)
-FROM (
-    SELECT * FROM refreshed_process_new
-    UNION ALL
-    SELECT gpu_id, pid, bucket, NULL, NULL, -samples, NULL, -used_sum, -used_count, NULL
-    FROM refreshed_process_old
-) minutes
+FROM {minutes}
 WHERE date_trunc('hour', bucket, 'UTC') = ANY(%(hours)s)
 GROUP BY 1, 2, 3
 ON CONFLICT (gpu_id, pid, bucket) DO UPDATE SET
 """
+# What each kind's hour fold takes: the refreshed minutes' changes (new rows, old rows taken
+# off), or the batches folded into them.
+CHANGES = {
+    "card": """(
+    SELECT * FROM refreshed_card_new
+    UNION ALL
+    SELECT gpu_id, bucket, -samples, false, NULL, NULL, -used_sum, -used_count, NULL, NULL,
+        NULL, -util_gpu_sum, -util_gpu_count, NULL
+    FROM refreshed_card_old
+) minutes""",
+    "process": """(
+    SELECT * FROM refreshed_process_new
+    UNION ALL
+    SELECT gpu_id, pid, bucket, NULL, NULL, -samples, NULL, -used_sum, -used_count, NULL
+    FROM refreshed_process_old
+) minutes""",
+}
+BATCHES = "refreshed_{kind}_batches minutes"
 # The engine hour rows of the deployments refreshed, folded: each folds its refreshed minutes'
 # new rows, in time order, into its hour row's sums before its last minute where that minute
 # was refreshed again (the minute being filled), else into its whole sums; the old rows'
@@ -616,12 +629,17 @@ FOLDED_MINUTES = ("card", "process")
 
 
 def _folding(kind: str, minute_sql: str) -> str:
-    """The statement that folds the samples of a span's batches into their minute rows. A
-    batch's samples are the minute's only where it has them, so a minute row merged with the
-    batches' figures is the row a recompute of all its samples gives."""
+    """The statement that folds the samples of a span's batches into their minute rows, and
+    keeps those batches' figures (`HELD`, `batches`) for the hours. A batch's samples are the
+    minute's only where it has them, so a minute row merged with the batches' figures is the
+    row a recompute of all its samples gives."""
     table, columns, select = _parts(minute_sql)
+    listed = ", ".join(columns)
+    batches = HELD.format(kind=kind, age="batches")
     return (
-        f"INSERT INTO {table} AS h ({', '.join(columns)}) {select} "
+        f"WITH batches AS ({select}), "
+        f"kept AS (INSERT INTO {batches} ({listed}) SELECT * FROM batches) "
+        f"INSERT INTO {table} AS h ({listed}) SELECT * FROM batches "
         f"ON CONFLICT ({', '.join(_KEYS[kind])}) DO UPDATE SET {_merged(kind)}"
     )
 
@@ -730,7 +748,8 @@ def _refresh_minutes(cursor, targets: list[dict]) -> tuple[list[dt.datetime], se
     (its samples are gone, aged out with their partition)."""
     for kind, minute_sql, _hour_sql in _KINDS:
         old, new = HELD.format(kind=kind, age="old"), HELD.format(kind=kind, age="new")
-        for held in (old, new):
+        ages = AGES if kind in _FOLDING else ("old", "new")
+        for held in (HELD.format(kind=kind, age=age) for age in ages):
             cursor.execute(
                 f"CREATE TEMPORARY TABLE IF NOT EXISTS {held} (LIKE inventory_{kind}_rollup_1m)"
             )
@@ -824,7 +843,8 @@ def _refresh_hours(
     """Bring the hours of the refreshed minutes up to date: fold the minutes in where the hour
     allows it, recompute it whole where not; note each hour's last minute. `deployments`:
     those of the hosts refreshed, where the minutes were refreshed for a few hosts only;
-    `folded`: the kinds whose minute rows were folded, which hold their old rows."""
+    `folded`: the kinds whose minute rows were folded, which hold their old rows: their hours
+    take the batches' figures."""
     hours = sorted({_hour(minute) for minute in minutes})
     cursor.execute(
         "SELECT bucket, last_minute FROM inventory_rollup_hour_folded WHERE bucket = ANY(%s)",
@@ -843,8 +863,9 @@ def _refresh_hours(
     folds = sorted(folds)
     late = [hour for hour in folds if first_of[hour] < folded_to[hour]]
     if folds:
-        for _kind, fold_sql in _FOLDS:
-            cursor.execute(fold_sql, {"hours": folds})
+        for kind, fold_sql in _FOLDS:
+            minutes_of = BATCHES.format(kind=kind) if kind in folded else CHANGES[kind]
+            cursor.execute(fold_sql.format(minutes=minutes_of), {"hours": folds})
         if late:
             _splice(cursor, {"hours": late, "lasts": [folded_to[hour] for hour in late]})
         refreshed = set(minutes)
