@@ -6,7 +6,8 @@ of its table. Nothing reads a process hour row by its deployment, nor a pack by 
 (the pages read them by card or deployment, `inventory.timeseries.queries`); whole-fleet
 questions ask for the newest buckets (the board's two hours, the hours a refresh makes whole
 again), which a BRIN index on the bucket answers: its block ranges not yet summarized, where
-new row versions land, are always read, and an update costs it at most a range widened.
+new row versions land, are always read, and an update costs it at most a range widened. On a database with history the
+BRIN builds read every hour partition once (the refresh waits for them; ingest does not).
 """
 
 from django.db import migrations
