@@ -380,14 +380,14 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 60},
     },
 }
-# The fleet board's figures per host (inventory.reports.board) are recomputed this often; a
-# board whose hosts' summaries are older than HOST_SUMMARY_STALE_AFTER_S computes them live.
-HOST_SUMMARY_INTERVAL_S = env_float("HOST_SUMMARY_INTERVAL_S", 20.0, minimum=1.0)
-HOST_SUMMARY_STALE_AFTER_S = env_float("HOST_SUMMARY_STALE_AFTER_S", 60.0, minimum=1.0)
 # The memory one rollup refresh may sort and hash in (PostgreSQL's work_mem, for its
 # transaction alone: refreshes run one at a time): at 10,000 hosts a cycle groups about 640,000
 # minute rows, which spill to disk at the server's default 4 MB.
 ROLLUP_REFRESH_WORK_MEM_MB = env_int("ROLLUP_REFRESH_WORK_MEM_MB", 256, minimum=4)
+# The fleet board's figures per host (inventory.reports.board) are recomputed this often; a
+# board whose hosts' summaries are older than HOST_SUMMARY_STALE_AFTER_S computes them live.
+HOST_SUMMARY_INTERVAL_S = env_float("HOST_SUMMARY_INTERVAL_S", 20.0, minimum=1.0)
+HOST_SUMMARY_STALE_AFTER_S = env_float("HOST_SUMMARY_STALE_AFTER_S", 60.0, minimum=1.0)
 CELERY_BEAT_SCHEDULE["refresh-host-summaries"] = {
     "task": "inventory.refresh_host_summaries",
     "schedule": HOST_SUMMARY_INTERVAL_S,
